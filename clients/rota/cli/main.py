@@ -1,2 +1,149 @@
-def main() -> None:
-    print("hi")
+"""The `rota` command. Cluster commands go through the SDK (`rota.client`).
+
+Human-readable output by default, `--json` for scripts; any error exits non-zero with one
+line on stderr naming the field or the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from rota.cli import commands
+
+SERVICES = ("api", "allocator", "forecaster", "ledger", "checkpoint", "detector")
+
+
+def _connection_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--home", help="cluster folder written by `rota up` (default: $ROTA_HOME)")
+    parser.add_argument("--endpoint", help="api address host:port (default: from the cluster folder)")
+    parser.add_argument("--token", help="bearer token (default: $ROTA_TOKEN, else the admin token)")
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rota", description="Rota: a control plane for shared GPU clusters.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    up = sub.add_parser("up", help="start a local cluster in the foreground")
+    up.add_argument("--home", default=os.environ.get("ROTA_HOME", ".rota"), help="cluster folder (default: .rota)")
+    up.add_argument("--nodes", type=int, default=2)
+    up.add_argument("--gpus-per-node", type=int, default=4)
+    up.add_argument("--database-url", default=os.environ.get("ROTA_DATABASE_URL", ""), help="default: embedded PostgreSQL")
+    up.add_argument("--redis-url", default=os.environ.get("ROTA_REDIS_URL", ""), help="default: embedded Redis")
+    up.add_argument("--tracing", default=os.environ.get("ROTA_TRACING", "none"), choices=("none", "console", "otlp"))
+    up.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds between agent heartbeats")
+
+    down = sub.add_parser("down", help="stop the local cluster")
+    down.add_argument("--home", help="cluster folder (default: $ROTA_HOME)")
+
+    demo = sub.add_parser("demo", help="start a cluster, run the example jobs, show them live, stop")
+    demo.add_argument("--home", default=None, help="cluster folder (default: a temporary one)")
+    demo.add_argument("--nodes", type=int, default=2)
+    demo.add_argument("--gpus-per-node", type=int, default=2)
+    demo.add_argument("--database-url", default=os.environ.get("ROTA_DATABASE_URL", ""))
+    demo.add_argument("--redis-url", default=os.environ.get("ROTA_REDIS_URL", ""))
+    demo.add_argument("--timeout", type=float, default=600, help="give up after this many seconds")
+
+    submit = sub.add_parser("submit", help="submit a job file (YAML or JSON)")
+    submit.add_argument("file")
+    submit.add_argument("--tenant", help="override the file's tenant")
+    submit.add_argument("--request-id", help="idempotency key (default: a new one)")
+    submit.add_argument("--wait", action="store_true", help="wait until the job finishes")
+    _connection_args(submit)
+
+    jobs = sub.add_parser("jobs", help="list jobs")
+    jobs.add_argument("--tenant", default="")
+    jobs.add_argument("--state", action="append", default=[], help="filter by state (repeatable)")
+    jobs.add_argument("--limit", type=int, default=0)
+    _connection_args(jobs)
+
+    job = sub.add_parser("job", help="show one job with its history and progress")
+    job.add_argument("id")
+    _connection_args(job)
+
+    logs = sub.add_parser("logs", help="print a job's log")
+    logs.add_argument("id")
+    logs.add_argument("-f", "--follow", action="store_true")
+    _connection_args(logs)
+
+    cancel = sub.add_parser("cancel", help="cancel a job")
+    cancel.add_argument("id")
+    cancel.add_argument("--reason", default="")
+    _connection_args(cancel)
+
+    watch = sub.add_parser("watch", help="follow a job's events until it finishes")
+    watch.add_argument("id")
+    _connection_args(watch)
+
+    nodes = sub.add_parser("nodes", help="list nodes with their GPUs and health")
+    _connection_args(nodes)
+
+    explain = sub.add_parser("explain", help="why a job waits or where it runs")
+    explain.add_argument("id")
+    _connection_args(explain)
+
+    tenants = sub.add_parser("tenants", help="manage tenants")
+    tsub = tenants.add_subparsers(dest="tenants_command", required=True, metavar="ACTION")
+    tadd = tsub.add_parser("add", help="create a tenant (admin) and print its token")
+    tadd.add_argument("name")
+    tadd.add_argument("--share", type=float, default=1.0)
+    _connection_args(tadd)
+    tlist = tsub.add_parser("list", help="list tenants")
+    _connection_args(tlist)
+
+    serve = sub.add_parser("serve", help="run one control-plane service (configured by ROTA_* variables)")
+    serve.add_argument("service", choices=SERVICES)
+
+    from rota.agent.main import add_agent_arguments
+
+    agent = sub.add_parser("agent", help="run a node agent")
+    add_agent_arguments(agent)
+
+    migrate = sub.add_parser("migrate", help="apply database migrations (ROTA_DATABASE_URL)")
+    migrate.add_argument("--database-url", default=os.environ.get("ROTA_DATABASE_URL", ""))
+    migrate.add_argument("--downgrade", metavar="REVISION", help="downgrade to REVISION instead")
+
+    bench = sub.add_parser("bench", help="benchmarks (allocator, ...)")
+    bench.add_argument("target", help="what to benchmark")
+    bench.add_argument("args", nargs=argparse.REMAINDER)
+
+    sim = sub.add_parser("sim", help="trace-driven simulator (see `rota sim --help`)", add_help=False)
+    sim.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "up": commands.up,
+    "down": commands.down,
+    "demo": commands.demo,
+    "submit": commands.submit,
+    "jobs": commands.jobs,
+    "job": commands.job,
+    "logs": commands.logs,
+    "cancel": commands.cancel,
+    "watch": commands.watch,
+    "nodes": commands.nodes,
+    "explain": commands.explain,
+    "tenants": commands.tenants,
+    "serve": commands.serve,
+    "agent": commands.agent,
+    "migrate": commands.migrate,
+    "bench": commands.bench,
+    "sim": commands.sim,
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    sys.exit(commands.run(HANDLERS[args.command], args))
+
+
+if __name__ == "__main__":
+    main()
+
+
+__all__ = ["build_parser", "main", "Path"]

@@ -1,0 +1,23 @@
+"""Rota's Python SDK. `Client.connect(target, token=..., timeout=...)` is the entry point."""
+
+from rota.client.client import Client, Gpu, Job, JobEvent, Node, StateChange, Tenant
+from rota.client.errors import (
+    AlreadyExistsError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    RotaError,
+    UnauthenticatedError,
+    UnavailableError,
+    UnimplementedError,
+)
+from rota.client.jobfile import load_job_file, parse_duration, spec_from_mapping
+
+__all__ = [
+    "Client", "Gpu", "Job", "JobEvent", "Node", "StateChange", "Tenant",
+    "RotaError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError", "PermissionDeniedError",
+    "UnauthenticatedError", "FailedPreconditionError", "UnavailableError", "DeadlineExceededError",
+    "UnimplementedError", "load_job_file", "parse_duration", "spec_from_mapping",
+]

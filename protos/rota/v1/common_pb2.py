@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14rota/v1/common.proto\x12\x07rota.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x03\n\x07JobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x1e\n\x04kind\x18\x03 \x01(\x0e\x32\x10.rota.v1.JobKind\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12\x0c\n\x04gpus\x18\x05 \x01(\x05\x12\x0f\n\x07\x63ommand\x18\x06 \x03(\t\x12\x0f\n\x07workdir\x18\x07 \x01(\t\x12&\n\x03\x65nv\x18\x08 \x03(\x0b\x32\x19.rota.v1.JobSpec.EnvEntry\x12\x18\n\x10\x64uration_seconds\x18\t \x01(\x01\x12\x13\n\x0bpreemptible\x18\n \x01(\x08\x12\'\n\x07restart\x18\x0b \x01(\x0e\x32\x16.rota.v1.RestartPolicy\x12\x13\n\x0bmax_retries\x18\x0c \x01(\x05\x12)\n\x08\x66\x65\x61tures\x18\r \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06\x64\x65mand\x18\x0e \x03(\x05\x12\x10\n\x08max_swap\x18\x0f \x01(\x05\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x91\x01\n\x0bStateChange\x12%\n\nfrom_state\x18\x01 \x01(\x0e\x32\x11.rota.v1.JobState\x12#\n\x08to_state\x18\x02 \x01(\x0e\x32\x11.rota.v1.JobState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12&\n\x02\x61t\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa5\x03\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1e\n\x04spec\x18\x02 \x01(\x0b\x32\x10.rota.v1.JobSpec\x12 \n\x05state\x18\x03 \x01(\x0e\x32\x11.rota.v1.JobState\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x0c\n\x04gpus\x18\x05 \x03(\x05\x12\r\n\x05\x65poch\x18\x06 \x01(\x03\x12%\n\x07history\x18\x07 \x03(\x0b\x32\x14.rota.v1.StateChange\x12)\n\x08progress\x18\x08 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\texit_code\x18\x0c \x01(\x05\x12\r\n\x05\x65rror\x18\r \x01(\t\x12\x10\n\x08\x61ttempts\x18\x0e \x01(\x05\x12\x0e\n\x06reason\x18\x0f \x01(\t\"R\n\x03Gpu\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07virtual\x18\x04 \x01(\x08\x12\x0e\n\x06job_id\x18\x05 \x01(\t\"\x9a\x01\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x1a\n\x04gpus\x18\x03 \x03(\x0b\x32\x0c.rota.v1.Gpu\x12#\n\x06health\x18\x04 \x01(\x0e\x32\x13.rota.v1.NodeHealth\x12\x32\n\x0elast_heartbeat\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"U\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05share\x18\x02 \x01(\x01\x12.\n\ncreated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"F\n\tPlacement\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x0c\n\x04gpus\x18\x03 \x03(\x05\x12\r\n\x05\x65poch\x18\x04 \x01(\x03*\x9e\x01\n\x07JobKind\x12\x18\n\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_KIND_TRAINING\x10\x01\x12\x1c\n\x18JOB_KIND_BATCH_INFERENCE\x10\x02\x12\x19\n\x15JOB_KIND_QUANTIZATION\x10\x03\x12\x15\n\x11JOB_KIND_REALTIME\x10\x04\x12\x12\n\x0eJOB_KIND_TRIAL\x10\x05*\xde\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATE_PENDING\x10\x01\x12\x17\n\x13JOB_STATE_SCHEDULED\x10\x02\x12\x15\n\x11JOB_STATE_RUNNING\x10\x03\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x04\x12\x14\n\x10JOB_STATE_FAILED\x10\x05\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x06\x12\x14\n\x10JOB_STATE_PAUSED\x10\x07\x12\x12\n\x0eJOB_STATE_LOST\x10\x08*h\n\rRestartPolicy\x12\x1e\n\x1aRESTART_POLICY_UNSPECIFIED\x10\x00\x12\x18\n\x14RESTART_POLICY_NEVER\x10\x01\x12\x1d\n\x19RESTART_POLICY_ON_FAILURE\x10\x02*p\n\nNodeHealth\x12\x1b\n\x17NODE_HEALTH_UNSPECIFIED\x10\x00\x12\x15\n\x11NODE_HEALTH_ALIVE\x10\x01\x12\x14\n\x10NODE_HEALTH_DEAD\x10\x02\x12\x18\n\x14NODE_HEALTH_DRAINING\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14rota/v1/common.proto\x12\x07rota.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x03\n\x07JobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x1e\n\x04kind\x18\x03 \x01(\x0e\x32\x10.rota.v1.JobKind\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12\x0c\n\x04gpus\x18\x05 \x01(\x05\x12\x0f\n\x07\x63ommand\x18\x06 \x03(\t\x12\x0f\n\x07workdir\x18\x07 \x01(\t\x12&\n\x03\x65nv\x18\x08 \x03(\x0b\x32\x19.rota.v1.JobSpec.EnvEntry\x12\x1d\n\x10\x64uration_seconds\x18\t \x01(\x01H\x00\x88\x01\x01\x12\x13\n\x0bpreemptible\x18\n \x01(\x08\x12\'\n\x07restart\x18\x0b \x01(\x0e\x32\x16.rota.v1.RestartPolicy\x12\x13\n\x0bmax_retries\x18\x0c \x01(\x05\x12)\n\x08\x66\x65\x61tures\x18\r \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06\x64\x65mand\x18\x0e \x03(\x05\x12\x10\n\x08max_swap\x18\x0f \x01(\x05\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x13\n\x11_duration_seconds\"\x91\x01\n\x0bStateChange\x12%\n\nfrom_state\x18\x01 \x01(\x0e\x32\x11.rota.v1.JobState\x12#\n\x08to_state\x18\x02 \x01(\x0e\x32\x11.rota.v1.JobState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12&\n\x02\x61t\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa5\x03\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1e\n\x04spec\x18\x02 \x01(\x0b\x32\x10.rota.v1.JobSpec\x12 \n\x05state\x18\x03 \x01(\x0e\x32\x11.rota.v1.JobState\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x0c\n\x04gpus\x18\x05 \x03(\x05\x12\r\n\x05\x65poch\x18\x06 \x01(\x03\x12%\n\x07history\x18\x07 \x03(\x0b\x32\x14.rota.v1.StateChange\x12)\n\x08progress\x18\x08 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\texit_code\x18\x0c \x01(\x05\x12\r\n\x05\x65rror\x18\r \x01(\t\x12\x10\n\x08\x61ttempts\x18\x0e \x01(\x05\x12\x0e\n\x06reason\x18\x0f \x01(\t\"R\n\x03Gpu\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07virtual\x18\x04 \x01(\x08\x12\x0e\n\x06job_id\x18\x05 \x01(\t\"\x9a\x01\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x1a\n\x04gpus\x18\x03 \x03(\x0b\x32\x0c.rota.v1.Gpu\x12#\n\x06health\x18\x04 \x01(\x0e\x32\x13.rota.v1.NodeHealth\x12\x32\n\x0elast_heartbeat\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"U\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05share\x18\x02 \x01(\x01\x12.\n\ncreated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"F\n\tPlacement\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x0c\n\x04gpus\x18\x03 \x03(\x05\x12\r\n\x05\x65poch\x18\x04 \x01(\x03*\x9e\x01\n\x07JobKind\x12\x18\n\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_KIND_TRAINING\x10\x01\x12\x1c\n\x18JOB_KIND_BATCH_INFERENCE\x10\x02\x12\x19\n\x15JOB_KIND_QUANTIZATION\x10\x03\x12\x15\n\x11JOB_KIND_REALTIME\x10\x04\x12\x12\n\x0eJOB_KIND_TRIAL\x10\x05*\xde\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATE_PENDING\x10\x01\x12\x17\n\x13JOB_STATE_SCHEDULED\x10\x02\x12\x15\n\x11JOB_STATE_RUNNING\x10\x03\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x04\x12\x14\n\x10JOB_STATE_FAILED\x10\x05\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x06\x12\x14\n\x10JOB_STATE_PAUSED\x10\x07\x12\x12\n\x0eJOB_STATE_LOST\x10\x08*h\n\rRestartPolicy\x12\x1e\n\x1aRESTART_POLICY_UNSPECIFIED\x10\x00\x12\x18\n\x14RESTART_POLICY_NEVER\x10\x01\x12\x1d\n\x19RESTART_POLICY_ON_FAILURE\x10\x02*p\n\nNodeHealth\x12\x1b\n\x17NODE_HEALTH_UNSPECIFIED\x10\x00\x12\x15\n\x11NODE_HEALTH_ALIVE\x10\x01\x12\x14\n\x10NODE_HEALTH_DEAD\x10\x02\x12\x18\n\x14NODE_HEALTH_DRAINING\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,28 +35,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_JOBSPEC_ENVENTRY']._loaded_options = None
   _globals['_JOBSPEC_ENVENTRY']._serialized_options = b'8\001'
-  _globals['_JOBKIND']._serialized_start=1479
-  _globals['_JOBKIND']._serialized_end=1637
-  _globals['_JOBSTATE']._serialized_start=1640
-  _globals['_JOBSTATE']._serialized_end=1862
-  _globals['_RESTARTPOLICY']._serialized_start=1864
-  _globals['_RESTARTPOLICY']._serialized_end=1968
-  _globals['_NODEHEALTH']._serialized_start=1970
-  _globals['_NODEHEALTH']._serialized_end=2082
+  _globals['_JOBKIND']._serialized_start=1505
+  _globals['_JOBKIND']._serialized_end=1663
+  _globals['_JOBSTATE']._serialized_start=1666
+  _globals['_JOBSTATE']._serialized_end=1888
+  _globals['_RESTARTPOLICY']._serialized_start=1890
+  _globals['_RESTARTPOLICY']._serialized_end=1994
+  _globals['_NODEHEALTH']._serialized_start=1996
+  _globals['_NODEHEALTH']._serialized_end=2108
   _globals['_JOBSPEC']._serialized_start=97
-  _globals['_JOBSPEC']._serialized_end=504
-  _globals['_JOBSPEC_ENVENTRY']._serialized_start=462
-  _globals['_JOBSPEC_ENVENTRY']._serialized_end=504
-  _globals['_STATECHANGE']._serialized_start=507
-  _globals['_STATECHANGE']._serialized_end=652
-  _globals['_JOB']._serialized_start=655
-  _globals['_JOB']._serialized_end=1076
-  _globals['_GPU']._serialized_start=1078
-  _globals['_GPU']._serialized_end=1160
-  _globals['_NODE']._serialized_start=1163
-  _globals['_NODE']._serialized_end=1317
-  _globals['_TENANT']._serialized_start=1319
-  _globals['_TENANT']._serialized_end=1404
-  _globals['_PLACEMENT']._serialized_start=1406
-  _globals['_PLACEMENT']._serialized_end=1476
+  _globals['_JOBSPEC']._serialized_end=530
+  _globals['_JOBSPEC_ENVENTRY']._serialized_start=467
+  _globals['_JOBSPEC_ENVENTRY']._serialized_end=509
+  _globals['_STATECHANGE']._serialized_start=533
+  _globals['_STATECHANGE']._serialized_end=678
+  _globals['_JOB']._serialized_start=681
+  _globals['_JOB']._serialized_end=1102
+  _globals['_GPU']._serialized_start=1104
+  _globals['_GPU']._serialized_end=1186
+  _globals['_NODE']._serialized_start=1189
+  _globals['_NODE']._serialized_end=1343
+  _globals['_TENANT']._serialized_start=1345
+  _globals['_TENANT']._serialized_end=1430
+  _globals['_PLACEMENT']._serialized_start=1432
+  _globals['_PLACEMENT']._serialized_end=1502
 # @@protoc_insertion_point(module_scope)

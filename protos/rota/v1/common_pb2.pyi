@@ -176,7 +176,7 @@ class JobSpec(_message.Message):
     workdir: _builtins.str
     """relative to the submitter's directory or absolute"""
     duration_seconds: _builtins.float
-    """declared estimate; 0 = none given; never negative"""
+    """declared estimate; when set, must be > 0"""
     preemptible: _builtins.bool
     restart: Global___RestartPolicy.ValueType
     max_retries: _builtins.int
@@ -208,7 +208,7 @@ class JobSpec(_message.Message):
         command: _abc.Iterable[_builtins.str] | None = ...,
         workdir: _builtins.str = ...,
         env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
-        duration_seconds: _builtins.float = ...,
+        duration_seconds: _builtins.float | None = ...,
         preemptible: _builtins.bool = ...,
         restart: Global___RestartPolicy.ValueType = ...,
         max_retries: _builtins.int = ...,
@@ -216,11 +216,13 @@ class JobSpec(_message.Message):
         demand: _abc.Iterable[_builtins.int] | None = ...,
         max_swap: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["features", b"features"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "duration_seconds", b"duration_seconds", "features", b"features"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["command", b"command", "demand", b"demand", "duration_seconds", b"duration_seconds", "env", b"env", "features", b"features", "gpus", b"gpus", "kind", b"kind", "max_retries", b"max_retries", "max_swap", b"max_swap", "name", b"name", "preemptible", b"preemptible", "priority", b"priority", "restart", b"restart", "tenant", b"tenant", "workdir", b"workdir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "command", b"command", "demand", b"demand", "duration_seconds", b"duration_seconds", "env", b"env", "features", b"features", "gpus", b"gpus", "kind", b"kind", "max_retries", b"max_retries", "max_swap", b"max_swap", "name", b"name", "preemptible", b"preemptible", "priority", b"priority", "restart", b"restart", "tenant", b"tenant", "workdir", b"workdir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__duration_seconds: _TypeAlias = _typing.Literal["duration_seconds"]  # noqa: Y015
+    _WhichOneofArgType__duration_seconds: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__duration_seconds) -> _WhichOneofReturnType__duration_seconds | None: ...
 
 Global___JobSpec: _TypeAlias = JobSpec  # noqa: Y015
 

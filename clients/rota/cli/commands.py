@@ -1,0 +1,293 @@
+"""Handlers of the `rota` subcommands. Cluster calls go through `rota.client.Client`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+from rota.cli.localcluster import TOKEN_FILE, LocalCluster, read_info, run_down, run_up
+from rota.cli.output import ago, fail, print_json, progress_text, table
+from rota.client import Client, Job, RotaError, load_job_file, spec_from_mapping
+
+DEMO_JOBS = ("train-small.yaml", "train-2gpu.yaml", "batch-infer.yaml", "quantize-lite.yaml", "fail.yaml")
+
+
+def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Runs a handler; every error becomes one line on stderr and a non-zero exit."""
+    try:
+        return handler(args)
+    except RotaError as exc:
+        return fail(f"{exc.code}: {exc.message}")
+    except (FileNotFoundError, ValueError, TimeoutError, RuntimeError, OSError) as exc:
+        return fail(str(exc))
+    except KeyboardInterrupt:
+        return 130
+
+
+# Connection.
+def home_of(args: argparse.Namespace) -> Path | None:
+    home = getattr(args, "home", None) or os.environ.get("ROTA_HOME")
+    return Path(home) if home else None
+
+
+def connect(args: argparse.Namespace) -> Client:
+    home = home_of(args)
+    endpoint = args.endpoint or os.environ.get("ROTA_ENDPOINT")
+    token = args.token or os.environ.get("ROTA_TOKEN")
+    if (not endpoint or not token) and home is not None:
+        info = read_info(home)
+        endpoint = endpoint or info["endpoint"]
+        token = token or (home / TOKEN_FILE).read_text().strip()
+    if not endpoint:
+        raise ValueError("no cluster: set ROTA_HOME (written by `rota up`) or pass --endpoint and --token")
+    if not token:
+        raise ValueError("no token: pass --token or set ROTA_TOKEN")
+    return Client.connect(endpoint, token=token, timeout=timedelta(seconds=30))
+
+
+# Cluster lifecycle.
+def up(args: argparse.Namespace) -> int:
+    if args.nodes < 1 or args.gpus_per_node < 1:
+        raise ValueError("--nodes and --gpus-per-node must be at least 1")
+    cluster = LocalCluster(
+        home=Path(args.home), nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+        database_url=args.database_url, redis_url=args.redis_url, tracing=args.tracing,
+        heartbeat_interval_s=args.heartbeat_interval,
+    )
+    return run_up(cluster)
+
+
+def down(args: argparse.Namespace) -> int:
+    home = home_of(args)
+    if home is None:
+        raise ValueError("--home: which cluster? (or set ROTA_HOME)")
+    run_down(home)
+    print(f"cluster under {home} stopped")
+    return 0
+
+
+# Jobs.
+def submit(args: argparse.Namespace) -> int:
+    data = load_job_file(args.file)
+    if args.tenant:
+        data["tenant"] = args.tenant
+    spec = spec_from_mapping(data, base_dir=Path.cwd())
+    with connect(args) as client:
+        job = client.submit(spec=spec, request_id=args.request_id)
+        if args.wait:
+            job = client.wait(job.id)
+    if args.json:
+        print_json({"id": job.id, "state": job.state} if not args.wait else job.to_dict())
+    else:
+        print(f"submitted {job.id} ({job.name}, {job.state})" if not args.wait else f"{job.id} {job.state}")
+    return 0 if not args.wait or job.state == "SUCCEEDED" else 1
+
+
+def jobs(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        found = client.list_jobs(tenant=args.tenant, states=args.state, limit=args.limit)
+    if args.json:
+        print_json([j.to_dict() for j in found])
+        return 0
+    rows = [
+        (j.id, j.name, j.tenant, j.kind, j.priority, len(j.spec.command) and j.spec.gpus, j.state,
+         f"{j.node} {j.gpus}" if j.node else "-", progress_text(j.progress), ago(j.created_at))
+        for j in found
+    ]
+    print(table(("ID", "NAME", "TENANT", "KIND", "PRIO", "GPUS", "STATE", "PLACEMENT", "PROGRESS", "SUBMITTED"), rows))
+    return 0
+
+
+def _print_job(job: Job) -> None:
+    print(f"{job.id}  {job.name}  ({job.kind}, tenant {job.tenant}, priority {job.priority})")
+    print(f"  state:    {job.state} — {job.reason}")
+    print(f"  command:  {' '.join(job.spec.command)}")
+    print(f"  gpus:     {job.spec.gpus} requested; placed on {job.node or '-'} {job.gpus or ''} (epoch {job.epoch})")
+    print(f"  attempts: {job.attempts}   exit code: {job.exit_code if job.finished else '-'}")
+    if job.progress:
+        print(f"  progress: {progress_text(job.progress)}")
+    if job.error:
+        print("  error:    " + job.error.strip().replace("\n", "\n            "))
+    print("  history:")
+    for change in job.history:
+        when = change.at.strftime("%H:%M:%S") if change.at else "-"
+        print(f"    {when}  {change.from_state:>9} -> {change.to_state:<9} {change.reason}")
+
+
+def job(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        found = client.get_job(args.id)
+    if args.json:
+        print_json(found.to_dict())
+    else:
+        _print_job(found)
+    return 0
+
+
+def logs(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        for chunk in client.logs(args.id, follow=args.follow):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+    return 0
+
+
+def cancel(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        found = client.cancel(args.id, reason=args.reason)
+    if args.json:
+        print_json(found.to_dict())
+    else:
+        print(f"{found.id} {found.state}")
+    return 0
+
+
+def watch(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        for event in client.watch(args.id):
+            j = event.job
+            if args.json:
+                print_json({"event": event.event, "job": j.to_dict()})
+            else:
+                print(f"{time.strftime('%H:%M:%S')}  {j.id}  {j.state:<9} {progress_text(j.progress)}  {j.reason}", flush=True)
+    return 0
+
+
+def explain(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        found = client.get_job(args.id)
+    if args.json:
+        print_json({"id": found.id, "state": found.state, "reason": found.reason})
+    else:
+        print(f"{found.id} {found.state}: {found.reason}")
+    return 0
+
+
+def nodes(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        found = client.nodes()
+    if args.json:
+        print_json([n.to_dict() for n in found])
+        return 0
+    rows = [
+        (n.name, n.health, n.address, len(n.gpus), sum(1 for g in n.gpus if g.job_id),
+         " ".join(f"{g.index}:{g.job_id or '-'}" for g in n.gpus), ago(n.last_heartbeat))
+        for n in found
+    ]
+    print(table(("NODE", "HEALTH", "ADDRESS", "GPUS", "BUSY", "GPU:JOB", "HEARTBEAT"), rows))
+    return 0
+
+
+def tenants(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        if args.tenants_command == "add":
+            tenant, token = client.create_tenant(args.name, share=args.share)
+            if args.json:
+                print_json({"name": tenant.name, "share": tenant.share, "token": token})
+            else:
+                print(f"tenant {tenant.name} (share {tenant.share:g}) created; its token (shown once):\n{token}")
+            return 0
+        found = client.list_tenants()
+    if args.json:
+        print_json([{"name": t.name, "share": t.share} for t in found])
+    else:
+        print(table(("TENANT", "SHARE"), [(t.name, f"{t.share:g}") for t in found]))
+    return 0
+
+
+# Processes of a deployment.
+def serve(args: argparse.Namespace) -> int:
+    module = importlib.import_module(f"rota.{args.service}.main")
+    module.main()
+    return 0
+
+
+def agent(args: argparse.Namespace) -> int:
+    from rota.agent.main import run as run_agent
+
+    run_agent(args)
+    return 0
+
+
+def migrate(args: argparse.Namespace) -> int:
+    from rota.common import migrate as migrations
+
+    if not args.database_url:
+        raise ValueError("--database-url: required (or set ROTA_DATABASE_URL)")
+    if args.downgrade:
+        migrations.downgrade(args.database_url, args.downgrade)
+    else:
+        migrations.upgrade(args.database_url)
+    return 0
+
+
+def bench(args: argparse.Namespace) -> int:
+    targets = {"allocator": "rota.allocator.bench"}
+    if args.target not in targets:
+        raise ValueError(f"bench: unknown target {args.target!r}; one of {', '.join(targets)}")
+    return int(importlib.import_module(targets[args.target]).main(list(args.args)))
+
+
+def sim(args: argparse.Namespace) -> int:
+    return int(importlib.import_module("rota.sim.cli").main(list(args.args)))
+
+
+# The demo.
+def demo(args: argparse.Namespace) -> int:
+    examples = Path(__file__).resolve().parents[3] / "examples"
+    if not examples.is_dir():
+        examples = Path.cwd() / "examples"
+    files = [examples / name for name in DEMO_JOBS if (examples / name).exists()]
+    if not files:
+        raise FileNotFoundError(f"no example job files in {examples}")
+    with tempfile.TemporaryDirectory(prefix="rota-demo-") as tmp:
+        home = Path(args.home) if args.home else Path(tmp)
+        cluster = LocalCluster(home=home, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                               database_url=args.database_url, redis_url=args.redis_url)
+        print(f"starting a local cluster: {args.nodes} nodes x {args.gpus_per_node} virtual GPUs under {home} ...", flush=True)
+        try:
+            info = cluster.start()
+            token = (home / TOKEN_FILE).read_text().strip()
+            with Client.connect(info["endpoint"], token=token) as client:
+                if "demo" not in {t.name for t in client.list_tenants()}:
+                    client.create_tenant("demo", share=1.0)
+                ids = []
+                for file in files:
+                    spec = spec_from_mapping(load_job_file(file), base_dir=examples.parent)
+                    ids.append(client.submit(spec=spec).id)
+                    print(f"submitted {file.name}", flush=True)
+                return _demo_table(client, ids, args.timeout)
+        finally:
+            print("stopping the cluster ...", flush=True)
+            cluster.stop()
+
+
+def _demo_table(client: Client, ids: list[str], timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    tty = sys.stdout.isatty()
+    last = ""
+    while True:
+        found = [client.get_job(i) for i in ids]
+        rows = [(j.id, j.name, j.kind, j.spec.gpus, j.state, f"{j.node} {j.gpus}" if j.node else "-",
+                 progress_text(j.progress), j.reason[:60]) for j in found]
+        text = table(("ID", "NAME", "KIND", "GPUS", "STATE", "PLACEMENT", "PROGRESS", "WHY"), rows)
+        if text != last:
+            print(("\033[2J\033[H" if tty else "\n") + text, flush=True)
+            last = text
+        if all(j.finished for j in found):
+            done = sum(j.state == "SUCCEEDED" for j in found)
+            print(f"\nall {len(found)} jobs finished: {done} succeeded, "
+                  f"{sum(j.state == 'FAILED' for j in found)} failed (fail.yaml fails on purpose)")
+            expected_fail = {j.id for j in found if j.name.startswith("fail")}
+            ok = all(j.state == "SUCCEEDED" or j.id in expected_fail for j in found)
+            return 0 if ok else 1
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"demo jobs did not finish within {timeout_s:.0f}s")
+        time.sleep(0.5)

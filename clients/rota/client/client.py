@@ -1,0 +1,263 @@
+"""The Python SDK: a typed, synchronous client of the api.
+
+Every call has a deadline (the client's default timeout unless given); the channel
+retries only UNAVAILABLE, with exponential backoff, through gRPC's service config; and
+submissions always carry a request id, so a retried submission never creates two jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import json_format
+from rota.client.errors import RotaError, from_rpc_error
+from rota.v1 import allocator_pb2, allocator_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
+
+T = TypeVar("T")
+
+_RETRY_CONFIG = json.dumps({
+    "methodConfig": [{
+        "name": [{"service": "rota.v1.JobService"}, {"service": "rota.v1.TenantService"},
+                 {"service": "rota.v1.ClusterService"}, {"service": "rota.v1.AllocatorService"}],
+        "retryPolicy": {
+            "maxAttempts": 5, "initialBackoff": "0.2s", "maxBackoff": "3s",
+            "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"],
+        },
+    }]
+})
+
+
+def state_name(value: int) -> str:
+    return common_pb2.JobState.Name(value).removeprefix("JOB_STATE_")  # type: ignore[arg-type]
+
+
+def _time(ts: Any) -> datetime | None:
+    return ts.ToDatetime() if ts.seconds or ts.nanos else None
+
+
+@dataclass(frozen=True)
+class StateChange:
+    from_state: str
+    to_state: str
+    reason: str
+    at: datetime | None
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    name: str
+    tenant: str
+    kind: str
+    priority: int
+    state: str
+    reason: str
+    node: str
+    gpus: list[int]
+    epoch: int
+    attempts: int
+    exit_code: int
+    error: str
+    progress: dict[str, Any]
+    history: list[StateChange]
+    created_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    spec: common_pb2.JobSpec = field(repr=False)
+
+    @staticmethod
+    def from_proto(job: common_pb2.Job) -> Job:
+        return Job(
+            id=job.id,
+            name=job.spec.name,
+            tenant=job.spec.tenant,
+            kind=common_pb2.JobKind.Name(job.spec.kind).removeprefix("JOB_KIND_").lower(),
+            priority=job.spec.priority,
+            state=state_name(job.state),
+            reason=job.reason,
+            node=job.node,
+            gpus=list(job.gpus),
+            epoch=job.epoch,
+            attempts=job.attempts,
+            exit_code=job.exit_code,
+            error=job.error,
+            progress=json_format.MessageToDict(job.progress),
+            history=[StateChange(state_name(h.from_state), state_name(h.to_state), h.reason, _time(h.at)) for h in job.history],
+            created_at=_time(job.created_at),
+            started_at=_time(job.started_at),
+            finished_at=_time(job.finished_at),
+            spec=job.spec,
+        )
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("SUCCEEDED", "FAILED", "CANCELLED")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "name": self.name, "tenant": self.tenant, "kind": self.kind, "priority": self.priority,
+            "state": self.state, "reason": self.reason, "node": self.node, "gpus": self.gpus, "epoch": self.epoch,
+            "attempts": self.attempts, "exit_code": self.exit_code, "error": self.error, "progress": self.progress,
+            "history": [
+                {"from": h.from_state, "to": h.to_state, "reason": h.reason, "at": h.at.isoformat() if h.at else None}
+                for h in self.history
+            ],
+            "created_at": self.created_at.isoformat() if self.created_at else None,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "command": list(self.spec.command),
+        }
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    model: str
+    virtual: bool
+    job_id: str
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    address: str
+    health: str
+    gpus: list[Gpu]
+    last_heartbeat: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "address": self.address, "health": self.health,
+            "last_heartbeat": self.last_heartbeat.isoformat() if self.last_heartbeat else None,
+            "gpus": [{"index": g.index, "uuid": g.uuid, "model": g.model, "virtual": g.virtual, "job": g.job_id or None}
+                     for g in self.gpus],
+        }
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    share: float
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    event: str
+    job: Job
+
+
+class Client:
+    """Use `Client.connect(target, token=..., timeout=timedelta(seconds=30))`."""
+
+    def __init__(self, channel: grpc.Channel, *, token: str, timeout: timedelta) -> None:
+        self._channel = channel
+        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._timeout = timeout.total_seconds()
+        self._jobs = api_pb2_grpc.JobServiceStub(channel)
+        self._tenants = api_pb2_grpc.TenantServiceStub(channel)
+        self._cluster = api_pb2_grpc.ClusterServiceStub(channel)
+        self._allocator: allocator_pb2_grpc.AllocatorServiceStub | None = None
+
+    @classmethod
+    def connect(cls, target: str, *, token: str, timeout: timedelta = timedelta(seconds=30)) -> Client:
+        options = [("grpc.service_config", _RETRY_CONFIG), ("grpc.enable_retries", 1)]
+        return cls(grpc.insecure_channel(target, options=options), token=token, timeout=timeout)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: Callable[..., T], request: Any, timeout: timedelta | None = None) -> T:
+        seconds = timeout.total_seconds() if timeout is not None else self._timeout
+        try:
+            return method(request, timeout=seconds, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    # Jobs.
+    def submit(self, *, spec: common_pb2.JobSpec, request_id: str | None = None) -> Job:
+        """Submits a job; safe to retry with the same request_id (one is made if not given)."""
+        request = api_pb2.SubmitJobRequest(spec=spec, request_id=request_id or str(uuid.uuid4()))
+        return Job.from_proto(self._call(self._jobs.SubmitJob, request).job)
+
+    def get_job(self, job_id: str) -> Job:
+        return Job.from_proto(self._call(self._jobs.GetJob, api_pb2.GetJobRequest(id=job_id)).job)
+
+    def list_jobs(self, *, tenant: str = "", states: list[str] | None = None, limit: int = 0) -> list[Job]:
+        values = [common_pb2.JobState.Value("JOB_STATE_" + s.upper()) for s in states or []]
+        reply = self._call(self._jobs.ListJobs, api_pb2.ListJobsRequest(tenant=tenant, states=values, limit=limit))
+        return [Job.from_proto(j) for j in reply.jobs]
+
+    def cancel(self, job_id: str, *, reason: str = "") -> Job:
+        return Job.from_proto(self._call(self._jobs.CancelJob, api_pb2.CancelJobRequest(id=job_id, reason=reason)).job)
+
+    def watch(self, job_id: str, *, timeout: timedelta = timedelta(hours=24)) -> Iterator[JobEvent]:
+        """Events of one job until it finishes (or the timeout passes)."""
+        stream = self._jobs.WatchJob(
+            api_pb2.WatchJobRequest(id=job_id), timeout=timeout.total_seconds(), metadata=self._metadata
+        )
+        try:
+            for reply in stream:
+                yield JobEvent(reply.event, Job.from_proto(reply.job))
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    def logs(self, job_id: str, *, follow: bool = False, timeout: timedelta = timedelta(hours=24)) -> Iterator[bytes]:
+        stream = self._jobs.StreamLogs(
+            api_pb2.StreamLogsRequest(id=job_id, follow=follow), timeout=timeout.total_seconds(), metadata=self._metadata
+        )
+        try:
+            for reply in stream:
+                yield reply.data
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    def wait(self, job_id: str, *, timeout: timedelta = timedelta(hours=24)) -> Job:
+        """Blocks until the job finishes; returns it."""
+        for _event in self.watch(job_id, timeout=timeout):
+            pass
+        return self.get_job(job_id)
+
+    def explain(self, job_id: str, *, allocator_target: str) -> str:
+        if self._allocator is None:
+            self._allocator = allocator_pb2_grpc.AllocatorServiceStub(grpc.insecure_channel(allocator_target))
+        return self._call(self._allocator.Explain, allocator_pb2.ExplainRequest(job_id=job_id)).reason
+
+    # Tenants.
+    def create_tenant(self, name: str, *, share: float = 1.0) -> tuple[Tenant, str]:
+        """Returns the tenant and its bearer token (shown once)."""
+        reply = self._call(self._tenants.CreateTenant, api_pb2.CreateTenantRequest(name=name, share=share))
+        return Tenant(reply.tenant.name, reply.tenant.share), reply.token
+
+    def list_tenants(self) -> list[Tenant]:
+        reply = self._call(self._tenants.ListTenants, api_pb2.ListTenantsRequest())
+        return [Tenant(t.name, t.share) for t in reply.tenants]
+
+    # Cluster.
+    def nodes(self) -> list[Node]:
+        reply = self._call(self._cluster.ListNodes, api_pb2.ListNodesRequest())
+        return [
+            Node(
+                name=n.name,
+                address=n.address,
+                health=common_pb2.NodeHealth.Name(n.health).removeprefix("NODE_HEALTH_"),
+                gpus=[Gpu(g.index, g.uuid, g.model, g.virtual, g.job_id) for g in n.gpus],
+                last_heartbeat=_time(n.last_heartbeat),
+            )
+            for n in reply.nodes
+        ]
+
+
+__all__ = ["Client", "Job", "JobEvent", "Node", "Gpu", "Tenant", "StateChange", "RotaError"]

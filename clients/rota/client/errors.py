@@ -1,0 +1,79 @@
+"""Typed SDK exceptions, one per gRPC status a caller may want to handle."""
+
+from __future__ import annotations
+
+import grpc
+
+
+class RotaError(Exception):
+    """A failed call. `code` is the gRPC status name; `field` names the bad field, if any."""
+
+    code = "UNKNOWN"
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidArgumentError(RotaError):
+    code = "INVALID_ARGUMENT"
+
+
+class NotFoundError(RotaError):
+    code = "NOT_FOUND"
+
+
+class AlreadyExistsError(RotaError):
+    code = "ALREADY_EXISTS"
+
+
+class PermissionDeniedError(RotaError):
+    code = "PERMISSION_DENIED"
+
+
+class UnauthenticatedError(RotaError):
+    code = "UNAUTHENTICATED"
+
+
+class FailedPreconditionError(RotaError):
+    code = "FAILED_PRECONDITION"
+
+
+class UnavailableError(RotaError):
+    code = "UNAVAILABLE"
+
+
+class DeadlineExceededError(RotaError):
+    code = "DEADLINE_EXCEEDED"
+
+
+class UnimplementedError(RotaError):
+    code = "UNIMPLEMENTED"
+
+
+_BY_CODE: dict[grpc.StatusCode, type[RotaError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
+    grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
+    grpc.StatusCode.UNIMPLEMENTED: UnimplementedError,
+}
+
+
+def from_rpc_error(exc: grpc.RpcError) -> RotaError:
+    code = exc.code()  # type: ignore[attr-defined]
+    details = exc.details() or code.name  # type: ignore[attr-defined]
+    field = ""
+    for key, value in exc.trailing_metadata() or ():  # type: ignore[attr-defined]
+        if key == "rota-field":
+            field = str(value)
+    cls = _BY_CODE.get(code, RotaError)
+    error = cls(details, field=field)
+    if cls is RotaError:
+        error.code = code.name
+    return error

@@ -1,0 +1,163 @@
+"""Composition root of a node agent: devices, process table, AgentService, heartbeats.
+
+The heartbeat loop (1) renews the lease file the job launchers watch, (2) reports every
+job's state, exit and progress to the control plane, (3) reconciles: launches what the
+control plane placed here and this agent does not run, stops what it runs and should not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+
+import grpc
+from rota.agent.gpus import discover
+from rota.agent.processes import ProcessTable
+from rota.agent.service import AgentRuntime, AgentService, report_of
+from rota.common.auth import ADMIN, Identity
+from rota.common.config import Settings
+from rota.common.errors import DomainError
+from rota.common.server import RotaInterceptor, run_server
+from rota.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
+from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
+
+log = logging.getLogger("rota.agent")
+
+
+class Heartbeats:
+    def __init__(self, settings: Settings, runtime: AgentRuntime, address: str, devices: list[common_pb2.Gpu]) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.address = address
+        self.devices = devices
+        self.metadata = (("authorization", f"Bearer {settings.admin_token}"),)
+        self.channel = grpc.aio.insecure_channel(settings.api_addr)
+        self.cluster = api_pb2_grpc.ClusterServiceStub(self.channel)
+        self.registered = False
+
+    async def run_forever(self) -> None:
+        while True:
+            self.runtime.table.lease_file.touch()
+            try:
+                await self.beat()
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    self.registered = False
+                log.warning("heartbeat failed: %s %s", exc.code().name, exc.details())
+            except Exception:  # noqa: BLE001 - the loop must survive any one failure
+                log.exception("heartbeat cycle failed")
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+
+    async def beat(self) -> None:
+        timeout = max(1.0, self.settings.heartbeat_interval_s * 2)
+        if not self.registered:
+            node = common_pb2.Node(name=self.runtime.node, address=self.address, gpus=self.devices)
+            await self.cluster.RegisterNode(api_pb2.RegisterNodeRequest(node=node), timeout=timeout, metadata=self.metadata)
+            self.registered = True
+            log.info("registered %s at %s with %d GPUs", self.runtime.node, self.address, len(self.devices))
+        sent_at = time.monotonic()
+        jobs = list(self.runtime.table.jobs.values())
+        reports = [report_of(j) for j in jobs]
+        reply = await self.cluster.NodeHeartbeat(
+            api_pb2.NodeHeartbeatRequest(node=self.runtime.node, jobs=reports), timeout=timeout, metadata=self.metadata
+        )
+        finished = [j for j, r in zip(jobs, reports, strict=True) if r.state != common_pb2.JOB_STATE_RUNNING]
+        self.runtime.table.acknowledge_finished(finished)
+        await self.reconcile(reply, sent_at)
+
+    async def reconcile(self, reply: api_pb2.NodeHeartbeatResponse, sent_at: float) -> None:
+        wanted = {a.job.id: a.job for a in reply.assignments}
+        for job in self.runtime.table.running():
+            target = wanted.get(job.job_id)
+            launched_after_request = job.started_at > sent_at
+            if (target is None or target.epoch > job.epoch) and not launched_after_request:
+                log.info("stopping %s (epoch %d): no longer placed here", job.job_id, job.epoch)
+                await self.runtime.stop(job.job_id, 0, "no longer placed on this node", 5.0)
+        for job_id, job in wanted.items():
+            local = self.runtime.table.jobs.get(job_id)
+            if local is None or local.epoch < job.epoch:
+                try:
+                    await self.runtime.launch(job, job.epoch)
+                    log.info("launched %s (epoch %d) from reconciliation", job_id, job.epoch)
+                except DomainError as exc:
+                    log.warning("not launching %s: %s", job_id, exc)
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rota agent", description="Run a node agent.")
+    add_agent_arguments(parser)
+    return parser
+
+
+def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", default=socket.gethostname(), help="node name (default: host name)")
+    parser.add_argument("--gpus", type=int, default=None, help="expose K virtual GPU slots (default: real GPUs)")
+    parser.add_argument("--listen", default=None, help="host:port for AgentService (default: ROTA_LISTEN)")
+    parser.add_argument("--advertise", default=None, help="address the control plane dials (default: --listen)")
+    parser.add_argument("--api", default=None, help="api address (default: ROTA_API_ADDR)")
+    parser.add_argument("--home", default=None, help="state folder (default: ROTA_HOME/agents/NAME)")
+
+
+async def serve(settings: Settings, args: argparse.Namespace) -> None:
+    settings.require("admin_token")
+    setup_logging(f"agent[{args.name}]")
+    tracer = setup_tracing("agent", settings.tracing, settings.otlp_endpoint)
+    listen = args.listen or settings.listen
+    if args.api:
+        settings = Settings(**{**settings.__dict__, "api_addr": args.api})
+    if listen.endswith(":0"):
+        raise ValueError("--listen: the agent needs a fixed port the control plane can dial")
+    home = Path(args.home) if args.home else settings.home / "agents" / args.name
+    home.mkdir(parents=True, exist_ok=True)
+    devices = discover(args.name, args.gpus)
+    table = ProcessTable(args.name, home, home / "lease", settings.node_timeout_s)
+    table.lease_file.touch()
+    table.adopt()
+    runtime = AgentRuntime(args.name, table, virtual=all(d.virtual for d in devices))
+    gpus = [common_pb2.Gpu(index=d.index, uuid=d.uuid, model=d.model, virtual=d.virtual) for d in devices]
+    heartbeats = Heartbeats(settings, runtime, args.advertise or listen, gpus)
+
+    async def admin_only(token: str) -> Identity | None:
+        return Identity(ADMIN) if token == settings.admin_token else None
+
+    def register(server: grpc.aio.Server) -> list[str]:
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentService(runtime), server)
+        return [agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name]
+
+    async def on_stop() -> None:
+        # A graceful agent stop leaves its jobs running (a restarted agent adopts them),
+        # except when the whole local cluster goes down.
+        if os.environ.get("ROTA_AGENT_STOP_JOBS_ON_EXIT") == "1":
+            await asyncio.to_thread(table.stop_all, "cluster stopping", 5.0)
+        await heartbeats.close()
+        shutdown_tracing()
+
+    await run_server(
+        name=f"agent {args.name}",
+        listen=listen,
+        register=register,
+        interceptor=RotaInterceptor(tracer=tracer, authenticate=admin_only, default_deadline_s=settings.default_deadline_s),
+        max_message_bytes=settings.max_message_bytes,
+        background=[heartbeats.run_forever],
+        on_stop=on_stop,
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    asyncio.run(serve(Settings.from_env(), args))
+
+
+def main() -> None:
+    run(build_parser().parse_args())
+
+
+if __name__ == "__main__":
+    main()

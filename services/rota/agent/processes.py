@@ -1,0 +1,219 @@
+"""The agent's table of job processes, kept on disk so a restarted agent adopts them.
+
+Each launch gets a folder `jobs/<job>-<epoch>/` with `meta.json`, `log`, `progress.jsonl`
+and, once the job ended, `exit` (written by the launcher). Fencing is per resource: a
+command older than what this agent already runs for the same job or GPUs is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rota.common.errors import FailedPrecondition
+
+ERROR_TAIL_LINES = 20
+
+
+@dataclass
+class LocalJob:
+    job_id: str
+    epoch: int
+    gpus: list[int]
+    pgid: int
+    folder: Path
+    popen: subprocess.Popen[bytes] | None = None
+    stopped_reason: str = ""
+    started_at: float = 0.0  # monotonic time of the launch by this agent process
+
+    @property
+    def log_path(self) -> Path:
+        return self.folder / "log"
+
+    def exit_code(self) -> int | None:
+        exit_file = self.folder / "exit"
+        if exit_file.exists():
+            return int(exit_file.read_text().split()[0])
+        if self.popen is not None:
+            code = self.popen.poll()
+            if code is None:
+                return None
+            return code if code >= 0 else 128 - code
+        if _group_alive(self.pgid):
+            return None
+        return 255  # adopted after a restart, gone without an exit record
+
+    def state(self) -> str:
+        code = self.exit_code()
+        if code is None:
+            return "RUNNING"
+        return "SUCCEEDED" if code == 0 and not self.stopped_reason else "FAILED"
+
+    def progress_json(self) -> str:
+        return _last_line(self.folder / "progress.jsonl")
+
+    def error(self) -> str:
+        if self.stopped_reason:
+            return self.stopped_reason
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return ""
+        return "\n".join(lines[-ERROR_TAIL_LINES:])
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _last_line(path: Path, max_bytes: int = 65536) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    complete = data.rsplit("\n", 1)[0] if not data.endswith("\n") else data
+    lines = [line for line in complete.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+class ProcessTable:
+    def __init__(self, node: str, home: Path, lease_file: Path, lease_timeout_s: float) -> None:
+        self.node = node
+        self.home = home
+        self.lease_file = lease_file
+        self.lease_timeout_s = lease_timeout_s
+        self.jobs: dict[str, LocalJob] = {}
+        self.max_epoch = 0
+        (home / "jobs").mkdir(parents=True, exist_ok=True)
+
+    # 1. Adoption after a restart.
+    def adopt(self) -> None:
+        for meta_file in sorted((self.home / "jobs").glob("*/meta.json")):
+            meta = json.loads(meta_file.read_text())
+            if (meta_file.parent / "acknowledged").exists():
+                continue
+            job = LocalJob(meta["job_id"], meta["epoch"], meta["gpus"], meta["pgid"], meta_file.parent)
+            current = self.jobs.get(job.job_id)
+            if current is None or current.epoch < job.epoch:
+                self.jobs[job.job_id] = job
+            self.max_epoch = max(self.max_epoch, job.epoch)
+
+    # 2. Launch, with per-job and per-GPU fencing.
+    def launch(
+        self, job_id: str, epoch: int, gpus: list[int], command: list[str], workdir: str,
+        env: dict[str, str], virtual: bool,
+    ) -> LocalJob:
+        current = self.jobs.get(job_id)
+        if current is not None:
+            if current.epoch > epoch:
+                raise FailedPrecondition(f"stale epoch {epoch} for {job_id}: this node runs epoch {current.epoch}")
+            if current.epoch == epoch:
+                return current
+            self.stop(job_id, current.epoch, "superseded by a newer placement", grace_s=5)
+        for other in list(self.jobs.values()):
+            if other.job_id != job_id and other.state() == "RUNNING" and set(other.gpus) & set(gpus):
+                if other.epoch > epoch:
+                    raise FailedPrecondition(f"stale epoch {epoch}: GPUs {gpus} are held by {other.job_id} (epoch {other.epoch})")
+                self.stop(other.job_id, other.epoch, f"GPUs reassigned at epoch {epoch}", grace_s=5)
+        folder = self.home / "jobs" / f"{job_id}-{epoch}"
+        if (folder / "exit").exists():
+            raise FailedPrecondition(f"{job_id} already ran under epoch {epoch}")
+        folder.mkdir(parents=True, exist_ok=True)
+        full_env = self._job_env(job_id, epoch, gpus, env, virtual, folder)
+        cwd = workdir if workdir and Path(workdir).is_dir() else str(self.home)
+        launcher = [
+            sys.executable, "-m", "rota.agent.launcher", "--exit-file", str(folder / "exit"),
+            "--lease-file", str(self.lease_file), "--lease-timeout", str(self.lease_timeout_s), "--", *command,
+        ]
+        with (folder / "log").open("ab") as log:
+            popen = subprocess.Popen(
+                launcher, cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        job = LocalJob(job_id, epoch, gpus, popen.pid, folder, popen, started_at=time.monotonic())
+        (folder / "meta.json").write_text(json.dumps({"job_id": job_id, "epoch": epoch, "gpus": gpus, "pgid": popen.pid}))
+        self.jobs[job_id] = job
+        self.max_epoch = max(self.max_epoch, epoch)
+        return job
+
+    def _job_env(
+        self, job_id: str, epoch: int, gpus: list[int], env: dict[str, str], virtual: bool, folder: Path
+    ) -> dict[str, str]:
+        # The control plane's own secrets (tokens, database URLs) never reach a job.
+        base = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
+        base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
+        base.update(env)
+        base.update({
+            "ROTA_JOB_ID": job_id,
+            "ROTA_NODE": self.node,
+            "ROTA_EPOCH": str(epoch),
+            "ROTA_GPUS": ",".join(str(g) for g in gpus),
+            "ROTA_PROGRESS_FILE": str(folder / "progress.jsonl"),
+            # Virtual slots run on the CPU: hide any real device from the job.
+            "CUDA_VISIBLE_DEVICES": "" if virtual else ",".join(str(g) for g in gpus),
+            "PYTHONUNBUFFERED": "1",
+        })
+        return base
+
+    # 3. Stop: the whole process group, SIGTERM then SIGKILL.
+    def stop(self, job_id: str, epoch: int, reason: str, grace_s: float) -> bool:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return False
+        if epoch and job.epoch > epoch:
+            raise FailedPrecondition(f"stale epoch {epoch} for {job_id}: this node runs epoch {job.epoch}")
+        if job.exit_code() is None:
+            job.stopped_reason = f"stopped: {reason}"
+            _signal_group(job.pgid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while job.exit_code() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            _signal_group(job.pgid, signal.SIGKILL)
+            if job.popen is not None:
+                job.popen.wait(timeout=10)
+        return True
+
+    def stop_all(self, reason: str, grace_s: float) -> None:
+        for job in list(self.jobs.values()):
+            self.stop(job.job_id, 0, reason, grace_s)
+
+    # 4. Reports for the heartbeat; finished ones are dropped once acknowledged.
+    def running(self) -> list[LocalJob]:
+        return [j for j in self.jobs.values() if j.exit_code() is None]
+
+    def acknowledge_finished(self, reported: list[LocalJob]) -> None:
+        for job in reported:
+            if job.exit_code() is not None:
+                (job.folder / "acknowledged").touch()
+                if self.jobs.get(job.job_id) is job:
+                    del self.jobs[job.job_id]
+
+    def find_log(self, job_id: str) -> Path | None:
+        job = self.jobs.get(job_id)
+        if job is not None:
+            return job.log_path
+        folders = sorted((self.home / "jobs").glob(f"{job_id}-*"), key=lambda p: int(p.name.rsplit("-", 1)[1]))
+        return folders[-1] / "log" if folders else None
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

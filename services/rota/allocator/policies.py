@@ -1,0 +1,24 @@
+"""Policy registry: name -> plan(scenario). `full` is loaded on first use (it imports ortools)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rota.allocator import policy_fast, policy_fifo
+from rota.allocator.grid import Plan
+from rota.allocator.scenario import Scenario
+
+Policy = Callable[[Scenario], Plan]
+NAMES = ("fifo", "fast", "full")
+
+
+def get(name: str, full_time_limit: float = 2.0) -> Policy:
+    if name == "fifo":
+        return policy_fifo.plan
+    if name == "fast":
+        return policy_fast.plan
+    if name == "full":
+        from rota.allocator import policy_full
+
+        return lambda s: policy_full.plan(s, time_limit=full_time_limit)
+    raise KeyError(f"unknown policy {name!r}; one of {', '.join(NAMES)}")

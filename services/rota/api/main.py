@@ -1,0 +1,43 @@
+"""Composition root of the api service: the public front door (jobs, tenants, cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+from rota.api.service import ApiContext, ClusterService, JobService, TenantService
+from rota.common.bootstrap import ServiceParts
+from rota.common.config import Settings
+from rota.common.models import NodeRow
+from rota.v1 import api_pb2, api_pb2_grpc
+from sqlalchemy import func, update
+from sqlalchemy.orm import Session
+
+
+def restart_grace(session: Session) -> None:
+    session.execute(update(NodeRow).where(NodeRow.health == "ALIVE").values(last_heartbeat=func.now()))
+
+
+async def serve(settings: Settings) -> None:
+    parts = ServiceParts("api", settings, pool_size=8)
+    ctx = ApiContext(settings, parts.db, parts.live, parts.agents)
+    # Heartbeats could not arrive while the api was down: give every live node a full
+    # timeout from now before the allocator may call it dead.
+    await asyncio.to_thread(parts.db.run, restart_grace)
+
+    def register(server: grpc.aio.Server) -> list[str]:
+        api_pb2_grpc.add_JobServiceServicer_to_server(JobService(ctx), server)
+        api_pb2_grpc.add_TenantServiceServicer_to_server(TenantService(ctx), server)
+        api_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterService(ctx), server)
+        names = ("JobService", "TenantService", "ClusterService")
+        return [api_pb2.DESCRIPTOR.services_by_name[n].full_name for n in names]
+
+    await parts.serve(register)
+
+
+def main() -> None:
+    asyncio.run(serve(Settings.from_env()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""gRPC adapters of the api: protos in, repository and validation calls, protos out.
+
+Database work runs in worker threads (one transaction each); events go to Redis and
+commands to agents only after the commit, never inside a transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
+
+import grpc
+from rota.api import repository
+from rota.common import convert, jobstate
+from rota.common.agents import AgentClients
+from rota.common.auth import Identity, current_identity, hash_token, new_token
+from rota.common.config import Settings
+from rota.common.db import Database
+from rota.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from rota.common.jobs_repo import Events, get_job, history
+from rota.common.jobspec import validate
+from rota.common.live import LiveState
+from rota.common.models import GpuRow, JobRow, NodeRow
+from rota.v1 import agent_pb2, api_pb2, api_pb2_grpc, common_pb2
+from sqlalchemy.orm import Session
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+MAX_LIST = 500
+
+
+class ApiContext:
+    """What every api handler needs; built once by main.py."""
+
+    def __init__(self, settings: Settings, db: Database, live: LiveState, agents: AgentClients) -> None:
+        self.settings = settings
+        self.db = db
+        self.live = live
+        self.agents = agents
+
+    async def tx(self, fn: Callable[[Session], T]) -> T:
+        return await asyncio.to_thread(self.db.run, fn)
+
+    async def publish(self, events: Events) -> None:
+        """Best effort: Redis is a cache, a failure here loses no state."""
+        if not events.items:
+            return
+
+        def send() -> None:
+            for job_id, event, snapshot in events.items:
+                self.live.publish_job_event(job_id, event, snapshot)
+
+        try:
+            await asyncio.to_thread(send)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not publish %d job events: %s", len(events.items), exc)
+
+
+def _visible_job(session: Session, job_id: str, identity: Identity) -> JobRow:
+    job = get_job(session, job_id)
+    # Another tenant's job reads as missing, so ids cannot be probed.
+    if job is None or not identity.may_access(job.tenant):
+        raise NotFound(f"job {job_id} not found")
+    return job
+
+
+class JobService(api_pb2_grpc.JobServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def SubmitJob(self, request: api_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext) -> api_pb2.SubmitJobResponse:
+        identity = current_identity()
+        spec = convert.spec_from_proto(request.spec)
+        if not identity.is_admin:
+            if spec.tenant and spec.tenant != identity.tenant:
+                raise InvalidArgument("tenant", f"a token of tenant {identity.tenant!r} cannot submit for {spec.tenant!r}")
+            spec.tenant = identity.tenant
+        if len(request.request_id) > 128:
+            raise InvalidArgument("request_id", "longer than 128 characters")
+        events = Events()
+
+        def submit(session: Session) -> tuple[common_pb2.Job, bool]:
+            validate(spec, max_gpus_per_node=repository.largest_node_gpus(session))
+            job, created = repository.submit_job(session, spec, request.request_id, events)
+            return convert.job_to_proto(job, history(session, job.id)), created
+
+        job, created = await self.ctx.tx(submit)
+        await self.ctx.publish(events)
+        return api_pb2.SubmitJobResponse(job=job, created=created)
+
+    async def GetJob(self, request: api_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> api_pb2.GetJobResponse:
+        identity = current_identity()
+
+        def read(session: Session) -> common_pb2.Job:
+            job = _visible_job(session, request.id, identity)
+            return convert.job_to_proto(job, history(session, job.id))
+
+        return api_pb2.GetJobResponse(job=await self.ctx.tx(read))
+
+    async def ListJobs(self, request: api_pb2.ListJobsRequest, context: grpc.aio.ServicerContext) -> api_pb2.ListJobsResponse:
+        identity = current_identity()
+        tenant = request.tenant if identity.is_admin else identity.tenant
+        states = [convert.state_name(s) for s in request.states]
+        limit = request.limit if 0 < request.limit <= MAX_LIST else MAX_LIST
+
+        def read(session: Session) -> list[common_pb2.Job]:
+            return [convert.job_to_proto(j) for j in repository.list_jobs(session, tenant, states, limit)]
+
+        return api_pb2.ListJobsResponse(jobs=await self.ctx.tx(read))
+
+    async def CancelJob(self, request: api_pb2.CancelJobRequest, context: grpc.aio.ServicerContext) -> api_pb2.CancelJobResponse:
+        identity = current_identity()
+        events = Events()
+
+        def cancel(session: Session) -> tuple[common_pb2.Job, str | None, str, int]:
+            _visible_job(session, request.id, identity)
+            job, node = repository.cancel_job(session, request.id, request.reason, events)
+            address = session.get(NodeRow, node).address if node and session.get(NodeRow, node) else ""
+            return convert.job_to_proto(job, history(session, job.id)), node, address, job.epoch
+
+        job, node, address, epoch = await self.ctx.tx(cancel)
+        await self.ctx.publish(events)
+        if node and address:
+            # After the commit: stop the processes now; if the agent is unreachable, its
+            # next heartbeat's reconciliation stops them.
+            try:
+                await self.ctx.agents.stub(address).Stop(
+                    agent_pb2.StopRequest(job_id=job.id, epoch=epoch, reason="cancelled", grace_seconds=5), timeout=15, metadata=self.ctx.agents.metadata
+                )
+            except grpc.aio.AioRpcError as exc:
+                log.warning("stop of %s on %s failed (%s); reconciliation will stop it", job.id, node, exc.code())
+        return api_pb2.CancelJobResponse(job=job)
+
+    async def WatchJob(self, request: api_pb2.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[api_pb2.WatchJobResponse]:
+        identity = current_identity()
+
+        def read(session: Session) -> common_pb2.Job:
+            job = _visible_job(session, request.id, identity)
+            return convert.job_to_proto(job, history(session, job.id))
+
+        job = await self.ctx.tx(read)
+        last_id = await self._last_event_id(request.id)
+        yield api_pb2.WatchJobResponse(job=job, event="snapshot")
+        last_seen = (job.state, job.progress.SerializeToString(deterministic=True))
+        while job.state not in FINAL_PROTO_STATES:
+            events, last_id = await self._next_events(request.id, last_id)
+            # Redis is only a cache: whatever it says (or if it is gone), Postgres decides.
+            job = await self.ctx.tx(read)
+            seen = (job.state, job.progress.SerializeToString(deterministic=True))
+            if seen != last_seen or events:
+                kind = "state" if seen[0] != last_seen[0] else "progress"
+                last_seen = seen
+                yield api_pb2.WatchJobResponse(job=job, event=kind)
+
+    async def _last_event_id(self, job_id: str) -> str:
+        try:
+            return await asyncio.to_thread(self.ctx.live.last_event_id, job_id)
+        except Exception:  # noqa: BLE001
+            return "$"
+
+    async def _next_events(self, job_id: str, last_id: str) -> tuple[list[str], str]:
+        try:
+            events = await asyncio.to_thread(self.ctx.live.read_job_events, job_id, last_id, 1000)
+        except Exception:  # noqa: BLE001 - Redis down: fall back to polling Postgres
+            await asyncio.sleep(1.0)
+            return [], last_id
+        if not events:
+            return [], last_id
+        return [e[1] for e in events], events[-1][0]
+
+    async def StreamLogs(self, request: api_pb2.StreamLogsRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[api_pb2.StreamLogsResponse]:
+        identity = current_identity()
+
+        def locate(session: Session) -> tuple[str, str]:
+            job = _visible_job(session, request.id, identity)
+            if not job.node:
+                raise FailedPrecondition(f"job {job.id} has not run yet ({job.state})")
+            node = session.get(NodeRow, job.node)
+            return job.state, node.address if node else ""
+
+        offset = request.offset
+        while True:
+            state, address = await self.ctx.tx(locate)
+            finished = state not in jobstate.HOLDING_STATES
+            try:
+                reply = await self.ctx.agents.stub(address).ReadLog(
+                    agent_pb2.ReadLogRequest(job_id=request.id, offset=offset, max_bytes=256 * 1024),
+                    timeout=10,
+                    metadata=self.ctx.agents.metadata,
+                )
+            except grpc.aio.AioRpcError as exc:
+                raise FailedPrecondition(f"log of {request.id} unavailable: node unreachable ({exc.code().name})") from exc
+            if reply.data:
+                offset = reply.offset
+                yield api_pb2.StreamLogsResponse(data=reply.data, offset=offset)
+                continue
+            if not request.follow or finished:
+                return
+            await asyncio.sleep(0.3)
+
+
+FINAL_PROTO_STATES = {convert.state_value(s) for s in jobstate.FINAL_STATES}
+
+
+class TenantService(api_pb2_grpc.TenantServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def CreateTenant(self, request: api_pb2.CreateTenantRequest, context: grpc.aio.ServicerContext) -> api_pb2.CreateTenantResponse:
+        current_identity().require_admin()
+        name = request.name
+        if not name or len(name) > 64 or not name.replace("-", "").replace("_", "").isalnum():
+            raise InvalidArgument("name", "1-64 letters, digits, '-' or '_'")
+        share = request.share or 1.0
+        if not (0 < share <= 1e6):
+            raise InvalidArgument("share", f"must be positive (got {request.share:g})")
+        token = new_token("rt")
+        tenant = await self.ctx.tx(lambda s: convert.tenant_to_proto(repository.create_tenant(s, name, share, hash_token(token))))
+        return api_pb2.CreateTenantResponse(tenant=tenant, token=token)
+
+    async def ListTenants(self, request: api_pb2.ListTenantsRequest, context: grpc.aio.ServicerContext) -> api_pb2.ListTenantsResponse:
+        identity = current_identity()
+
+        def read(session: Session) -> list[common_pb2.Tenant]:
+            return [convert.tenant_to_proto(t) for t in repository.list_tenants(session) if identity.may_access(t.name)]
+
+        return api_pb2.ListTenantsResponse(tenants=await self.ctx.tx(read))
+
+
+class ClusterService(api_pb2_grpc.ClusterServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def ListNodes(self, request: api_pb2.ListNodesRequest, context: grpc.aio.ServicerContext) -> api_pb2.ListNodesResponse:
+        def read(session: Session) -> list[common_pb2.Node]:
+            return [convert.node_to_proto(n, g, c) for n, g, c in repository.list_nodes(session)]
+
+        return api_pb2.ListNodesResponse(nodes=await self.ctx.tx(read))
+
+    async def GetPlacement(self, request: api_pb2.GetPlacementRequest, context: grpc.aio.ServicerContext) -> api_pb2.GetPlacementResponse:
+        identity = current_identity()
+
+        def read(session: Session) -> list[common_pb2.Placement]:
+            jobs = repository.list_jobs(session, "" if identity.is_admin else identity.tenant, list(jobstate.HOLDING_STATES), MAX_LIST)
+            return [common_pb2.Placement(job_id=j.id, node=j.node or "", gpus=list(j.gpu_indices), epoch=j.epoch) for j in jobs]
+
+        placements = await self.ctx.tx(read)
+        return api_pb2.GetPlacementResponse(placements=placements, epoch=max((p.epoch for p in placements), default=0))
+
+    async def RegisterNode(self, request: api_pb2.RegisterNodeRequest, context: grpc.aio.ServicerContext) -> api_pb2.RegisterNodeResponse:
+        current_identity().require_admin()
+        node = request.node
+        if not node.name:
+            raise InvalidArgument("node.name", "must not be empty")
+        if not node.address:
+            raise InvalidArgument("node.address", "must not be empty")
+        gpus = [GpuRow(node=node.name, index=g.index, uuid=g.uuid, model=g.model, virtual=g.virtual) for g in node.gpus]
+        if sorted(g.index for g in gpus) != list(range(len(gpus))):
+            raise InvalidArgument("node.gpus", "indices must be 0..n-1")
+
+        def register(session: Session) -> common_pb2.Node:
+            row = repository.register_node(session, node.name, node.address, gpus)
+            session.flush()
+            nodes = {n.name: (n, g, c) for n, g, c in repository.list_nodes(session)}
+            return convert.node_to_proto(*nodes[row.name])
+
+        return api_pb2.RegisterNodeResponse(node=await self.ctx.tx(register))
+
+    async def NodeHeartbeat(self, request: api_pb2.NodeHeartbeatRequest, context: grpc.aio.ServicerContext) -> api_pb2.NodeHeartbeatResponse:
+        current_identity().require_admin()
+        reports = [
+            repository.JobReport(
+                job_id=r.job_id,
+                epoch=r.epoch,
+                state=convert.state_name(r.state),
+                exit_code=r.exit_code,
+                error=r.error[-8192:],
+                progress=convert.progress_from_json(r.progress_json),
+            )
+            for r in request.jobs
+        ]
+        events = Events()
+
+        def beat(session: Session) -> api_pb2.NodeHeartbeatResponse:
+            node, assigned = repository.heartbeat(session, request.node, reports, events)
+            return api_pb2.NodeHeartbeatResponse(
+                assignments=[api_pb2.Assignment(job=convert.job_to_proto(j)) for j in assigned],
+                health=convert.health_value(node.health),
+            )
+
+        response = await self.ctx.tx(beat)
+        await self.ctx.publish(events)
+        try:
+            await asyncio.to_thread(
+                self.ctx.live.record_heartbeat,
+                request.node,
+                {"node": request.node, "at": time.time(), "jobs": [r.job_id for r in request.jobs]},
+                self.ctx.settings.node_timeout_s,
+            )
+        except Exception as exc:  # noqa: BLE001 - the cache may be down; Postgres has the heartbeat
+            log.debug("heartbeat cache write failed: %s", exc)
+        return response

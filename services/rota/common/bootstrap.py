@@ -1,0 +1,84 @@
+"""What every service's composition root builds the same way: config, engine, Redis,
+tracing, the token authenticator and the interceptor; then it serves until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import grpc
+from rota.common.agents import AgentClients
+from rota.common.auth import ADMIN, TENANT, Identity, hash_token
+from rota.common.config import Settings
+from rota.common.db import Database, make_engine
+from rota.common.live import LiveState, connect_redis
+from rota.common.models import TenantRow
+from rota.common.server import RotaInterceptor, run_server
+from rota.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
+from sqlalchemy import select
+
+TOKEN_CACHE_S = 5.0
+
+
+class TokenAuthenticator:
+    """Admin token from config; tenant tokens by hash from Postgres, cached briefly."""
+
+    def __init__(self, admin_token: str, db: Database) -> None:
+        self._admin_token = admin_token
+        self._db = db
+        self._cache: dict[str, tuple[float, Identity | None]] = {}
+
+    async def __call__(self, token: str) -> Identity | None:
+        if token == self._admin_token:
+            return Identity(ADMIN)
+        digest = hash_token(token)
+        cached = self._cache.get(digest)
+        if cached is not None and time.monotonic() - cached[0] < TOKEN_CACHE_S:
+            return cached[1]
+
+        def lookup() -> str | None:
+            stmt = select(TenantRow.name).where(TenantRow.token_hash == digest)
+            return self._db.run(lambda s: s.scalars(stmt).first())
+
+        name = await asyncio.to_thread(lookup)
+        identity = Identity(TENANT, name) if name is not None else None
+        self._cache[digest] = (time.monotonic(), identity)
+        return identity
+
+
+class ServiceParts:
+    def __init__(self, name: str, settings: Settings, *, pool_size: int = 5) -> None:
+        settings.require("database_url", "redis_url", "admin_token")
+        setup_logging(name)
+        self.name = name
+        self.settings = settings
+        self.tracer = setup_tracing(name, settings.tracing, settings.otlp_endpoint)
+        self.db = Database(make_engine(settings.database_url, pool_size=pool_size))
+        self.live = LiveState(connect_redis(settings.redis_url), settings.redis_prefix)
+        self.agents = AgentClients(settings.admin_token)
+
+    async def serve(
+        self,
+        register: Callable[[grpc.aio.Server], list[str]],
+        background: list[Callable[[], Awaitable[None]]] | None = None,
+    ) -> None:
+        async def on_stop() -> None:
+            await self.agents.close()
+            self.db.engine.dispose()
+            self.live.client.close()
+            shutdown_tracing()
+
+        await run_server(
+            name=self.name,
+            listen=self.settings.listen,
+            register=register,
+            interceptor=RotaInterceptor(
+                tracer=self.tracer,
+                authenticate=TokenAuthenticator(self.settings.admin_token, self.db),
+                default_deadline_s=self.settings.default_deadline_s,
+            ),
+            max_message_bytes=self.settings.max_message_bytes,
+            background=background,
+            on_stop=on_stop,
+        )

@@ -1,0 +1,67 @@
+"""Service configuration from environment variables (flags of `rota` set the same names).
+
+Every service reads one `Settings`; `rota up` writes the values it chose into the
+environment of the processes it starts, so a local cluster and a Kubernetes deployment
+configure services the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name}: not a number: {raw!r}") from exc
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = ""
+    redis_url: str = ""
+    # Keys of one cluster live under this prefix, so clusters (and tests) can share a Redis.
+    redis_prefix: str = "rota"
+    admin_token: str = ""
+    listen: str = "127.0.0.1:0"
+    api_addr: str = "127.0.0.1:50051"
+    tracing: str = "none"  # none | console | otlp
+    otlp_endpoint: str = "http://127.0.0.1:4317"
+    heartbeat_interval_s: float = 1.0
+    # A node silent for longer than this is dead (default: three heartbeat intervals).
+    node_timeout_s: float = 3.0
+    default_deadline_s: float = 30.0
+    schedule_interval_s: float = 0.5
+    home: Path = field(default_factory=lambda: Path.cwd() / ".rota")
+    max_message_bytes: int = 4 * 1024 * 1024
+
+    @staticmethod
+    def from_env() -> Settings:
+        interval = _env_float("ROTA_HEARTBEAT_INTERVAL", 1.0)
+        return Settings(
+            database_url=os.environ.get("ROTA_DATABASE_URL", ""),
+            redis_url=os.environ.get("ROTA_REDIS_URL", ""),
+            redis_prefix=os.environ.get("ROTA_REDIS_PREFIX", "rota"),
+            admin_token=os.environ.get("ROTA_ADMIN_TOKEN", ""),
+            listen=os.environ.get("ROTA_LISTEN", "127.0.0.1:0"),
+            api_addr=os.environ.get("ROTA_API_ADDR", "127.0.0.1:50051"),
+            tracing=os.environ.get("ROTA_TRACING", "none"),
+            otlp_endpoint=os.environ.get("ROTA_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
+            heartbeat_interval_s=interval,
+            node_timeout_s=_env_float("ROTA_NODE_TIMEOUT", 3 * interval),
+            default_deadline_s=_env_float("ROTA_DEFAULT_DEADLINE", 30.0),
+            schedule_interval_s=_env_float("ROTA_SCHEDULE_INTERVAL", 0.5),
+            home=Path(os.environ.get("ROTA_HOME", str(Path.cwd() / ".rota"))),
+        )
+
+    def require(self, *names: str) -> None:
+        """Fails fast, naming the missing setting, instead of failing on first use."""
+        for name in names:
+            if not getattr(self, name):
+                raise ValueError(f"ROTA_{name.upper()}: required but not set")

@@ -1,0 +1,167 @@
+"""Proto <-> domain conversions for the api (and the SDK's server-side twin)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from rota.common.jobspec import JobSpecData
+from rota.common.models import GpuClaimRow, GpuRow, JobRow, JobTransitionRow, NodeRow, TenantRow
+from rota.v1 import common_pb2
+
+KIND_NAMES = {
+    common_pb2.JOB_KIND_TRAINING: "training",
+    common_pb2.JOB_KIND_BATCH_INFERENCE: "batch_inference",
+    common_pb2.JOB_KIND_QUANTIZATION: "quantization",
+    common_pb2.JOB_KIND_REALTIME: "realtime",
+    common_pb2.JOB_KIND_TRIAL: "trial",
+}
+KIND_VALUES = {name: value for value, name in KIND_NAMES.items()}
+RESTART_NAMES = {
+    common_pb2.RESTART_POLICY_UNSPECIFIED: "never",
+    common_pb2.RESTART_POLICY_NEVER: "never",
+    common_pb2.RESTART_POLICY_ON_FAILURE: "on-failure",
+}
+RESTART_VALUES = {"never": common_pb2.RESTART_POLICY_NEVER, "on-failure": common_pb2.RESTART_POLICY_ON_FAILURE}
+
+
+def state_value(state: str) -> common_pb2.JobState.ValueType:
+    return common_pb2.JobState.Value("JOB_STATE_" + state)
+
+
+def state_name(value: int) -> str:
+    return common_pb2.JobState.Name(value).removeprefix("JOB_STATE_")  # type: ignore[arg-type]
+
+
+def health_value(health: str) -> common_pb2.NodeHealth.ValueType:
+    return common_pb2.NodeHealth.Value("NODE_HEALTH_" + health)
+
+
+def timestamp(value: datetime | None) -> timestamp_pb2.Timestamp | None:
+    if value is None:
+        return None
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def struct(values: dict[str, Any]) -> struct_pb2.Struct:
+    message = struct_pb2.Struct()
+    message.update(values)
+    return message
+
+
+def spec_from_proto(spec: common_pb2.JobSpec) -> JobSpecData:
+    return JobSpecData(
+        name=spec.name,
+        tenant=spec.tenant,
+        kind=KIND_NAMES.get(spec.kind, f"<{spec.kind}>") if spec.kind else "",
+        priority=spec.priority,
+        gpus=spec.gpus,
+        command=list(spec.command),
+        workdir=spec.workdir,
+        env=dict(spec.env),
+        duration_seconds=spec.duration_seconds if spec.HasField("duration_seconds") else None,
+        preemptible=spec.preemptible,
+        restart=RESTART_NAMES.get(spec.restart, f"<{spec.restart}>"),
+        max_retries=spec.max_retries,
+        features=json_format.MessageToDict(spec.features) if spec.HasField("features") else {},
+        demand=list(spec.demand),
+        max_swap=spec.max_swap,
+    )
+
+
+def spec_to_proto(spec: JobSpecData) -> common_pb2.JobSpec:
+    message = common_pb2.JobSpec(
+        name=spec.name,
+        tenant=spec.tenant,
+        kind=KIND_VALUES.get(spec.kind, common_pb2.JOB_KIND_UNSPECIFIED),
+        priority=spec.priority,
+        gpus=spec.gpus,
+        command=spec.command,
+        workdir=spec.workdir,
+        env=spec.env,
+        preemptible=spec.preemptible,
+        restart=RESTART_VALUES.get(spec.restart, common_pb2.RESTART_POLICY_UNSPECIFIED),
+        max_retries=spec.max_retries,
+        demand=spec.demand,
+        max_swap=spec.max_swap,
+    )
+    if spec.duration_seconds is not None:
+        message.duration_seconds = spec.duration_seconds
+    if spec.features:
+        message.features.CopyFrom(struct(spec.features))
+    return message
+
+
+def job_to_proto(job: JobRow, transitions: Sequence[JobTransitionRow] = ()) -> common_pb2.Job:
+    message = common_pb2.Job(
+        id=job.id,
+        spec=spec_to_proto(JobSpecData.from_dict(job.spec)),
+        state=state_value(job.state),
+        node=job.node or "",
+        gpus=list(job.gpu_indices),
+        epoch=job.epoch,
+        progress=struct(job.progress or {}),
+        exit_code=job.exit_code or 0,
+        error=job.error,
+        attempts=job.attempts,
+        reason=job.reason,
+        history=[
+            common_pb2.StateChange(
+                from_state=state_value(t.from_state),
+                to_state=state_value(t.to_state),
+                reason=t.reason,
+                at=timestamp(t.at),
+            )
+            for t in transitions
+        ],
+    )
+    for name in ("created_at", "started_at", "finished_at"):
+        value = timestamp(getattr(job, name))
+        if value is not None:
+            getattr(message, name).CopyFrom(value)
+    return message
+
+
+def job_from_snapshot(snapshot: dict[str, Any]) -> common_pb2.Job:
+    return common_pb2.Job(
+        id=snapshot["id"],
+        state=state_value(snapshot["state"]),
+        reason=snapshot.get("reason", ""),
+        node=snapshot.get("node") or "",
+        gpus=snapshot.get("gpus", []),
+        epoch=snapshot.get("epoch", 0),
+        progress=struct(snapshot.get("progress") or {}),
+    )
+
+
+def tenant_to_proto(tenant: TenantRow) -> common_pb2.Tenant:
+    return common_pb2.Tenant(name=tenant.name, share=tenant.share, created_at=timestamp(tenant.created_at))
+
+
+def node_to_proto(node: NodeRow, gpus: Sequence[GpuRow], claims: Sequence[GpuClaimRow]) -> common_pb2.Node:
+    holder = {claim.gpu_index: claim.job_id for claim in claims}
+    return common_pb2.Node(
+        name=node.name,
+        address=node.address,
+        health=health_value(node.health),
+        last_heartbeat=timestamp(node.last_heartbeat),
+        gpus=[
+            common_pb2.Gpu(index=g.index, uuid=g.uuid, model=g.model, virtual=g.virtual, job_id=holder.get(g.index, ""))
+            for g in sorted(gpus, key=lambda g: g.index)
+        ],
+    )
+
+
+def progress_from_json(raw: str) -> dict[str, Any] | None:
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,96 @@
+"""Job persistence shared by the api and the allocator: state changes, claims, history.
+
+Functions take an open Session (one transaction) and never call the network: callers
+publish events and tell agents after the commit.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from rota.common import jobstate
+from rota.common.models import GpuClaimRow, JobRow, JobTransitionRow, PlacementRow
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_job_id() -> str:
+    return "j-" + secrets.token_hex(5)
+
+
+@dataclass
+class Events:
+    """Events to publish once the transaction commits: (job id, event, job snapshot)."""
+
+    items: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+
+    def add(self, job: JobRow, event: str) -> None:
+        self.items.append((job.id, event, job_snapshot(job)))
+
+
+def job_snapshot(job: JobRow) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "state": job.state,
+        "reason": job.reason,
+        "node": job.node,
+        "gpus": list(job.gpu_indices),
+        "epoch": job.epoch,
+        "progress": job.progress,
+    }
+
+
+def get_job(session: Session, job_id: str, *, lock: bool = False) -> JobRow | None:
+    stmt = select(JobRow).where(JobRow.id == job_id)
+    if lock:
+        stmt = stmt.with_for_update()
+    return session.scalars(stmt).first()
+
+
+def history(session: Session, job_id: str) -> Sequence[JobTransitionRow]:
+    stmt = select(JobTransitionRow).where(JobTransitionRow.job_id == job_id).order_by(JobTransitionRow.id)
+    return session.scalars(stmt).all()
+
+
+def transition(session: Session, job: JobRow, target: str, reason: str, events: Events) -> None:
+    """Moves a job to `target`, recording the change with its reason."""
+    jobstate.check_transition(job.state, target)
+    session.add(JobTransitionRow(job_id=job.id, from_state=job.state, to_state=target, reason=reason))
+    job.state = target
+    job.reason = reason
+    now = utcnow()
+    if target == jobstate.RUNNING and job.started_at is None:
+        job.started_at = now
+    if target in jobstate.FINAL_STATES:
+        job.finished_at = now
+    events.add(job, "state")
+
+
+def release(session: Session, job: JobRow, reason: str) -> None:
+    """Frees the job's GPUs: claims deleted, its open placement closed."""
+    session.execute(delete(GpuClaimRow).where(GpuClaimRow.job_id == job.id))
+    session.execute(
+        update(PlacementRow)
+        .where(PlacementRow.job_id == job.id, PlacementRow.released_at.is_(None))
+        .values(released_at=utcnow(), release_reason=reason)
+    )
+
+
+def requeue_or_fail(session: Session, job: JobRow, why: str, events: Events) -> None:
+    """After a failed or lost attempt: back to PENDING if the restart policy allows, else FAILED."""
+    spec = job.spec
+    if jobstate.should_retry(spec.get("restart", "never"), job.attempts, spec.get("max_retries", 0)):
+        reason = f"{why}; retry {job.attempts}/{spec.get('max_retries', 0)} (restart: on-failure)"
+        transition(session, job, jobstate.PENDING, reason, events)
+        job.node = None
+        job.gpu_indices = []
+    else:
+        transition(session, job, jobstate.FAILED, why, events)

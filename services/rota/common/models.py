@@ -1,0 +1,132 @@
+"""The Postgres schema (SQLAlchemy 2 typed models). Migrations in `migrations/` create it.
+
+Postgres is the truth: every job, state change, node, placement and claim lives here.
+`gpu_claims` has one row per GPU held by a job, keyed by (node, gpu_index), so the
+database itself refuses a double-booked GPU whatever any allocator believes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    Sequence,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+EPOCH_SEQUENCE = Sequence("rota_epoch_seq")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class TenantRow(Base):
+    __tablename__ = "tenants"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    share: Mapped[float] = mapped_column(Float, nullable=False)
+    token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("tenant", "request_id", name="uq_jobs_tenant_request_id"),
+        Index("ix_jobs_state_created", "state", "created_at"),
+        Index("ix_jobs_node", "node"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"), nullable=False)
+    name: Mapped[str] = mapped_column(String(128), nullable=False)
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    priority: Mapped[int] = mapped_column(Integer, nullable=False)
+    gpus: Mapped[int] = mapped_column(Integer, nullable=False)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    spec_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    request_id: Mapped[str | None] = mapped_column(String(128))
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    reason: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    node: Mapped[str | None] = mapped_column(String(64))
+    gpu_indices: Mapped[list[int]] = mapped_column(ARRAY(Integer), nullable=False, server_default="{}")
+    epoch: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    progress: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default="{}")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class JobTransitionRow(Base):
+    __tablename__ = "job_transitions"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    from_state: Mapped[str] = mapped_column(String(16), nullable=False)
+    to_state: Mapped[str] = mapped_column(String(16), nullable=False)
+    reason: Mapped[str] = mapped_column(Text, nullable=False)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    address: Mapped[str] = mapped_column(String(256), nullable=False)
+    health: Mapped[str] = mapped_column(String(16), nullable=False)
+    last_heartbeat: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class GpuRow(Base):
+    __tablename__ = "gpus"
+
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.name", ondelete="CASCADE"), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(128), nullable=False)
+    model: Mapped[str] = mapped_column(String(128), nullable=False)
+    virtual: Mapped[bool] = mapped_column(Boolean, nullable=False)
+
+
+class PlacementRow(Base):
+    """Every placement ever committed, with the fencing epoch it was committed under."""
+
+    __tablename__ = "placements"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    node: Mapped[str] = mapped_column(String(64), nullable=False)
+    gpu_indices: Mapped[list[int]] = mapped_column(ARRAY(Integer), nullable=False)
+    epoch: Mapped[int] = mapped_column(BigInteger, nullable=False, unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    release_reason: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+
+
+class GpuClaimRow(Base):
+    """A GPU held now. The primary key makes a double booking a constraint violation."""
+
+    __tablename__ = "gpu_claims"
+
+    node: Mapped[str] = mapped_column(String(64), primary_key=True)
+    gpu_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    placement_id: Mapped[int] = mapped_column(ForeignKey("placements.id", ondelete="CASCADE"))
+    epoch: Mapped[int] = mapped_column(BigInteger, nullable=False)

@@ -1,0 +1,199 @@
+"""gRPC server bootstrap shared by every service's `main.py`.
+
+One interceptor wraps each handler in four steps: (1) continue the caller's trace and
+open a span, (2) authenticate the bearer token into an `Identity`, (3) bound the call by
+its deadline (or the default one), (4) map domain and database errors to status codes,
+so no traceback ever reaches a client and a database outage reads UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from opentelemetry import propagate, trace
+from rota.common.auth import Identity, bearer, set_identity
+from rota.common.errors import DomainError, Unauthenticated, Unavailable
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+log = logging.getLogger(__name__)
+
+Authenticator = Callable[[str], Awaitable[Identity | None]]
+
+
+def _status(code_name: str) -> grpc.StatusCode:
+    return getattr(grpc.StatusCode, code_name)  # type: ignore[no-any-return]
+
+
+async def _abort_for(exc: BaseException, context: grpc.aio.ServicerContext, method: str) -> None:
+    if isinstance(exc, DomainError):
+        if exc.field:
+            context.set_trailing_metadata((("rota-field", exc.field),))
+        await context.abort(_status(exc.code_name), str(exc))
+    if isinstance(exc, OperationalError | Unavailable) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    ):
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"dependency unavailable: {exc}")
+    if isinstance(exc, NotImplementedError):
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method}: not implemented yet")
+    if isinstance(exc, asyncio.TimeoutError):
+        await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"{method}: deadline exceeded")
+    if _is_redis_error(exc):
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"live state unavailable: {exc}")
+    log.exception("unexpected error in %s", method, exc_info=exc)
+    await context.abort(grpc.StatusCode.INTERNAL, f"{method}: internal error ({type(exc).__name__})")
+
+
+def _is_redis_error(exc: BaseException) -> bool:
+    import redis
+
+    return isinstance(exc, redis.RedisError)
+
+
+class RotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    def __init__(
+        self,
+        *,
+        tracer: trace.Tracer,
+        authenticate: Authenticator | None,
+        default_deadline_s: float,
+    ) -> None:
+        self._tracer = tracer
+        self._authenticate = authenticate
+        self._default_deadline_s = default_deadline_s
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        method: str = details.method
+        if handler is None or method.startswith("/grpc.health") or method.startswith("/grpc.reflection"):
+            return handler
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._wrap_unary(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream(method, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                self._wrap_stream(method, handler.stream_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+    async def _enter(self, context: grpc.aio.ServicerContext) -> None:
+        if self._authenticate is None:
+            return
+        token = bearer(context.invocation_metadata())
+        if not token:
+            raise Unauthenticated("missing bearer token (authorization metadata)")
+        identity = await self._authenticate(token)
+        if identity is None:
+            raise Unauthenticated("unknown or revoked token")
+        set_identity(identity)
+
+    def _timeout(self, context: grpc.aio.ServicerContext) -> float:
+        remaining = context.time_remaining()
+        if remaining is None:
+            return self._default_deadline_s
+        return max(0.001, min(remaining, self._default_deadline_s))
+
+    def _span(self, method: str, context: grpc.aio.ServicerContext) -> Any:
+        carrier = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+        parent = propagate.extract(carrier)
+        return self._tracer.start_as_current_span(method, context=parent, kind=trace.SpanKind.SERVER)
+
+    def _wrap_unary(self, method: str, behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            with self._span(method, context):
+                try:
+                    await self._enter(context)
+                    return await asyncio.wait_for(behavior(request, context), self._timeout(context))
+                except (grpc.aio.AbortError, asyncio.CancelledError):
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - every error gets a status code
+                    await _abort_for(exc, context, method)
+
+        return wrapped
+
+    def _wrap_stream(self, method: str, behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+        # Streams (watch, logs, heartbeats) live as long as the client's own deadline.
+        async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            with self._span(method, context):
+                try:
+                    await self._enter(context)
+                    async for item in behavior(request, context):
+                        yield item
+                except (grpc.aio.AbortError, asyncio.CancelledError):
+                    raise
+                except BaseException as exc:  # noqa: BLE001
+                    await _abort_for(exc, context, method)
+
+        return wrapped
+
+
+def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+async def run_server(
+    *,
+    name: str,
+    listen: str,
+    register: Callable[[grpc.aio.Server], list[str]],
+    interceptor: RotaInterceptor,
+    max_message_bytes: int,
+    background: list[Callable[[], Awaitable[None]]] | None = None,
+    on_stop: Callable[[], Awaitable[None]] | None = None,
+    grace_s: float = 5.0,
+) -> None:
+    """Serves until SIGTERM/SIGINT, then stops gracefully: health NOT_SERVING, drain, exit."""
+    server = grpc.aio.server(interceptors=[interceptor], options=server_options(max_message_bytes))
+    service_names = register(server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection([*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise RuntimeError(f"ROTA_LISTEN: cannot bind {listen}")
+    await server.start()
+    for service in ["", *service_names]:
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    log.info("%s serving on %s (port %d)", name, listen, port)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(job()) for job in background or []]
+    await stop.wait()
+    log.info("%s stopping", name)
+    for service in ["", *service_names]:
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await server.stop(grace_s)
+    if on_stop is not None:
+        await on_stop()
+    log.info("%s stopped", name)

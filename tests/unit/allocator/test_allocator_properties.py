@@ -1,0 +1,66 @@
+"""Properties every policy keeps on random small scenarios (hypothesis)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rota.allocator import policy_fast, policy_fifo, policy_full
+from rota.allocator.legality import violations
+from rota.allocator.metrics import measure
+from rota.allocator.scenario import Scenario, from_dict
+
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, pinned: bool = True) -> Scenario:
+    gpus = draw(st.sampled_from([2, 4, 8]))
+    horizon = draw(st.integers(3, 8))
+    jobs: list[dict[str, Any]] = []
+    for i in range(draw(st.integers(0, 2))):
+        demand = draw(st.lists(st.integers(0, gpus // 2), min_size=horizon, max_size=horizon))
+        jobs.append({"id": f"r{i}", "kind": "realtime", "demand": demand, "max_swap": draw(st.integers(0, 3))})
+    taken: set[int] = set()
+    for i in range(draw(st.integers(1, 7))):
+        size = draw(st.sampled_from([s for s in (1, 2, 4, 8) if s <= gpus]))
+        duration = draw(st.integers(1, horizon + 2))
+        j: dict[str, Any] = {"id": f"j{i}", "kind": draw(st.sampled_from(["training", "batch_inference", "quantization", "trial"])),
+             "priority": draw(st.integers(1, 10)), "gpus": size, "duration": duration,
+             "arrival": draw(st.integers(0, horizon))}
+        if pinned and draw(st.booleans()) and draw(st.booleans()):
+            free = [f for f in range(0, gpus, size) if not taken & set(range(f, f + size))]
+            if free:
+                first = draw(st.sampled_from(free))
+                taken |= set(range(first, first + size))
+                j["running"] = {"started": -draw(st.integers(0, duration - 1)), "first_gpu": first}
+        jobs.append(j)
+    return from_dict({"name": "random", "gpus": gpus, "horizon": horizon, "jobs": jobs})
+
+
+@SETTINGS
+@given(scenarios())
+def test_every_policy_makes_a_legal_grid_and_full_is_never_below_fast(s: Scenario) -> None:
+    fast = policy_fast.plan(s).grid
+    full = policy_full.plan(s, time_limit=0.3, workers=1).grid
+    for grid in (policy_fifo.plan(s).grid, fast, full):
+        assert violations(s, grid) == []
+    assert measure(s, full).objective >= measure(s, fast).objective - 1e-9
+
+
+@SETTINGS
+@given(scenarios())
+def test_fast_never_leaves_more_realtime_demand_unmet_than_fifo(s: Scenario) -> None:
+    fifo = measure(s, policy_fifo.plan(s).grid)
+    fast = measure(s, policy_fast.plan(s).grid)
+    assert fast.realtime_unmet <= fifo.realtime_unmet
+
+
+@SETTINGS
+@given(scenarios(pinned=False))
+def test_fast_meets_all_realtime_demand_when_the_ramped_curves_fit_the_cluster(s: Scenario) -> None:
+    ramped = [policy_fast.realtime_targets(r) for r in s.realtime]
+    if all(sum(col) <= s.gpus for col in zip(*ramped, strict=True)):
+        assert measure(s, policy_fast.plan(s).grid).realtime_unmet == 0

@@ -1,0 +1,187 @@
+"""The example jobs run for real, as the agent runs them: a subprocess from the repo root."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def job_env(progress: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env["PYTHONUNBUFFERED"] = "1"
+    if progress is not None:
+        env["ROTA_PROGRESS_FILE"] = str(progress)
+    return env
+
+
+def run(args: list[str], progress: Path | None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=job_env(progress),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def read_progress(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_train_lm_reports_falling_loss(tmp_path: Path) -> None:
+    progress = tmp_path / "progress.jsonl"
+    proc = run(["examples/train_lm.py", "--steps", "20", "--report-every", "5"], progress)
+    assert proc.returncode == 0, proc.stderr
+    reports = read_progress(progress)
+    assert [r["step"] for r in reports] == [5, 10, 15, 20]
+    assert set(reports[-1]) == {"step", "loss"}
+    first, last = reports[0]["loss"], reports[-1]["loss"]
+    assert math.isfinite(last)
+    assert last < first
+    assert "step 20/20 loss" in proc.stdout
+
+
+def test_train_lm_final_report_is_the_last_step_even_off_the_interval(tmp_path: Path) -> None:
+    progress = tmp_path / "progress.jsonl"
+    proc = run(["examples/train_lm.py", "--steps", "12", "--report-every", "5"], progress)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["step"] for r in read_progress(progress)] == [5, 10, 12]
+
+
+def test_train_lm_is_reproducible(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for path in (a, b):
+        proc = run(["examples/train_lm.py", "--steps", "6", "--report-every", "3", "--seed", "3"], path)
+        assert proc.returncode == 0, proc.stderr
+    assert read_progress(a) == read_progress(b)
+
+
+def test_fail_job_exits_non_zero_with_its_message(tmp_path: Path) -> None:
+    progress = tmp_path / "progress.jsonl"
+    proc = run(["examples/fail_job.py", "--delay", "0"], progress)
+    assert proc.returncode != 0
+    assert "RuntimeError: simulated failure: bad shard 3" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "RuntimeError: simulated failure: bad shard 3"
+    assert read_progress(progress)[-1] == {"step": 3}
+
+
+def test_sleep_job_stops_promptly_on_sigterm(tmp_path: Path) -> None:
+    progress = tmp_path / "progress.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "examples/sleep_job.py", "--seconds", "60", "--interval", "0.1"],
+        cwd=ROOT,
+        env=job_env(progress),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if progress.exists() and len(read_progress(progress)) >= 3:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("sleep_job reported no progress")
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+        assert time.monotonic() - sent < 2.0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "received SIGTERM" in out
+
+
+def test_sleep_job_finishes(tmp_path: Path) -> None:
+    progress = tmp_path / "progress.jsonl"
+    proc = run(["examples/sleep_job.py", "--seconds", "0.3", "--interval", "0.1"], progress)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["step"] for r in read_progress(progress)] == [0, 1, 2, 3]
+
+
+def test_quantize_lite_and_batch_infer_run(tmp_path: Path) -> None:
+    q = tmp_path / "q.jsonl"
+    proc = run(["examples/quantize_lite.py", "--train-steps", "20"], q)
+    assert proc.returncode == 0, proc.stderr
+    final = read_progress(q)[-1]
+    assert final["step"] == final["layers"] == 3
+    assert 0.0 < final["size_ratio"] < 0.3
+    assert abs(final["accuracy_fp32"] - final["accuracy_int8"]) <= 0.05
+
+    b = tmp_path / "b.jsonl"
+    proc = run(["examples/batch_infer.py", "--batches", "5", "--batch-size", "8"], b)
+    assert proc.returncode == 0, proc.stderr
+    final = read_progress(b)[-1]
+    assert final["step"] == 5 and final["items"] == 40
+
+
+JOB_FILES = sorted(EXAMPLES.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", JOB_FILES, ids=[p.name for p in JOB_FILES])
+def test_job_files_follow_the_spec(path: Path) -> None:
+    job = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(job, dict)
+    allowed = {
+        "name",
+        "tenant",
+        "kind",
+        "priority",
+        "gpus",
+        "command",
+        "workdir",
+        "env",
+        "duration",
+        "preemptible",
+        "restart",
+        "features",
+        "demand",
+    }
+    assert set(job) <= allowed, set(job) - allowed
+    assert job["kind"] in {"training", "batch_inference", "quantization", "realtime", "trial"}
+    assert 1 <= job["priority"] <= 10
+    assert job["gpus"] >= 1 and job["gpus"] & (job["gpus"] - 1) == 0
+    assert job.get("restart", "never") in {"never", "on-failure"}
+    command = job["command"]
+    assert isinstance(command, list) and all(isinstance(c, str) for c in command)
+    assert command[0] == "python"
+    assert (ROOT / command[1]).is_file(), f"{command[1]} is not a file relative to the repo root"
+
+
+def test_the_required_job_files_exist() -> None:
+    names = {p.name for p in JOB_FILES}
+    assert {
+        "train-small.yaml",
+        "train-2gpu.yaml",
+        "fail.yaml",
+        "sleep.yaml",
+        "quantize-lite.yaml",
+        "batch-infer.yaml",
+    } <= names
+    small = yaml.safe_load((EXAMPLES / "train-small.yaml").read_text(encoding="utf-8"))
+    assert small["command"] == ["python", "examples/train_lm.py", "--steps", "300", "--seed", "7"]
+    assert (small["tenant"], small["kind"], small["priority"], small["gpus"], small["restart"]) == (
+        "demo",
+        "training",
+        5,
+        1,
+        "never",
+    )
