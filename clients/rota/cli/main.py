@@ -9,10 +9,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from rota.cli import commands
+# platformdirs (pulled in by the embedded servers) warns on machines without a login session.
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+from rota.cli import commands  # noqa: E402
 
 SERVICES = ("api", "allocator", "forecaster", "ledger", "checkpoint", "detector")
 

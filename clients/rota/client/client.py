@@ -41,6 +41,11 @@ def _time(ts: Any) -> datetime | None:
     return ts.ToDatetime() if ts.seconds or ts.nanos else None
 
 
+def _numbers(values: dict[str, Any]) -> dict[str, Any]:
+    # protobuf Struct holds every number as a double; a reported step 300 reads back as 300.
+    return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in values.items()}
+
+
 @dataclass(frozen=True)
 class StateChange:
     from_state: str
@@ -87,7 +92,7 @@ class Job:
             attempts=job.attempts,
             exit_code=job.exit_code,
             error=job.error,
-            progress=json_format.MessageToDict(job.progress),
+            progress=_numbers(json_format.MessageToDict(job.progress)),
             history=[StateChange(state_name(h.from_state), state_name(h.to_state), h.reason, _time(h.at)) for h in job.history],
             created_at=_time(job.created_at),
             started_at=_time(job.started_at),

@@ -50,10 +50,11 @@ def plan(s: Scenario, time_limit: float = 2.0, workers: int = 2, seed: int = 0) 
                 per_gpu[g].append(m.new_fixed_size_interval_var(t, 1, f"pin_{g}_{t}"))
 
     objective: list[cp_model.LinearExprT] = []
+    usage: list[list[cp_model.LinearExprT]] = [[] for _ in range(H)]  # GPUs in use per step
     chosen: dict[str, tuple[cp_model.IntVar, cp_model.IntVar, dict[int, cp_model.IntVar]]] = {}
     waiting = [j for j in s.batch if j.running is None and j.arrival < H]
     for j in waiting:
-        chosen[j.id] = _batch_job(m, s, j, w, held.get(j.id), per_gpu, objective)
+        chosen[j.id] = _batch_job(m, s, j, w, held.get(j.id), per_gpu, objective, usage)
 
     cells: dict[tuple[str, int, int], cp_model.IntVar] = {}
     targets = {r.id: policy_fast.realtime_targets(r) for r in s.realtime}
@@ -71,6 +72,7 @@ def plan(s: Scenario, time_limit: float = 2.0, workers: int = 2, seed: int = 0) 
             count = sum(z[g, t] for g in range(G) if (g, t) in z)
             # Holding more than the ramped target never helps; capping it prunes the search.
             m.add(count <= min(targets[r.id][t], G))
+            usage[t].append(count)
             unmet = m.new_int_var(0, r.demand[t], f"{r.id}_unmet_{t}")
             m.add(unmet >= r.demand[t] - count)
             m.add_hint(unmet, max(0, r.demand[t] - len(have[t])))
@@ -91,6 +93,8 @@ def plan(s: Scenario, time_limit: float = 2.0, workers: int = 2, seed: int = 0) 
                     m.add(c >= (a if a is not None else b))  # type: ignore[operator]
                 moves.append(c)
             m.add(sum(moves) <= r.max_swap)
+    for t in range(H):
+        m.add(sum(usage[t]) <= G - base.busy[t].bit_count())
     for intervals in per_gpu:
         if len(intervals) > 1:
             m.add_no_overlap(intervals)
@@ -121,6 +125,7 @@ def plan(s: Scenario, time_limit: float = 2.0, workers: int = 2, seed: int = 0) 
 def _batch_job(
     m: cp_model.CpModel, s: Scenario, j: BatchJob, w: list[float], have: list[set[int]] | None,
     per_gpu: list[list[cp_model.IntervalVar]], objective: list[cp_model.LinearExprT],
+    usage: list[list[cp_model.LinearExprT]],
 ) -> tuple[cp_model.IntVar, cp_model.IntVar, dict[int, cp_model.IntVar]]:
     H = s.horizon
     present = m.new_bool_var(f"{j.id}_on")
@@ -129,30 +134,33 @@ def _batch_job(
     m.add_min_equality(length, [j.duration, H - start])  # only in-horizon cells exist
     end = m.new_int_var(j.arrival + 1, H, f"{j.id}_end")
     m.add(end == start + length)
-    table = [round(SCALE * j.priority * j.gpus * sum(w[t : t + j.duration])) for t in range(H)]
-    gain = m.new_int_var(0, max(table), f"{j.id}_gain")
-    m.add_element(start, table, gain)
-    earned = m.new_int_var(0, max(table), f"{j.id}_earned")
-    m.add(earned <= gain)
-    m.add(earned <= max(table) * present)
-    objective.append(earned)
     on: dict[int, cp_model.IntVar] = {}
     first_hint = None
+    hs = j.arrival  # the hinted start; an absent job keeps its arrival as a harmless value
     if have is not None:
-        active = [t for t, g in enumerate(have) if g]
-        first_hint, t0 = min(have[active[0]]), active[0]
-        m.add_hint(start, t0)
-        m.add_hint(length, min(j.duration, H - t0))
-        m.add_hint(end, t0 + min(j.duration, H - t0))
-        m.add_hint(gain, table[t0])
-        m.add_hint(earned, table[t0])
-    else:
-        m.add_hint(start, j.arrival)
-        m.add_hint(length, min(j.duration, H - j.arrival))
-        m.add_hint(end, j.arrival + min(j.duration, H - j.arrival))
-        m.add_hint(gain, table[j.arrival])
-        m.add_hint(earned, 0)
+        hs = next(t for t, g in enumerate(have) if g)
+        first_hint = min(have[hs])
+    he = hs + min(j.duration, H - hs)
+    m.add_hint(start, hs)
+    m.add_hint(length, he - hs)
+    m.add_hint(end, he)
     m.add_hint(present, int(have is not None))
+    # A literal per step it runs: the decayed value is linear in them, and their sum per
+    # step against the free GPUs gives the LP a capacity cut (an element over the start
+    # left the bound far above anything reachable).
+    for t in range(j.arrival, H):
+        a, after, before = m.new_bool_var(f"{j.id}_run_{t}"), m.new_bool_var(""), m.new_bool_var("")
+        m.add(start <= t).only_enforce_if(after)
+        m.add(start > t).only_enforce_if(after.Not())
+        m.add(end > t).only_enforce_if(before)
+        m.add(end <= t).only_enforce_if(before.Not())
+        m.add_bool_and([present, after, before]).only_enforce_if(a)
+        m.add_bool_or([present.Not(), after.Not(), before.Not()]).only_enforce_if(a.Not())
+        objective.append(round(SCALE * j.priority * j.gpus * w[t]) * a)
+        usage[t].append(j.gpus * a)
+        m.add_hint(after, int(hs <= t))
+        m.add_hint(before, int(t < he))
+        m.add_hint(a, int(have is not None and hs <= t < he))
     for first in _blocks(s.gpus, j.gpus):
         on[first] = x = m.new_bool_var(f"{j.id}_at_{first}")
         m.add_hint(x, int(first == first_hint))

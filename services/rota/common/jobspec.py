@@ -82,6 +82,11 @@ def _require(condition: bool, field_name: str, reason: str) -> None:
 
 def validate(spec: JobSpecData, *, max_gpus_per_node: int) -> JobSpecData:
     """Returns the normalised spec or raises InvalidArgument naming the first bad field."""
+    _require(len(spec.command) > 0, "command", "must not be empty")
+    _require(len(spec.command) <= MAX_ARGS, "command", f"more than {MAX_ARGS} arguments")
+    for i, arg in enumerate(spec.command):
+        _require(len(arg.encode()) <= MAX_ARG_BYTES, f"command[{i}]", f"longer than {MAX_ARG_BYTES} bytes")
+    _require(spec.command[0] != "", "command[0]", "must not be empty")
     if not spec.name and spec.command:
         spec.name = re.sub(r"[^A-Za-z0-9._-]", "-", spec.command[-1].split("/")[-1])[:MAX_NAME] or "job"
     _require(bool(spec.name), "name", "must not be empty")
@@ -91,11 +96,6 @@ def validate(spec: JobSpecData, *, max_gpus_per_node: int) -> JobSpecData:
     _require(spec.kind in KINDS, "kind", f"unknown kind {spec.kind!r}; one of {', '.join(KINDS)}")
     _require(1 <= spec.priority <= 10, "priority", f"must be between 1 and 10 (got {spec.priority})")
     _validate_gpus(spec, max_gpus_per_node)
-    _require(len(spec.command) > 0, "command", "must not be empty")
-    _require(len(spec.command) <= MAX_ARGS, "command", f"more than {MAX_ARGS} arguments")
-    for i, arg in enumerate(spec.command):
-        _require(len(arg.encode()) <= MAX_ARG_BYTES, f"command[{i}]", f"longer than {MAX_ARG_BYTES} bytes")
-    _require(spec.command[0] != "", "command[0]", "must not be empty")
     _require(len(spec.workdir.encode()) <= MAX_ARG_BYTES, "workdir", f"longer than {MAX_ARG_BYTES} bytes")
     _require(len(spec.env) <= MAX_ENV, "env", f"more than {MAX_ENV} variables")
     for key, value in spec.env.items():

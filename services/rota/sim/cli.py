@@ -37,7 +37,12 @@ class _Parser(argparse.ArgumentParser):
 
 def _run_parser() -> _Parser:
     p = _Parser(prog="rota sim", description="Replay a trace through the scheduling policies.")
-    p.add_argument("--trace", required=True, type=Path, help="JOBS.csv: job_id,tenant,submit_s,duration_s,gpus[,priority]")
+    p.add_argument(
+        "--trace",
+        required=True,
+        type=Path,
+        help="JOBS.csv: job_id,tenant,submit_s,duration_s,gpus[,priority]",
+    )
     p.add_argument("--tenants", required=True, type=Path, help="TENANTS.csv: tenant,share")
     p.add_argument("--gpus", required=True, type=int)
     p.add_argument("--gpus-per-node", type=int, default=8)
@@ -54,11 +59,15 @@ def _run_parser() -> _Parser:
 
 
 def _trace_parser() -> _Parser:
-    p = _Parser(prog="rota sim make-trace", description="Build the semi-real Philly trace (JOBS.csv, TENANTS.csv).")
+    p = _Parser(
+        prog="rota sim make-trace", description="Build the semi-real Philly trace (JOBS.csv, TENANTS.csv)."
+    )
     p.add_argument("--out", required=True, type=Path, help="folder for JOBS.csv and TENANTS.csv")
     p.add_argument("--seed", type=int, default=0, help="seed of the drawn durations")
     p.add_argument("--jobs", type=int, default=None, help="keep only the first N arrivals")
-    p.add_argument("--traces-dir", type=Path, default=None, help="default: $ROTA_TRACES_DIR or ../shared/data/traces")
+    p.add_argument(
+        "--traces-dir", type=Path, default=None, help="default: $ROTA_TRACES_DIR or ../shared/data/traces"
+    )
     return p
 
 
@@ -66,14 +75,21 @@ def simulate(args: argparse.Namespace) -> dict[str, Any]:
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
-        raise ValueError(f"--policy: unknown {','.join(unknown) or '(none)'}; choose from {','.join(POLICIES)}")
+        raise ValueError(
+            f"--policy: unknown {','.join(unknown) or '(none)'}; choose from {','.join(POLICIES)}"
+        )
     jobs, shares = read_jobs(args.trace), read_tenants(args.tenants)
     fcfg = FairnessConfig(lease_s=args.lease_s, starvation_s=args.starvation_s, delay_s=args.delay_s)
     cfg = SimConfig(args.gpus, args.gpus_per_node, fcfg, args.checkpoint_s, args.resume_s, args.renew_s)
     out: dict[str, Any] = {
         "gpus": cfg.gpus,
         "gpus_per_node": cfg.gpus_per_node,
-        "config": {**fcfg.__dict__, "checkpoint_s": cfg.checkpoint_s, "resume_s": cfg.resume_s, "renew_s": cfg.renew_s},
+        "config": {
+            **fcfg.__dict__,
+            "checkpoint_s": cfg.checkpoint_s,
+            "resume_s": cfg.resume_s,
+            "renew_s": cfg.renew_s,
+        },
         "policies": {},
     }
     for name in policies:
@@ -81,14 +97,21 @@ def simulate(args: argparse.Namespace) -> dict[str, Any]:
         runs = Simulator(jobs, shares, cfg, POLICIES[name]()).run()
         runtime = time.perf_counter() - t0
         records = [
-            JobRecord(r.job.id, r.tenant, r.gpus, r.job.submit_s, r.end_s, r.intervals, r.job.priority) for r in runs
+            JobRecord(r.job.id, r.tenant, r.gpus, r.job.submit_s, r.end_s, r.intervals, r.job.priority)
+            for r in runs
         ]
         out["policies"][name] = {
             **summarize(records, shares, cfg.gpus),
             "runtime_s": round(runtime, 3),
             "jobs": [
-                {"id": j.id, "tenant": j.tenant, "gpus": j.gpus, "submit_s": j.submit_s, "end_s": j.end_s,
-                 "intervals": j.intervals}
+                {
+                    "id": j.id,
+                    "tenant": j.tenant,
+                    "gpus": j.gpus,
+                    "submit_s": j.submit_s,
+                    "end_s": j.end_s,
+                    "intervals": j.intervals,
+                }
                 for j in records
             ],
         }
@@ -100,8 +123,10 @@ def _fmt(v: object, spec: str) -> str:
 
 
 def table(result: dict[str, Any]) -> str:
-    head = f"{'policy':<6} {'avg JCT h':>10} {'util':>6} {'tenant maxF/minF':>17} {'tenant Jain':>11} " \
-           f"{'jobs F±5%':>9} {'job Jain':>8} {'preempt':>8} {'sim s':>7}"
+    head = (
+        f"{'policy':<6} {'avg JCT h':>10} {'util':>6} {'tenant maxF/minF':>17} {'tenant Jain':>11} "
+        f"{'jobs F±5%':>9} {'job Jain':>8} {'preempt':>8} {'sim s':>7}"
+    )
     lines = [f"{result['gpus']} GPUs, {result['gpus_per_node']} per node", head]
     for name, p in result["policies"].items():
         lines.append(

@@ -228,6 +228,8 @@ class Simulator:
 
     # -- one scheduling round ----------------------------------------------------------
     def _round(self, now: float, expired: list[Run]) -> None:
+        # 0. A reservation whose block has drained starts before anything else.
+        self._start_reserved(now)
         # 1. Leases of jobs restarted under delay_s ago are renewed without a contest.
         if expired:
             fresh = [r for r in expired if now - r.last_start < self.fcfg.delay_s]
@@ -308,7 +310,11 @@ class Simulator:
 
     def _release(self, off: int, order: int) -> None:
         self.alloc.release(off, order)
-        if self.resv is not None and off < self.resv_off + self.resv.gpus and self.resv_off < off + (1 << order):
+        if (
+            self.resv is not None
+            and off < self.resv_off + self.resv.gpus
+            and self.resv_off < off + (1 << order)
+        ):
             self._grab()
 
     def _drop_reservation(self) -> None:

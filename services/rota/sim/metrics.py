@@ -58,7 +58,9 @@ def job_fairness(jobs: Sequence[JobRecord], shares: Mapping[str, float], gpus: i
     clocks = {t: JobShareClock(quota[t]) for t in shares}
     # Replay arrivals and departures in time order; departures first at equal times so a
     # job that ends when another starts does not dilute its share.
-    events = sorted([(j.submit_s, 1, k) for k, j in enumerate(jobs)] + [(j.end_s, 0, k) for k, j in enumerate(jobs)])
+    events = sorted(
+        [(j.submit_s, 1, k) for k, j in enumerate(jobs)] + [(j.end_s, 0, k) for k, j in enumerate(jobs)]
+    )
     out: dict[str, float] = {}
     for time, is_arrival, k in events:
         j = jobs[k]

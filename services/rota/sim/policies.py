@@ -37,6 +37,13 @@ def _greedy(cands: list[Run], try_place: TryPlace, done: Done) -> None:
         try_place(r)
 
 
+def _fitting(sim: Simulator, cands: list[Run]) -> list[Run]:
+    """Candidates that could fit in the largest block that is or may become free; the rest
+    are left out before sorting (not for fifo, whose head blocks even when it cannot fit)."""
+    largest = sim.alloc.largest_free_order()
+    return [r for r in cands if r.order <= largest]
+
+
 def _by_tenant(sim: Simulator, cands: list[Run]) -> dict[str, list[Run]]:
     out: dict[str, list[Run]] = {}
     for r in cands:
@@ -70,7 +77,7 @@ class Sjf:
     preemptive: bool = False
 
     def walk(self, sim: Simulator, now: float, cands: list[Run], try_place: TryPlace, done: Done) -> None:
-        _greedy(sorted(cands, key=lambda r: (r.job.duration_s, r.job.submit_s, r.idx)), try_place, done)
+        _greedy(sorted(_fitting(sim, cands), key=lambda r: (r.job.duration_s, r.job.submit_s, r.idx)), try_place, done)
 
 
 @dataclass
@@ -82,7 +89,7 @@ class Las:
         def queue(r: Run) -> int:
             return bisect.bisect_right(LAS_THRESHOLDS_GPU_S, r.gpus * r.held(now))
 
-        _greedy(sorted(cands, key=lambda r: (queue(r), r.job.submit_s, r.idx)), try_place, done)
+        _greedy(sorted(_fitting(sim, cands), key=lambda r: (queue(r), r.job.submit_s, r.idx)), try_place, done)
 
 
 @dataclass
@@ -97,7 +104,7 @@ class Ftf:
             stretch = max(1.0, sim.demand[r.tenant] / max(1, sim.quota[r.tenant]))
             return shared / (r.job.duration_s * stretch)
 
-        _greedy(sorted(cands, key=lambda r: (-rho(r), r.job.submit_s, r.idx)), try_place, done)
+        _greedy(sorted(_fitting(sim, cands), key=lambda r: (-rho(r), r.job.submit_s, r.idx)), try_place, done)
 
 
 @dataclass
@@ -107,7 +114,7 @@ class Drf:
 
     def walk(self, sim: Simulator, now: float, cands: list[Run], try_place: TryPlace, done: Done) -> None:
         alloc = _allocated(sim, cands)
-        groups = _by_tenant(sim, cands)
+        groups = _by_tenant(sim, _fitting(sim, cands))
         tenants = {t: TenantState(t, sim.quota[t], alloc[t], 0.0, 0.0, share=sim.shares[t]) for t in groups}
 
         def key(t: TenantState) -> tuple[float, ...]:

@@ -90,7 +90,9 @@ def _pool_for(gpus: int, pools: dict[int, list[float]]) -> list[float]:
     return pools[best]
 
 
-def build(src: Path | None = None, seed: int = 0, max_jobs: int | None = None) -> tuple[list[Job], dict[str, float]]:
+def build(
+    src: Path | None = None, seed: int = 0, max_jobs: int | None = None
+) -> tuple[list[Job], dict[str, float]]:
     """The semi-real trace: jobs in submit order and tenant shares.
 
     `max_jobs` keeps the first N arrivals (a time prefix, so the load stays real rather
@@ -112,7 +114,9 @@ def build(src: Path | None = None, seed: int = 0, max_jobs: int | None = None) -
     return jobs, shares
 
 
-def make_trace(out: Path, src: Path | None = None, seed: int = 0, max_jobs: int | None = None) -> tuple[Path, Path]:
+def make_trace(
+    out: Path, src: Path | None = None, seed: int = 0, max_jobs: int | None = None
+) -> tuple[Path, Path]:
     jobs, shares = build(src, seed, max_jobs)
     out.mkdir(parents=True, exist_ok=True)
     write_jobs(out / "JOBS.csv", jobs)

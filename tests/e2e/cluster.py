@@ -1,0 +1,113 @@
+"""A real local cluster for end-to-end tests: `rota up` as a subprocess, driven by CLI and SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from rota.client import Client, Job
+
+REPO = Path(__file__).resolve().parents[2]
+FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+@dataclass
+class RunningCluster:
+    home: Path
+    process: subprocess.Popen[bytes]
+    database_url: str
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return dict(json.loads((self.home / "cluster.json").read_text()))
+
+    @property
+    def token(self) -> str:
+        return (self.home / "admin.token").read_text().strip()
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
+        return {**env, "ROTA_HOME": str(self.home)}
+
+    def cli(self, *args: str, token: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "rota.cli.main", *args]
+        if token is not None:
+            argv += ["--token", token]
+        result = subprocess.run(argv, cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=120)
+        if check and result.returncode != 0:
+            raise AssertionError(f"rota {' '.join(args)} failed ({result.returncode}): {result.stderr}")
+        return result
+
+    def cli_json(self, *args: str, token: str | None = None) -> Any:
+        return json.loads(self.cli(*args, "--json", token=token).stdout)
+
+    def client(self, token: str | None = None) -> Client:
+        return Client.connect(self.info["endpoint"], token=token or self.token, timeout=timedelta(seconds=20))
+
+    def wait_job(self, job_id: str, states: tuple[str, ...] = FINAL, timeout_s: float = 120) -> Job:
+        deadline = time.monotonic() + timeout_s
+        with self.client() as client:
+            while True:
+                job = client.get_job(job_id)
+                if job.state in states:
+                    return job
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{job_id} stuck in {job.state} ({job.reason}); wanted {states}")
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_cluster(home: Path, database_url: str, redis_url: str, *, nodes: int = 2, gpus_per_node: int = 2) -> RunningCluster:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
+    # Heartbeats every 0.5 s; a node is dead after 3 s of silence.
+    env.update({"ROTA_NODE_TIMEOUT": "3", "ROTA_SCHEDULE_INTERVAL": "0.3"})
+    log = (home.parent / f"{home.name}-up.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rota.cli.main", "up", "--home", str(home), "--nodes", str(nodes),
+         "--gpus-per-node", str(gpus_per_node), "--database-url", database_url, "--redis-url", redis_url,
+         "--heartbeat-interval", "0.5"],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    cluster = RunningCluster(home, process, database_url)
+    deadline = time.monotonic() + 120
+    while not (home / "cluster.json").exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            cluster.stop()
+            raise AssertionError(f"rota up failed: {(home.parent / f'{home.name}-up.log').read_text()[-3000:]}")
+        time.sleep(0.2)
+    return cluster
+
+
+def job_processes() -> dict[str, dict[str, str]]:
+    """Live processes started for jobs, by pid: their ROTA_* environment."""
+    found: dict[str, dict[str, str]] = {}
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            raw = environ.read_bytes()
+        except OSError:
+            continue
+        if b"ROTA_JOB_ID=" not in raw:
+            continue
+        env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+        found[environ.parent.name] = {k: v for k, v in env.items() if k.startswith("ROTA_")}
+    return found
+
+
+def processes_of(job_id: str) -> list[str]:
+    return [pid for pid, env in job_processes().items() if env.get("ROTA_JOB_ID") == job_id]

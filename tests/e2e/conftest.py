@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from cluster import RunningCluster, start_cluster  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url: str) -> Iterator[RunningCluster]:
+    url = databases.create()
+    running = start_cluster(tmp_path_factory.mktemp("cluster") / "home", url, redis_url)
+    try:
+        running.cli("tenants", "add", "demo")
+        yield running
+    finally:
+        running.stop()
+        databases.drop(url)

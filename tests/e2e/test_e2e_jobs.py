@@ -1,0 +1,128 @@
+"""A real local cluster runs real PyTorch jobs submitted through the CLI and the SDK."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import pytest
+from cluster import REPO, RunningCluster, processes_of
+
+from rota.client import InvalidArgumentError, NotFoundError, UnauthenticatedError, load_job_file, spec_from_mapping
+
+
+def test_the_example_job_submitted_through_the_cli_succeeds_with_its_loss_in_progress(cluster: RunningCluster) -> None:
+    submitted = cluster.cli_json("submit", "examples/train-small.yaml")
+    cluster.wait_job(submitted["id"])
+    job = cluster.cli_json("job", submitted["id"])
+    assert job["state"] == "SUCCEEDED", job
+    assert job["progress"]["step"] == 300
+    assert math.isfinite(job["progress"]["loss"]) and job["progress"]["loss"] < 1.0
+    assert job["node"] and len(job["gpus"]) == 1
+    assert [h["to"] for h in job["history"]] == ["SCHEDULED", "RUNNING", "SUCCEEDED"]
+
+
+def test_the_example_job_submitted_through_the_sdk_succeeds(cluster: RunningCluster) -> None:
+    data = load_job_file(REPO / "examples" / "train-2gpu.yaml")
+    spec = spec_from_mapping(data, base_dir=REPO)
+    with cluster.client() as client:
+        job = client.submit(spec=spec)
+        finished = client.wait(job.id)
+    assert finished.state == "SUCCEEDED", finished.reason
+    assert len(finished.gpus) == 2 and finished.gpus[0] % 2 == 0
+    assert finished.progress["step"] > 0 and math.isfinite(finished.progress["loss"])
+
+
+def test_a_failing_job_reaches_failed_with_its_error(cluster: RunningCluster) -> None:
+    submitted = cluster.cli_json("submit", "examples/fail.yaml")
+    job = cluster.wait_job(submitted["id"])
+    assert job.state == "FAILED"
+    assert job.exit_code != 0
+    assert "simulated failure" in job.error
+
+
+def test_cancelling_a_running_job_leaves_no_process_behind(cluster: RunningCluster) -> None:
+    submitted = cluster.cli_json("submit", "examples/sleep.yaml")
+    cluster.wait_job(submitted["id"], ("RUNNING",))
+    deadline = time.monotonic() + 20
+    while not processes_of(submitted["id"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_of(submitted["id"]), "the job should be running as processes"
+    cancelled = cluster.cli_json("cancel", submitted["id"])
+    assert cancelled["state"] == "CANCELLED"
+    deadline = time.monotonic() + 15
+    while processes_of(submitted["id"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_of(submitted["id"]) == []
+
+
+def test_logs_show_what_the_job_printed(cluster: RunningCluster) -> None:
+    submitted = cluster.cli_json("submit", "examples/fail.yaml")
+    cluster.wait_job(submitted["id"])
+    out = cluster.cli("logs", submitted["id"]).stdout
+    assert "simulated failure: bad shard 3" in out
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ("tenant: demo\nkind: training\ngpus: 3\ncommand: [python, -c, pass]\n", "gpus"),
+        ("tenant: demo\nkind: training\ngpus: 64\ncommand: [python, -c, pass]\n", "gpus"),
+        ("tenant: demo\nkind: painting\ngpus: 1\ncommand: [python]\n", "kind"),
+        ("tenant: demo\nkind: training\ngpus: 1\ncommand: []\n", "command"),
+        ("tenant: demo\nkind: training\ngpus: 1\nduration: 0\ncommand: [python]\n", "duration"),
+        ("tenant: nobody\nkind: training\ngpus: 1\ncommand: [python]\n", "tenant"),
+        ("tenant: demo\nkind: training\npriority: 11\ngpus: 1\ncommand: [python]\n", "priority"),
+        ("tenant: demo\nkind: [unclosed\n", "file"),
+    ],
+)
+def test_bad_submissions_exit_non_zero_with_one_line_naming_the_field(
+    cluster: RunningCluster, tmp_path: Path, body: str, field: str
+) -> None:
+    before = len(cluster.cli_json("jobs"))
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(body)
+    result = cluster.cli("submit", str(job_file), check=False)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{field}:" in lines[0], result.stderr
+    assert len(cluster.cli_json("jobs")) == before, "nothing is stored for a bad submission"
+
+
+def test_a_tenant_sees_only_its_own_jobs_and_needs_a_token(cluster: RunningCluster) -> None:
+    other = cluster.cli_json("tenants", "add", "other")
+    with cluster.client() as admin:
+        spec = spec_from_mapping(load_job_file(REPO / "examples" / "fail.yaml"), base_dir=REPO)
+        demo_job = admin.submit(spec=spec)
+    with cluster.client(token=other["token"]) as client:
+        with pytest.raises(NotFoundError):
+            client.get_job(demo_job.id)
+        with pytest.raises(NotFoundError):
+            client.cancel(demo_job.id)
+        assert all(j.tenant == "other" for j in client.list_jobs())
+        spec.tenant = "demo"
+        with pytest.raises(InvalidArgumentError) as bad:
+            client.submit(spec=spec)
+        assert bad.value.field == "tenant"
+    with cluster.client(token="rt_not-a-token") as client, pytest.raises(UnauthenticatedError):
+        client.list_jobs()
+
+
+def test_a_retried_submission_with_the_same_request_id_creates_one_job(cluster: RunningCluster) -> None:
+    spec = spec_from_mapping(load_job_file(REPO / "examples" / "fail.yaml"), base_dir=REPO)
+    with cluster.client() as client:
+        first = client.submit(spec=spec, request_id="retry-1")
+        again = client.submit(spec=spec, request_id="retry-1")
+        assert again.id == first.id
+        spec.priority = 9
+        from rota.client import AlreadyExistsError
+
+        with pytest.raises(AlreadyExistsError):
+            client.submit(spec=spec, request_id="retry-1")
+
+
+def test_nodes_lists_every_node_with_its_gpus_and_health(cluster: RunningCluster) -> None:
+    nodes = cluster.cli_json("nodes")
+    assert sorted(n["name"] for n in nodes) == ["node-1", "node-2"]
+    assert all(n["health"] == "ALIVE" and len(n["gpus"]) == 2 for n in nodes)
