@@ -18,9 +18,10 @@ import sys
 import time
 
 import numpy as np
-import rota.runtime
 import torch
 from torch import nn
+
+import rota.runtime
 
 
 class Classifier(nn.Module):

@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from rota.client import Client, Job
+from rota.client import Client, Job, UnavailableError
 
 REPO = Path(__file__).resolve().parents[2]
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -56,7 +56,13 @@ class RunningCluster:
         deadline = time.monotonic() + timeout_s
         with self.client() as client:
             while True:
-                job = client.get_job(job_id)
+                try:
+                    job = client.get_job(job_id)
+                except UnavailableError:  # the api is restarting; a client waits it out
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+                    continue
                 if job.state in states:
                     return job
                 if time.monotonic() > deadline:

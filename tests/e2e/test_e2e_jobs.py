@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 from cluster import REPO, RunningCluster, processes_of
 
-from rota.client import InvalidArgumentError, NotFoundError, UnauthenticatedError, load_job_file, spec_from_mapping
+from rota.client import (
+    InvalidArgumentError,
+    NotFoundError,
+    UnauthenticatedError,
+    load_job_file,
+    spec_from_mapping,
+)
 
 
 def test_the_example_job_submitted_through_the_cli_succeeds_with_its_loss_in_progress(cluster: RunningCluster) -> None:

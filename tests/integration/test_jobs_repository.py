@@ -12,6 +12,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+
 from rota.allocator import repository as alloc
 from rota.allocator.placement import Decision
 from rota.api import repository as api
@@ -21,8 +24,6 @@ from rota.common.errors import AlreadyExists, InvalidArgument, NotFound
 from rota.common.jobs_repo import Events, get_job, history, utcnow
 from rota.common.jobspec import JobSpecData, validate
 from rota.common.models import GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
-from sqlalchemy import func, select, update
-from sqlalchemy.exc import IntegrityError
 
 
 @pytest.fixture(scope="module")

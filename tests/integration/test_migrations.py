@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from sqlalchemy import inspect, text
+
 from rota.common import migrate
 from rota.common.db import make_engine
 from rota.common.models import Base
-from sqlalchemy import inspect, text
 
 TABLES = {"tenants", "jobs", "job_transitions", "nodes", "gpus", "placements", "gpu_claims"}
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rota.client.errors import InvalidArgumentError
 from rota.client.jobfile import load_job_file, parse_duration, spec_from_mapping
 from rota.v1 import common_pb2

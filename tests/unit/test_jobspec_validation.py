@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+
 from rota.common.errors import InvalidArgument
 from rota.common.jobspec import (
     DEFAULT_MAX_RETRIES,

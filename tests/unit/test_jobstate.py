@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from rota.common import jobstate as js
 from rota.common.errors import FailedPrecondition
 

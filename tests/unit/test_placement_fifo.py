@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+
 from rota.allocator.placement import (
     Decision,
     NodeFree,

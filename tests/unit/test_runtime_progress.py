@@ -11,6 +11,7 @@ import types
 from pathlib import Path
 
 import pytest
+
 import rota.runtime
 from rota.runtime import JobContext, job_context, report
 from rota.runtime.progress import MAX_REPORT_BYTES

@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from rota.common import migrate
 from rota.common.auth import new_token
 
@@ -132,7 +133,7 @@ class LocalCluster:
             self.children.append(Child(name, argv, env, logs / f"{name}.log", restart=False))
         for child in self.children:
             child.start()
-        info = {
+        info: dict[str, Any] = {
             "endpoint": f"127.0.0.1:{ports['api']}",
             "services": {name: f"127.0.0.1:{port}" for name, port in ports.items()},
             "agents": agents,

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import json_format
+
 from rota.client.errors import RotaError, from_rpc_error
 from rota.v1 import allocator_pb2, allocator_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 
@@ -69,7 +71,8 @@ def from_rpc_error(exc: grpc.RpcError) -> RotaError:
     code = exc.code()  # type: ignore[attr-defined]
     details = exc.details() or code.name  # type: ignore[attr-defined]
     field = ""
-    for key, value in exc.trailing_metadata() or ():  # type: ignore[attr-defined]
+    metadata: Any = exc.trailing_metadata() or ()  # type: ignore[attr-defined]
+    for key, value in metadata:
         if key == "rota-field":
             field = str(value)
     cls = _BY_CODE.get(code, RotaError)

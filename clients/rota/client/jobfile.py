@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 from google.protobuf import struct_pb2
+
 from rota.client.errors import InvalidArgumentError
 from rota.v1 import common_pb2
 

@@ -53,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
             print("rota: agent lease expired; stopping this copy of the job", file=sys.stderr, flush=True)
             write_exit(args.exit_file, FENCED_EXIT, "fenced: agent lease expired")
             os.killpg(os.getpgid(0), signal.SIGKILL)
-    write_exit(args.exit_file, code, "exited" if code >= 0 else f"signal {-code}")
-    return code if code >= 0 else 128 - code
+    # A job killed by a signal is recorded as 128 + the signal, as a shell (and the
+    # fenced exit above) would report it; the raw negative returncode is not an exit code.
+    exit_code = code if code >= 0 else 128 - code
+    write_exit(args.exit_file, exit_code, "exited" if code >= 0 else f"signal {-code}")
+    return exit_code
 
 
 def _lease_expired(lease: Path, timeout: float) -> bool:

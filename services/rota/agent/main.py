@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import grpc
+
 from rota.agent.gpus import discover
 from rota.agent.processes import ProcessTable
 from rota.agent.service import AgentRuntime, AgentService, report_of
@@ -78,17 +79,17 @@ class Heartbeats:
             if (target is None or target.epoch > job.epoch) and not launched_after_request:
                 log.info("stopping %s (epoch %d): no longer placed here", job.job_id, job.epoch)
                 await self.runtime.stop(job.job_id, 0, "no longer placed on this node", 5.0)
-        for job_id, job in wanted.items():
+        for job_id, placed in wanted.items():
             local = self.runtime.table.jobs.get(job_id)
-            if local is None or local.epoch < job.epoch:
+            if local is None or local.epoch < placed.epoch:
                 try:
-                    await self.runtime.launch(job, job.epoch)
-                    log.info("launched %s (epoch %d) from reconciliation", job_id, job.epoch)
+                    await self.runtime.launch(placed, placed.epoch)
+                    log.info("launched %s (epoch %d) from reconciliation", job_id, placed.epoch)
                 except DomainError as exc:
                     log.warning("not launching %s: %s", job_id, exc)
 
     async def close(self) -> None:
-        await self.channel.close()
+        await self.channel.close(None)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+
 from rota.agent.processes import LocalJob, ProcessTable
 from rota.common.auth import current_identity
 from rota.common.errors import InvalidArgument, NotFound

@@ -75,7 +75,7 @@ def table(results: list[dict[str, Any]]) -> str:
                 pct = 100 * (p["value"] / base["value"] - 1) if base["value"] else 0.0
                 uplift.setdefault(name, []).append(pct)
                 vs = f"{points:+5.1f} pt  {pct:+6.1f}% value"
-            extra = f"  gap {p['gap']:.1%}" if "gap" in p else ""
+            extra = f"  gap {p['gap']:.1%}" if "gap" in p else (f"  {p['status']}" if "status" in p else "")
             lines.append(f"{r['name']:18} {name:6} {100 * p['utilization']:5.1f}% {p['value']:8.0f} "
                          f"{p['realtime_unmet']:6d} {p['completed']:5d} {p['runtime_ms']:9.2f}  {vs}{extra}")
     for name, pcts in uplift.items():
@@ -107,8 +107,9 @@ def scale(time_limit: float) -> int:
         fast = run_policy(s, "fast", 5, time_limit)["runtime_ms"]
         t0 = time.perf_counter()
         full = policy_full.plan(s, time_limit=time_limit)
-        gap = full.stats.get("gap", float("nan"))
-        print(f"{gpus:5d} {jobs:5d} {fast:8.2f} {gap:9.1%} {time.perf_counter() - t0:7.1f}")
+        gap = full.stats.get("gap")
+        shown = f"{gap:9.1%}" if isinstance(gap, float) else f"{full.stats['status']:>9}"
+        print(f"{gpus:5d} {jobs:5d} {fast:8.2f} {shown} {time.perf_counter() - t0:7.1f}")
     return 0
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from sqlalchemy import Connection, Engine, text
+
 from rota.allocator import repository
 from rota.allocator.placement import place_fifo
 from rota.common import convert
@@ -23,7 +25,6 @@ from rota.common.errors import Unavailable
 from rota.common.jobs_repo import Events
 from rota.common.live import LiveState
 from rota.v1 import agent_pb2
-from sqlalchemy import Connection, Engine, text
 
 log = logging.getLogger(__name__)
 LEADER_LOCK_KEY = 0x526F7461  # "Rota"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+
 from rota.allocator.loop import SchedulingLoop
 from rota.allocator.service import AllocatorService
 from rota.common.bootstrap import ServiceParts

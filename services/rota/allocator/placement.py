@@ -8,7 +8,7 @@ fit blocks the queue, and every waiting job gets a reason a user can read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -84,8 +84,8 @@ def _first_fit(free: dict[str, NodeFree], job: QueuedJob) -> Decision | None:
     return None
 
 
-def _why_not(nodes: Sequence[NodeFree] | object, job: QueuedJob) -> str:
-    node_list = list(nodes)  # type: ignore[call-overload]
+def _why_not(nodes: Iterable[NodeFree], job: QueuedJob) -> str:
+    node_list = list(nodes)
     if not node_list:
         return "waiting: no live node in the cluster"
     biggest = max(n.gpu_count for n in node_list)

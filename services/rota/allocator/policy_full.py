@@ -113,12 +113,12 @@ def plan(s: Scenario, time_limit: float = 2.0, workers: int = 2, seed: int = 0) 
         if measure(s, candidate).objective > hint_obj + 1e-6:
             grid = candidate
     objective_value = measure(s, grid).objective
-    # The model leaves out the pinned jobs' value, a constant: add it back to the bound.
-    bound = solver.best_objective_bound / SCALE + _pinned_value(s, w)
-    bound = max(bound, objective_value) if status == cp_model.OPTIMAL else bound
-    stats.update(objective=objective_value, bound=bound,
-                 gap=max(0.0, bound - objective_value) / max(abs(bound), 1e-9),
-                 solve_ms=(time.perf_counter() - started) * 1000)
+    stats.update(objective=objective_value, solve_ms=(time.perf_counter() - started) * 1000)
+    if status != cp_model.UNKNOWN:  # UNKNOWN: the limit ran out before any bound was proved
+        # The model leaves out the pinned jobs' value, a constant: add it back to the bound.
+        bound = solver.best_objective_bound / SCALE + _pinned_value(s, w)
+        bound = max(bound, objective_value) if status == cp_model.OPTIMAL else bound
+        stats.update(bound=bound, gap=max(0.0, bound - objective_value) / max(abs(bound), 1e-9))
     return Plan(grid, stats)
 
 

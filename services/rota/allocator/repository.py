@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from sqlalchemy import select, text, update
+from sqlalchemy.orm import Session
+
 from rota.allocator.placement import Decision, NodeFree, QueuedJob
 from rota.common import jobstate
 from rota.common.jobs_repo import Events, get_job, release, requeue_or_fail, transition, utcnow
 from rota.common.jobspec import JobSpecData, gpus_to_hold
 from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
-from sqlalchemy import select, text, update
-from sqlalchemy.orm import Session
 
 ALIVE = "ALIVE"
 DEAD = "DEAD"

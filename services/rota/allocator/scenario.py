@@ -107,7 +107,7 @@ def _num(d: Mapping[str, Any], key: str, default: float) -> float:
     return float(v)
 
 
-def _batch(d: Mapping[str, Any], where: str, kind: str, gpus: int, horizon: int) -> BatchJob:
+def _batch(d: Mapping[str, Any], where: str, kind: str, gpus: int) -> BatchJob:
     n = _int(d, "gpus", where)
     if not is_power_of_two(n):
         raise ScenarioError(f"{where}gpus", f"must be a power of two, got {n}")
@@ -210,7 +210,7 @@ def from_dict(d: Mapping[str, Any]) -> Scenario:
         if kind == REALTIME:
             realtime.append(_realtime(j, where, gpus, horizon))
         else:
-            batch.append(_batch(j, where, str(kind), gpus, horizon))
+            batch.append(_batch(j, where, str(kind), gpus))
             _check_running_overlap(batch[-1], where, owner)
     return Scenario(
         name=str(d.get("name", "unnamed")), gpus=gpus, horizon=horizon, gpus_per_node=per_node,

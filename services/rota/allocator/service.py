@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+
 from rota.common.auth import current_identity
 from rota.common.db import Database
 from rota.common.errors import NotFound

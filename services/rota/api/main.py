@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+from sqlalchemy import func, update
+from sqlalchemy.orm import Session
+
 from rota.api.service import ApiContext, ClusterService, JobService, TenantService
 from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
 from rota.common.models import NodeRow
 from rota.v1 import api_pb2, api_pb2_grpc
-from sqlalchemy import func, update
-from sqlalchemy.orm import Session
 
 
 def restart_grace(session: Session) -> None:

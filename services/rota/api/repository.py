@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
 from rota.common import jobstate
 from rota.common.errors import AlreadyExists, InvalidArgument, NotFound
 from rota.common.jobs_repo import Events, get_job, new_job_id, release, requeue_or_fail, transition, utcnow
 from rota.common.jobspec import JobSpecData
 from rota.common.models import GpuClaimRow, GpuRow, JobRow, NodeRow, TenantRow
-from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 ALIVE = "ALIVE"
 DEAD = "DEAD"

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 import grpc
+from sqlalchemy.orm import Session
+
 from rota.api import repository
 from rota.common import convert, jobstate
 from rota.common.agents import AgentClients
@@ -25,7 +27,6 @@ from rota.common.jobspec import validate
 from rota.common.live import LiveState
 from rota.common.models import GpuRow, JobRow, NodeRow
 from rota.v1 import agent_pb2, api_pb2, api_pb2_grpc, common_pb2
-from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -118,7 +119,8 @@ class JobService(api_pb2_grpc.JobServiceServicer):
         def cancel(session: Session) -> tuple[common_pb2.Job, str | None, str, int]:
             _visible_job(session, request.id, identity)
             job, node = repository.cancel_job(session, request.id, request.reason, events)
-            address = session.get(NodeRow, node).address if node and session.get(NodeRow, node) else ""
+            row = session.get(NodeRow, node) if node else None
+            address = row.address if row is not None else ""
             return convert.job_to_proto(job, history(session, job.id)), node, address, job.epoch
 
         job, node, address, epoch = await self.ctx.tx(cancel)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+
 from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
 from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+
 from rota.v1 import agent_pb2_grpc
 
 
@@ -24,5 +25,5 @@ class AgentClients:
 
     async def close(self) -> None:
         for channel in self._channels.values():
-            await channel.close()
+            await channel.close(None)
         self._channels.clear()

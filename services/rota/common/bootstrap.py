@@ -8,6 +8,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 import grpc
+from sqlalchemy import select
+
 from rota.common.agents import AgentClients
 from rota.common.auth import ADMIN, TENANT, Identity, hash_token
 from rota.common.config import Settings
@@ -16,7 +18,6 @@ from rota.common.live import LiveState, connect_redis
 from rota.common.models import TenantRow
 from rota.common.server import RotaInterceptor, run_server
 from rota.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
-from sqlalchemy import select
 
 TOKEN_CACHE_S = 5.0
 

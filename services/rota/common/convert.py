@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
+
 from rota.common.jobspec import JobSpecData
 from rota.common.models import GpuClaimRow, GpuRow, JobRow, JobTransitionRow, NodeRow, TenantRow
 from rota.v1 import common_pb2

@@ -6,10 +6,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from rota.common.errors import Unavailable
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+
+from rota.common.errors import Unavailable
 
 T = TypeVar("T")
 

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from rota.common import jobstate
-from rota.common.models import GpuClaimRow, JobRow, JobTransitionRow, PlacementRow
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
+
+from rota.common import jobstate
+from rota.common.models import GpuClaimRow, JobRow, JobTransitionRow, PlacementRow
 
 
 def utcnow() -> datetime:

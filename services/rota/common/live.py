@@ -76,9 +76,9 @@ class LiveState:
         self, job_id: str, last_id: str, block_ms: int
     ) -> list[tuple[str, str, dict[str, Any]]]:
         """Events after `last_id` ("$" = only new ones), waiting at most block_ms."""
-        result = self.client.xread({self._key("events", job_id): last_id}, block=block_ms, count=100)
+        result: Any = self.client.xread({self._key("events", job_id): last_id}, block=block_ms, count=100)
         events: list[tuple[str, str, dict[str, Any]]] = []
-        for _stream, entries in result or []:  # type: ignore[union-attr]
+        for _stream, entries in result or []:
             for entry_id, fields in entries:
                 events.append((entry_id, fields["event"], json.loads(fields["payload"])))
         return events

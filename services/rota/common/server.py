@@ -18,9 +18,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry import propagate, trace
+from sqlalchemy.exc import DBAPIError, OperationalError
+
 from rota.common.auth import Identity, bearer, set_identity
 from rota.common.errors import DomainError, Unauthenticated, Unavailable
-from sqlalchemy.exc import DBAPIError, OperationalError
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class RotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     async def _enter(self, context: grpc.aio.ServicerContext) -> None:
         if self._authenticate is None:
             return
-        token = bearer(context.invocation_metadata())
+        token = bearer(tuple(context.invocation_metadata() or ()))  # type: ignore[arg-type]
         if not token:
             raise Unauthenticated("missing bearer token (authorization metadata)")
         identity = await self._authenticate(token)
@@ -132,7 +133,7 @@ class RotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return wrapped
 
-    def _wrap_stream(self, method: str, behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    def _wrap_stream(self, method: str, behavior: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
         # Streams (watch, logs, heartbeats) live as long as the client's own deadline.
         async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             with self._span(method, context):
@@ -168,9 +169,9 @@ async def run_server(
     grace_s: float = 5.0,
 ) -> None:
     """Serves until SIGTERM/SIGINT, then stops gracefully: health NOT_SERVING, drain, exit."""
-    server = grpc.aio.server(interceptors=[interceptor], options=server_options(max_message_bytes))
+    server = grpc.aio.server(interceptors=[interceptor], options=server_options(max_message_bytes))  # type: ignore[attr-defined]
     service_names = register(server)
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection([*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
     port = server.add_insecure_port(listen)
@@ -185,7 +186,7 @@ async def run_server(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    tasks = [asyncio.create_task(job()) for job in background or []]
+    tasks: list[asyncio.Future[None]] = [asyncio.ensure_future(job()) for job in background or []]
     await stop.wait()
     log.info("%s stopping", name)
     for service in ["", *service_names]:

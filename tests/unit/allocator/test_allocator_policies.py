@@ -126,6 +126,7 @@ def test_full_reports_its_objective_bound_and_gap_and_never_loses_to_its_hint() 
     got = measure(s, plan.grid).objective
     assert plan.stats["objective"] == pytest.approx(got)
     assert got >= measure(s, policy_fast.plan(s).grid).objective - 1e-9
+    assert plan.stats["status"] == "OPTIMAL"  # small enough to prove
     assert float(plan.stats["bound"]) >= got - 1e-3 and float(plan.stats["gap"]) >= 0
 
 

@@ -1,0 +1,116 @@
+"""Faults on a real local cluster: a node dies, the control plane restarts mid-run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cluster import REPO, RunningCluster, job_processes, processes_of
+from sqlalchemy import create_engine, text
+
+from rota.client import load_job_file, spec_from_mapping
+
+
+def _sleep_spec(seconds: int, *, restart: str = "on-failure") -> Any:
+    data = load_job_file(REPO / "examples" / "sleep.yaml")
+    data["command"] = ["python", "examples/sleep_job.py", "--seconds", str(seconds)]
+    data["restart"] = restart
+    return spec_from_mapping(data, base_dir=REPO)
+
+
+class DoubleBookingWatch:
+    """Samples the job processes on this machine: no two jobs may hold one (node, GPU)."""
+
+    def __init__(self) -> None:
+        self.conflicts: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> DoubleBookingWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            holders: dict[tuple[str, str], set[str]] = {}
+            for env in job_processes().values():
+                for gpu in env.get("ROTA_GPUS", "").split(","):
+                    holders.setdefault((env.get("ROTA_NODE", ""), gpu), set()).add(env["ROTA_JOB_ID"])
+            self.conflicts += [f"{slot}: {jobs}" for slot, jobs in holders.items() if len(jobs) > 1]
+
+
+def _overlapping_claims(database_url: str) -> list[Any]:
+    """Placements whose GPU use overlapped in time on the same node (from Postgres)."""
+    engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            """SELECT a.job_id, b.job_id, a.node FROM placements a JOIN placements b
+               ON a.node = b.node AND a.id < b.id AND a.gpu_indices && b.gpu_indices
+               AND b.created_at < COALESCE(a.released_at, now())
+               AND a.created_at < COALESCE(b.released_at, now())"""
+        )).all()
+    engine.dispose()
+    return list(rows)
+
+
+@pytest.fixture
+def fresh(cluster: RunningCluster) -> Iterator[RunningCluster]:
+    yield cluster
+
+
+def test_killing_an_agent_makes_its_node_dead_and_its_job_lost_then_requeued(cluster: RunningCluster) -> None:
+    with cluster.client() as client:
+        job = client.submit(spec=_sleep_spec(60))
+    running = cluster.wait_job(job.id, ("RUNNING",))
+    first_node = running.node
+    agent_pid = cluster.info["pids"][first_node]
+    os.kill(agent_pid, signal.SIGKILL)
+    # The node is dead after the heartbeat timeout, the job LOST, then requeued (on-failure).
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        nodes = {n["name"]: n for n in cluster.cli_json("nodes")}
+        if nodes[first_node]["health"] == "DEAD":
+            break
+        time.sleep(0.3)
+    assert nodes[first_node]["health"] == "DEAD"
+    moved = cluster.wait_job(job.id, ("RUNNING",), timeout_s=30)
+    assert moved.node != first_node and moved.attempts == 2
+    states = [h.to_state for h in moved.history]
+    assert "LOST" in states and states.index("LOST") < len(states) - 1
+    lost = next(h for h in moved.history if h.to_state == "LOST")
+    assert "missed heartbeats" in lost.reason
+    # The copy on the dead node fences itself once the agent's lease lapses: one copy runs.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        nodes_running = {env["ROTA_NODE"] for env in job_processes().values() if env.get("ROTA_JOB_ID") == job.id}
+        if nodes_running == {moved.node}:
+            break
+        time.sleep(0.2)
+    assert nodes_running == {moved.node}
+    cluster.cli("cancel", job.id)
+
+
+def test_restarting_api_and_allocator_mid_run_loses_no_job_and_double_books_no_gpu(cluster: RunningCluster) -> None:
+    with cluster.client() as client:
+        ids = [client.submit(spec=_sleep_spec(4, restart="never")).id for _ in range(5)]
+    with DoubleBookingWatch() as watch:
+        cluster.wait_job(ids[0], ("RUNNING",))
+        old = cluster.info["pids"]
+        os.kill(old["api"], signal.SIGKILL)
+        os.kill(old["allocator"], signal.SIGKILL)
+        # The supervisor restarts them (as a Deployment would); every job still finishes.
+        finished = [cluster.wait_job(i, timeout_s=120) for i in ids]
+    assert cluster.info["pids"]["api"] != old["api"]
+    assert [j.state for j in finished] == ["SUCCEEDED"] * len(ids), [(j.id, j.state, j.reason) for j in finished]
+    assert watch.conflicts == []
+    assert _overlapping_claims(cluster.database_url) == []
+    assert all(processes_of(i) == [] for i in ids)
