@@ -88,7 +88,7 @@ def validate(spec: JobSpecData, *, max_gpus_per_node: int) -> JobSpecData:
         _require(len(arg.encode()) <= MAX_ARG_BYTES, f"command[{i}]", f"longer than {MAX_ARG_BYTES} bytes")
     _require(spec.command[0] != "", "command[0]", "must not be empty")
     if not spec.name and spec.command:
-        spec.name = re.sub(r"[^A-Za-z0-9._-]", "-", spec.command[-1].split("/")[-1])[:MAX_NAME] or "job"
+        spec.name = _default_name(spec.command)
     _require(bool(spec.name), "name", "must not be empty")
     _require(len(spec.name) <= MAX_NAME, "name", f"longer than {MAX_NAME} characters")
     _require(bool(NAME_PATTERN.match(spec.name)), "name", "use letters, digits, '.', '_' or '-'")
@@ -112,6 +112,14 @@ def validate(spec: JobSpecData, *, max_gpus_per_node: int) -> JobSpecData:
     _require(len(spec.features) <= MAX_FEATURES, "features", f"more than {MAX_FEATURES} entries")
     _require(len(json.dumps(spec.features)) <= 16 * 1024, "features", "larger than 16 KiB")
     return spec
+
+
+def _default_name(command: list[str]) -> str:
+    """The script's name (`python examples/train_lm.py ...` -> `train_lm`), else the program's."""
+    script = next((a for a in command if a.endswith((".py", ".sh"))), command[0])
+    stem = script.rsplit("/", 1)[-1].rsplit(".", 1)[0] if "." in script else script.rsplit("/", 1)[-1]
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", stem).lstrip("._-")[:MAX_NAME]
+    return name or "job"
 
 
 def _validate_gpus(spec: JobSpecData, max_gpus_per_node: int) -> None:
