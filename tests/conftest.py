@@ -97,7 +97,7 @@ def redis_url() -> Iterator[str]:
         try:
             yield f"unix://{server.socket_file}"
         finally:
-            server.shutdown(save=False, now=True)
+            server.shutdown(nosave=True)
 
 
 @pytest.fixture

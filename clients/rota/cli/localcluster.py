@@ -89,7 +89,7 @@ class LocalCluster:
     def stop_stores(self) -> None:
         if self._redis is not None:
             try:
-                self._redis.shutdown(save=False, now=True)
+                self._redis.shutdown(nosave=True)
             except Exception:  # noqa: BLE001 - already gone
                 pass
             self._redis = None
