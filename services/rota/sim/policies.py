@@ -77,7 +77,11 @@ class Sjf:
     preemptive: bool = False
 
     def walk(self, sim: Simulator, now: float, cands: list[Run], try_place: TryPlace, done: Done) -> None:
-        _greedy(sorted(_fitting(sim, cands), key=lambda r: (r.job.duration_s, r.job.submit_s, r.idx)), try_place, done)
+        _greedy(
+            sorted(_fitting(sim, cands), key=lambda r: (r.job.duration_s, r.job.submit_s, r.idx)),
+            try_place,
+            done,
+        )
 
 
 @dataclass
@@ -89,7 +93,9 @@ class Las:
         def queue(r: Run) -> int:
             return bisect.bisect_right(LAS_THRESHOLDS_GPU_S, r.gpus * r.held(now))
 
-        _greedy(sorted(_fitting(sim, cands), key=lambda r: (queue(r), r.job.submit_s, r.idx)), try_place, done)
+        _greedy(
+            sorted(_fitting(sim, cands), key=lambda r: (queue(r), r.job.submit_s, r.idx)), try_place, done
+        )
 
 
 @dataclass
@@ -129,8 +135,8 @@ class Drf:
 @dataclass
 class Fair:
     """ASTRAEA. At lease expiry only a job of a tenant holding more than its quota is up for
-    grabs, and only a tenant under its quota (or a starving job) may take its GPUs: a
-    borrower yields to an under-served tenant, never to another borrower."""
+    grabs, and only a job that keeps its tenant within quota (or a starving job) may take
+    its GPUs: a borrower yields to an under-served tenant, never to another borrower."""
 
     name: str = "fair"
     preemptive: bool = True
@@ -163,6 +169,11 @@ class Fair:
         starving: set[int] = set()
 
         def key(r: Run) -> tuple[int, float, float]:
+            # Fast path, same result as fair_job_key: a job that has not run yet and is not
+            # starving has U_j = 0 < D_j, so F_j = 0 (most of a long queue looks like this).
+            if r.state == PENDING and r.held_s == 0 and now - r.pending_since < cfg.starvation_s:
+                if sim.quota[r.tenant] > 0 and now > r.job.submit_s:
+                    return (1, 0.0, r.job.submit_s)
             view = JobView(
                 r.job.id,
                 r.tenant,
@@ -182,7 +193,9 @@ class Fair:
 
         def place(r: Run) -> bool:
             t = tenants[r.tenant]
-            return try_place(r, displace=t.allocated < t.quota or r.idx in starving)
+            # Displacing only what keeps the taker within its quota stops ping-pong: a
+            # taker that went over quota would itself be displaced at its next expiry.
+            return try_place(r, displace=t.allocated + r.gpus <= t.quota or r.idx in starving)
 
         # 3. The two-stage walk over the rest.
         tenant_walk(tenants, jobs_of, lambda t: fair_tenant_key(t, cfg), place, cfg.lease_s, done)
