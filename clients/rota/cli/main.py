@@ -142,6 +142,12 @@ HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    # `rota sim` and `rota bench TARGET` own their flags (help included): pass them through.
+    if argv[:1] == ["sim"]:
+        sys.exit(commands.run(commands.sim, argparse.Namespace(args=argv[1:])))
+    if argv[:1] == ["bench"] and len(argv) > 1:
+        sys.exit(commands.run(commands.bench, argparse.Namespace(target=argv[1], args=argv[2:])))
     args = build_parser().parse_args(argv)
     sys.exit(commands.run(HANDLERS[args.command], args))
 
