@@ -17,8 +17,7 @@ from pathlib import Path
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
 from rota.cli import commands  # noqa: E402
-
-SERVICES = ("api", "allocator", "forecaster", "ledger", "checkpoint", "detector")
+from rota.cli.localcluster import SERVICES  # noqa: E402
 
 
 def _connection_args(parser: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import select, text, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from rota.allocator.placement import Decision, NodeFree, QueuedJob
@@ -95,7 +95,3 @@ def set_waiting_reasons(session: Session, reasons: dict[str, str]) -> None:
             .where(JobRow.id == job_id, JobRow.state == jobstate.PENDING, JobRow.reason != reason)
             .values(reason=reason)
         )
-
-
-def try_lead(session: Session, lock_key: int) -> bool:
-    return bool(session.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock_key}).scalar_one())

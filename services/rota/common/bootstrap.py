@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 from sqlalchemy import select
@@ -83,3 +84,15 @@ class ServiceParts:
             background=background,
             on_stop=on_stop,
         )
+
+
+async def serve_unimplemented(name: str, settings: Settings, descriptor: Any, service: str, add: Any, servicer: Any) -> None:
+    """Serves a service whose RPCs a later issue builds: the generated base servicer
+    answers UNIMPLEMENTED for each (never a made-up answer), with everything else in place."""
+    parts = ServiceParts(name, settings)
+
+    def register(server: grpc.aio.Server) -> list[str]:
+        add(servicer(), server)
+        return [descriptor.services_by_name[service].full_name]
+
+    await parts.serve(register)

@@ -128,18 +128,6 @@ def job_to_proto(job: JobRow, transitions: Sequence[JobTransitionRow] = ()) -> c
     return message
 
 
-def job_from_snapshot(snapshot: dict[str, Any]) -> common_pb2.Job:
-    return common_pb2.Job(
-        id=snapshot["id"],
-        state=state_value(snapshot["state"]),
-        reason=snapshot.get("reason", ""),
-        node=snapshot.get("node") or "",
-        gpus=snapshot.get("gpus", []),
-        epoch=snapshot.get("epoch", 0),
-        progress=struct(snapshot.get("progress") or {}),
-    )
-
-
 def tenant_to_proto(tenant: TenantRow) -> common_pb2.Tenant:
     return common_pb2.Tenant(name=tenant.name, share=tenant.share, created_at=timestamp(tenant.created_at))
 

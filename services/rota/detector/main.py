@@ -1,33 +1,25 @@
 """Composition root of the detector service.
 
-Its RPCs are built by a later issue; until then the generated base servicer answers
-UNIMPLEMENTED for each of them (never a made-up answer), while the process already has
-health, reflection, auth, deadlines, tracing and graceful stop like every service.
+Its RPCs are built by a later issue; until then each answers UNIMPLEMENTED, while the
+process already has health, reflection, auth, deadlines, tracing and graceful stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-import grpc
-
-from rota.common.bootstrap import ServiceParts
+from rota.common.bootstrap import serve_unimplemented
 from rota.common.config import Settings
 from rota.v1 import detector_pb2, detector_pb2_grpc
 
 
-async def serve(settings: Settings) -> None:
-    parts = ServiceParts("detector", settings)
-
-    def register(server: grpc.aio.Server) -> list[str]:
-        detector_pb2_grpc.add_DetectorServiceServicer_to_server(detector_pb2_grpc.DetectorServiceServicer(), server)
-        return [detector_pb2.DESCRIPTOR.services_by_name["DetectorService"].full_name]
-
-    await parts.serve(register)
-
-
 def main() -> None:
-    asyncio.run(serve(Settings.from_env()))
+    asyncio.run(
+        serve_unimplemented(
+            "detector", Settings.from_env(), detector_pb2.DESCRIPTOR, "DetectorService",
+            detector_pb2_grpc.add_DetectorServiceServicer_to_server, detector_pb2_grpc.DetectorServiceServicer,
+        )
+    )
 
 
 if __name__ == "__main__":

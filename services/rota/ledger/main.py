@@ -1,33 +1,25 @@
 """Composition root of the ledger service.
 
-Its RPCs are built by a later issue; until then the generated base servicer answers
-UNIMPLEMENTED for each of them (never a made-up answer), while the process already has
-health, reflection, auth, deadlines, tracing and graceful stop like every service.
+Its RPCs are built by a later issue; until then each answers UNIMPLEMENTED, while the
+process already has health, reflection, auth, deadlines, tracing and graceful stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-import grpc
-
-from rota.common.bootstrap import ServiceParts
+from rota.common.bootstrap import serve_unimplemented
 from rota.common.config import Settings
 from rota.v1 import ledger_pb2, ledger_pb2_grpc
 
 
-async def serve(settings: Settings) -> None:
-    parts = ServiceParts("ledger", settings)
-
-    def register(server: grpc.aio.Server) -> list[str]:
-        ledger_pb2_grpc.add_LedgerServiceServicer_to_server(ledger_pb2_grpc.LedgerServiceServicer(), server)
-        return [ledger_pb2.DESCRIPTOR.services_by_name["LedgerService"].full_name]
-
-    await parts.serve(register)
-
-
 def main() -> None:
-    asyncio.run(serve(Settings.from_env()))
+    asyncio.run(
+        serve_unimplemented(
+            "ledger", Settings.from_env(), ledger_pb2.DESCRIPTOR, "LedgerService",
+            ledger_pb2_grpc.add_LedgerServiceServicer_to_server, ledger_pb2_grpc.LedgerServiceServicer,
+        )
+    )
 
 
 if __name__ == "__main__":
