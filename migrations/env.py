@@ -4,10 +4,10 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 
 from rota.common.db import normalize_url
-from rota.common.models import Base
+from rota.common.schema import metadata
 
 config = context.config
-target_metadata = Base.metadata
+target_metadata = metadata
 
 
 def run_migrations_online() -> None:

@@ -79,10 +79,13 @@ class RunningCluster:
                 self.process.wait()
 
 
-def start_cluster(home: Path, database_url: str, redis_url: str, *, nodes: int = 2, gpus_per_node: int = 2) -> RunningCluster:
+def start_cluster(
+    home: Path, database_url: str, redis_url: str, *, nodes: int = 2, gpus_per_node: int = 2,
+    extra_env: dict[str, str] | None = None,
+) -> RunningCluster:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
     # Heartbeats every 0.5 s; a node is dead after 3 s of silence.
-    env.update({"ROTA_NODE_TIMEOUT": "3", "ROTA_SCHEDULE_INTERVAL": "0.3"})
+    env.update({"ROTA_NODE_TIMEOUT": "3", "ROTA_SCHEDULE_INTERVAL": "0.3", **(extra_env or {})})
     log = (home.parent / f"{home.name}-up.log").open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "rota.cli.main", "up", "--home", str(home), "--nodes", str(nodes),

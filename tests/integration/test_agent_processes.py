@@ -110,6 +110,7 @@ def test_launch_runs_the_command_with_rota_env(
         "ROTA_EPOCH": "7",
         "ROTA_GPUS": "0,1",
         "ROTA_PROGRESS_FILE": str(job.folder / "progress.jsonl"),
+        "ROTA_REPLICAS_FILE": str(job.folder / "replicas.json"),
         "CUDA_VISIBLE_DEVICES": "",  # virtual slots hide every real device
         "EXTRA": "1",
     }
@@ -286,3 +287,19 @@ def test_a_job_killed_by_a_signal_reports_128_plus_the_signal(table: ProcessTabl
     assert wait_exit(job) == 128 + 9
     assert job.state() == "FAILED"
     assert (job.folder / "exit").read_text().split("\n")[:2] == ["137", "signal 9"]
+
+
+def test_resize_moves_a_running_app_to_new_gpus_under_a_newer_epoch_and_refuses_an_older_one(table: ProcessTable) -> None:
+    job = launch(table, "j-app", 5, [0], [PY, "-c", "import time; time.sleep(30)"])
+    try:
+        resized = table.resize("j-app", 6, [0, 1])
+        assert (resized.epoch, resized.gpus) == (6, [0, 1])
+        assert json.loads((job.folder / "replicas.json").read_text()) == {"epoch": 6, "gpus": [0, 1], "replicas": 2}
+        assert json.loads((job.folder / "meta.json").read_text())["epoch"] == 6
+        assert table.resize("j-app", 6, [0, 1]) is resized  # a repeat changes nothing
+        with pytest.raises(FailedPrecondition, match="stale epoch"):
+            table.resize("j-app", 5, [0])
+        table.adopt()  # a restarted agent adopts the app at its resized epoch
+        assert table.jobs["j-app"].epoch == 6
+    finally:
+        table.stop("j-app", 0, "test over", grace_s=2)

@@ -16,7 +16,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from rota.allocator import repository as alloc
-from rota.allocator.placement import Decision
+from rota.allocator.liveplan import Start
 from rota.api import repository as api
 from rota.common import jobstate as js
 from rota.common.db import Database, make_engine
@@ -68,7 +68,7 @@ def submit(db: Database, tenant: str, request_id: str = "", **overrides: Any) ->
 
 
 def place(db: Database, job_id: str, node: str, gpus: tuple[int, ...]) -> JobRow:
-    job = db.run(lambda s: alloc.commit_decision(s, Decision(job_id, node, gpus), Events()))
+    job = db.run(lambda s: alloc.commit_decision(s, Start(job_id, node, gpus), Events()))
     assert job is not None
     return job
 
@@ -186,7 +186,7 @@ def test_largest_node_counts_gpus(db: Database) -> None:
 def test_commit_decision_claims_gpus_with_increasing_epochs(db: Database, tenant: str, node: str) -> None:
     a, b = submit(db, tenant, gpus=2), submit(db, tenant, gpus=1)
     events = Events()
-    job_a = db.run(lambda s: alloc.commit_decision(s, Decision(a, node, (0, 1)), events))
+    job_a = db.run(lambda s: alloc.commit_decision(s, Start(a, node, (0, 1)), events))
     job_b = place(db, b, node, (2,))
     assert job_a is not None
     assert job_b.epoch > job_a.epoch > 0
@@ -200,7 +200,7 @@ def test_commit_decision_claims_gpus_with_increasing_epochs(db: Database, tenant
     assert f"epoch {job_a.epoch}" in transitions(db, a)[-1][2]
     assert [(e[0], e[2]["state"]) for e in events.items] == [(a, js.SCHEDULED)]
     # A job that is no longer pending is not placed again.
-    assert db.run(lambda s: alloc.commit_decision(s, Decision(a, node, (3,)), Events())) is None
+    assert db.run(lambda s: alloc.commit_decision(s, Start(a, node, (3,)), Events())) is None
     assert claims(db, job_id=a) == [(node, 0, a, job_a.epoch), (node, 1, a, job_a.epoch)]
 
 
@@ -209,7 +209,7 @@ def test_double_booking_is_refused_by_the_database(db: Database, tenant: str, no
     job_a = place(db, a, node, (0, 1))
     # An allocator with a stale view tries to put b on GPU 1, already claimed by a.
     with pytest.raises(IntegrityError, match="gpu_claims"):
-        db.run(lambda s: alloc.commit_decision(s, Decision(b, node, (1, 2)), Events()))
+        db.run(lambda s: alloc.commit_decision(s, Start(b, node, (1, 2)), Events()))
     # Nothing of the refused commit was written: b is untouched, a keeps its claims.
     job_b = load(db, b)
     assert (job_b.state, job_b.node, job_b.epoch, job_b.attempts, list(job_b.gpu_indices)) == (js.PENDING, None, 0, 0, [])
@@ -219,15 +219,15 @@ def test_double_booking_is_refused_by_the_database(db: Database, tenant: str, no
     assert place(db, b, node, (2, 3)).epoch > job_a.epoch
 
 
-def test_snapshot_sees_free_gpus_and_the_queue_in_order(db: Database, tenant: str, node: str) -> None:
+def test_the_live_view_sees_nodes_holding_jobs_then_the_queue_in_order(db: Database, tenant: str, node: str) -> None:
     a, b, c = submit(db, tenant, gpus=2), submit(db, tenant, gpus=1), submit(db, tenant, gpus=4)
     place(db, a, node, (2, 3))
-    snap = db.run(alloc.snapshot)
-    [mine] = [n for n in snap.nodes if n.name == node]
-    assert (mine.gpu_count, mine.busy) == (4, frozenset({2, 3}))
-    assert [(q.id, q.gpus) for q in snap.queue if q.id in (a, b, c)] == [(b, 1), (c, 4)]
-    assert a in {j.id for j in snap.holding}
-    assert snap.addresses[node].startswith("127.0.0.1:")
+    view = db.run(alloc.live_view)
+    [mine] = [n for n in view.nodes if n.name == node]
+    assert mine.gpus == 4
+    mine_jobs = [(j.id, j.gpus, j.node, j.gpu_indices) for j in view.jobs if j.id in (a, b, c)]
+    assert mine_jobs == [(a, 2, node, (2, 3)), (b, 1, None, ()), (c, 4, None, ())]
+    assert view.addresses[node].startswith("127.0.0.1:")
     db.run(lambda s: alloc.set_waiting_reasons(s, {c: "waiting: test reason"}))
     assert load(db, c).reason == "waiting: test reason"
 

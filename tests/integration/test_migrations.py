@@ -6,9 +6,10 @@ from sqlalchemy import inspect, text
 
 from rota.common import migrate
 from rota.common.db import make_engine
-from rota.common.models import Base
+from rota.common.schema import metadata
 
-TABLES = {"tenants", "jobs", "job_transitions", "nodes", "gpus", "placements", "gpu_claims"}
+TABLES = {"tenants", "jobs", "job_transitions", "nodes", "gpus", "placements", "gpu_claims", "plan_steps",
+          "ledger_usage", "ledger_collected", "forecast_completions", "forecast_traffic"}
 
 
 def _tables(url: str) -> set[str]:
@@ -35,7 +36,7 @@ def test_upgrade_check_downgrade_upgrade(empty_database_url: str) -> None:
     assert _tables(url) == set()
 
     migrate.upgrade(url)
-    assert _tables(url) == TABLES == set(Base.metadata.tables)
+    assert _tables(url) == TABLES == set(metadata.tables)
     assert _has_epoch_sequence(url)
     migrate.check(url)  # raises when the models and the migrated schema differ
 

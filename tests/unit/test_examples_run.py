@@ -154,11 +154,15 @@ def test_job_files_follow_the_spec(path: Path) -> None:
         "restart",
         "features",
         "demand",
+        "max_swap",
     }
     assert set(job) <= allowed, set(job) - allowed
     assert job["kind"] in {"training", "batch_inference", "quantization", "realtime", "trial"}
     assert 1 <= job["priority"] <= 10
-    assert job["gpus"] >= 1 and job["gpus"] & (job["gpus"] - 1) == 0
+    if job["kind"] == "realtime" and "gpus" not in job:
+        assert job["demand"] and all(d >= 0 for d in job["demand"])
+    else:
+        assert job["gpus"] >= 1 and job["gpus"] & (job["gpus"] - 1) == 0
     assert job.get("restart", "never") in {"never", "on-failure"}
     command = job["command"]
     assert isinstance(command, list) and all(isinstance(c, str) for c in command)
@@ -185,3 +189,30 @@ def test_the_required_job_files_exist() -> None:
         1,
         "never",
     )
+
+
+def test_serve_lm_follows_the_replica_file_as_the_agent_rewrites_it(tmp_path: Path) -> None:
+    from rota.agent.processes import write_replicas
+
+    progress = tmp_path / "progress.jsonl"
+    write_replicas(tmp_path, 5, [0])
+    env = {**job_env(progress), "ROTA_REPLICAS_FILE": str(tmp_path / "replicas.json")}
+    proc = subprocess.Popen(
+        [sys.executable, "examples/serve_lm.py", "--seconds", "30"], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (progress.exists() and progress.read_text().strip()):
+            time.sleep(0.2)
+        write_replicas(tmp_path, 6, [0, 1, 2])
+        while time.monotonic() < deadline and read_progress(progress)[-1]["replicas"] != 3:
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    reports = read_progress(progress)
+    assert reports[0]["replicas"] == 1 and reports[0]["epoch"] == 5
+    assert reports[-1]["replicas"] == 3 and reports[-1]["epoch"] == 6
+    assert proc.returncode == 0, out
+    assert "served" in out

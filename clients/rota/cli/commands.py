@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 
@@ -79,6 +80,14 @@ def submit(args: argparse.Namespace) -> int:
     if args.tenant:
         data["tenant"] = args.tenant
     spec = spec_from_mapping(data, base_dir=Path.cwd())
+    if args.what_if:
+        with connect(args) as client:
+            answer = client.what_if(spec=spec)
+        if args.json:
+            print_json(asdict(answer))
+        else:
+            print(answer.text())
+        return 0
     with connect(args) as client:
         job = client.submit(spec=spec, request_id=args.request_id)
         if args.wait:
@@ -229,7 +238,7 @@ def migrate(args: argparse.Namespace) -> int:
 
 
 def bench(args: argparse.Namespace) -> int:
-    targets = {"allocator": "rota.allocator.bench"}
+    targets = {"allocator": "rota.allocator.bench", "forecaster": "rota.forecaster.bench"}
     if args.target not in targets:
         raise ValueError(f"bench: unknown target {args.target!r}; one of {', '.join(targets)}")
     return int(importlib.import_module(targets[args.target]).main(list(args.args)))

@@ -29,6 +29,7 @@ from rota.common.auth import new_token
 
 SERVICES = ("api", "allocator", "forecaster", "ledger", "checkpoint", "detector")
 CLUSTER_FILE = "cluster.json"
+DEMO_PLAN_STEP_S = 30
 TOKEN_FILE = "admin.token"
 
 
@@ -119,6 +120,9 @@ class LocalCluster:
             "ROTA_HEARTBEAT_INTERVAL": str(self.heartbeat_interval_s),
             "ROTA_AGENT_STOP_JOBS_ON_EXIT": "1",
             "PYTHONUNBUFFERED": "1",
+            # A local cluster plans in short steps, so a demo shows the horizon rolling.
+            "ROTA_PLAN_STEP": os.environ.get("ROTA_PLAN_STEP", str(DEMO_PLAN_STEP_S)),
+            **{f"ROTA_{name.upper()}_ADDR": f"127.0.0.1:{ports[name]}" for name in SERVICES if name != "api"},
         }
         rota = [sys.executable, "-m", "rota.cli.main"]
         logs = self.home / "logs"

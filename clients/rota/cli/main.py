@@ -16,7 +16,7 @@ from pathlib import Path
 # platformdirs (pulled in by the embedded servers) warns on machines without a login session.
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
-from rota.cli import commands  # noqa: E402
+from rota.cli import commands, forecast_commands, ledger_commands, plan_commands  # noqa: E402
 from rota.cli.localcluster import SERVICES  # noqa: E402
 
 
@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--tenant", help="override the file's tenant")
     submit.add_argument("--request-id", help="idempotency key (default: a new one)")
     submit.add_argument("--wait", action="store_true", help="wait until the job finishes")
+    submit.add_argument("--what-if", action="store_true",
+                        help="submit nothing: say when the allocator would start it if submitted now")
     _connection_args(submit)
 
     jobs = sub.add_parser("jobs", help="list jobs")
@@ -88,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="why a job waits or where it runs")
     explain.add_argument("id")
     _connection_args(explain)
+
+    _connection_args(plan_commands.add_parser(sub))
+    for ledger_parser in ledger_commands.add_parsers(sub):
+        _connection_args(ledger_parser)
+    forecast_commands.add_parsers(sub, _connection_args, HANDLERS)
 
     tenants = sub.add_parser("tenants", help="manage tenants")
     tsub = tenants.add_subparsers(dest="tenants_command", required=True, metavar="ACTION")
@@ -131,6 +138,8 @@ HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "watch": commands.watch,
     "nodes": commands.nodes,
     "explain": commands.explain,
+    "plan": plan_commands.plan,
+    **ledger_commands.HANDLERS,
     "tenants": commands.tenants,
     "serve": commands.serve,
     "agent": commands.agent,

@@ -14,10 +14,13 @@ from rota.client.errors import (
     UnimplementedError,
 )
 from rota.client.jobfile import load_job_file, parse_duration, spec_from_mapping
+from rota.client.ledger import JobFairness, Standings, TenantFairness, UsageEntry
+from rota.client.plan import CurrentPlan, PlannedJob, ScenarioPlan, WhatIf
 
 __all__ = [
-    "Client", "Gpu", "Job", "JobEvent", "Node", "StateChange", "Tenant",
+    "Client", "CurrentPlan", "PlannedJob", "ScenarioPlan", "WhatIf", "Gpu", "Job", "JobEvent", "Node", "StateChange", "Tenant",
     "RotaError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError", "PermissionDeniedError",
     "UnauthenticatedError", "FailedPreconditionError", "UnavailableError", "DeadlineExceededError",
     "UnimplementedError", "load_job_file", "parse_duration", "spec_from_mapping",
+    "JobFairness", "Standings", "TenantFairness", "UsageEntry",
 ]

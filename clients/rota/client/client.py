@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -18,7 +18,26 @@ import grpc
 from google.protobuf import json_format
 
 from rota.client.errors import RotaError, from_rpc_error
-from rota.v1 import allocator_pb2, allocator_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
+from rota.client.forecast import (
+    DemandForecast,
+    Forecast,
+    TrafficSample,
+    demand_request,
+    predict_request,
+    traffic_requests,
+)
+from rota.client.forecast import stub as forecast_stub
+from rota.client.ledger import JobFairness, Standings, UsageEntry, to_unix
+from rota.client.plan import CurrentPlan, ScenarioPlan, WhatIf
+from rota.v1 import (
+    allocator_pb2,
+    allocator_pb2_grpc,
+    api_pb2,
+    api_pb2_grpc,
+    common_pb2,
+    ledger_pb2,
+    ledger_pb2_grpc,
+)
 
 T = TypeVar("T")
 
@@ -169,7 +188,8 @@ class Client:
         self._jobs = api_pb2_grpc.JobServiceStub(channel)
         self._tenants = api_pb2_grpc.TenantServiceStub(channel)
         self._cluster = api_pb2_grpc.ClusterServiceStub(channel)
-        self._allocator: allocator_pb2_grpc.AllocatorServiceStub | None = None
+        # The api forwards the other services' RPCs: one endpoint, one token.
+        self._allocator = allocator_pb2_grpc.AllocatorServiceStub(channel)
 
     @classmethod
     def connect(cls, target: str, *, token: str, timeout: timedelta = timedelta(seconds=30)) -> Client:
@@ -236,10 +256,44 @@ class Client:
             pass
         return self.get_job(job_id)
 
-    def explain(self, job_id: str, *, allocator_target: str) -> str:
-        if self._allocator is None:
-            self._allocator = allocator_pb2_grpc.AllocatorServiceStub(grpc.insecure_channel(allocator_target))
+    # Plans.
+    def explain(self, job_id: str) -> str:
+        """Why the job waits (e.g. "planned at step 3, after ft-1 ends") or where it runs."""
         return self._call(self._allocator.Explain, allocator_pb2.ExplainRequest(job_id=job_id)).reason
+
+    def current_plan(self) -> CurrentPlan:
+        """The live cluster's latest committed plan step. NotFoundError before the first plan."""
+        return CurrentPlan.from_proto(self._call(self._allocator.CurrentPlan, allocator_pb2.CurrentPlanRequest()))
+
+    def what_if(self, *, spec: common_pb2.JobSpec) -> WhatIf:
+        """When the job would start if submitted now; INVALID_ARGUMENT for a bad spec, as submit."""
+        reply = self._call(self._allocator.WhatIf, allocator_pb2.WhatIfRequest(spec=spec))
+        return WhatIf(reply.start_step, reply.expected_start_seconds, reply.reason)
+
+    def plan_scenario(
+        self, *, scenario: dict[str, Any], policy: str = "fast", time_limit: timedelta = timedelta(seconds=2)
+    ) -> ScenarioPlan:
+        """Plans a SPEC §3 scenario with a policy (fifo, fast, full) without touching the cluster."""
+        request = allocator_pb2.PlanRequest(
+            scenario_json=json.dumps(scenario), policy=policy, time_limit_seconds=time_limit.total_seconds()
+        )
+        return ScenarioPlan.from_proto(self._call(self._allocator.Plan, request, timeout=time_limit + timedelta(seconds=30)))
+
+    # Forecasts.
+    def forecast(self, *, spec: common_pb2.JobSpec, quantile: float = 0.5) -> Forecast:
+        """The job's predicted duration and GPU-hours (P50, P90, interval P10..P90), before submitting it."""
+        reply = self._call(forecast_stub(self._channel).PredictJob, predict_request(spec, quantile))
+        return Forecast.from_proto(reply, quantile)
+
+    def push_traffic(self, *, app: str, samples: Sequence[TrafficSample]) -> int:
+        """Records an app's hourly request counts; returns how many were new (a re-push changes nothing)."""
+        forecaster = forecast_stub(self._channel)
+        return sum(self._call(forecaster.Observe, r).recorded for r in traffic_requests(app, samples))
+
+    def demand_curve(self, *, app: str, horizon: int = 24, capacity: float = 0.0, max_swap: int = 0) -> DemandForecast:
+        """The app's forecast GPUs per hour (capacity: requests per hour one replica serves)."""
+        request = demand_request(app, horizon, capacity, max_swap)
+        return DemandForecast.from_proto(self._call(forecast_stub(self._channel).DemandCurve, request))
 
     # Tenants.
     def create_tenant(self, name: str, *, share: float = 1.0) -> tuple[Tenant, str]:
@@ -264,6 +318,27 @@ class Client:
             )
             for n in reply.nodes
         ]
+
+    # Ledger.
+    @property
+    def _ledger(self) -> ledger_pb2_grpc.LedgerServiceStub:
+        # The api forwards rota.v1.LedgerService to the ledger, so it rides the same channel.
+        return ledger_pb2_grpc.LedgerServiceStub(self._channel)
+
+    def usage(self, *, tenant: str = "", since: datetime | None = None, by: str = "tenant") -> list[UsageEntry]:
+        """GPU-hours grouped `by` job, tenant, day (UTC) or gpu, since `since` (naive = UTC).
+        A tenant token sees only its own tenant."""
+        request = ledger_pb2.UsageRequest(tenant=tenant, since_unix=to_unix(since), by=by)
+        return [UsageEntry.from_proto(r) for r in self._call(self._ledger.Usage, request).rows]
+
+    def standings(self) -> Standings:
+        """Per tenant over the last 24 hourly buckets: quota, entitled, deserved, used, F."""
+        return Standings.from_proto(self._call(self._ledger.Standings, ledger_pb2.StandingsRequest()))
+
+    def job_fairness(self, *, tenant: str = "") -> list[JobFairness]:
+        """Per-job F = used / deserved of active jobs and those finished within the window."""
+        reply = self._call(self._ledger.FairnessIndex, ledger_pb2.FairnessIndexRequest(tenant=tenant))
+        return [JobFairness.from_proto(j) for j in reply.jobs]
 
 
 __all__ = ["Client", "Job", "JobEvent", "Node", "Gpu", "Tenant", "StateChange", "RotaError"]

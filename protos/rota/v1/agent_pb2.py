@@ -26,7 +26,7 @@ from rota.v1 import api_pb2 as rota_dot_v1_dot_api__pb2
 from rota.v1 import common_pb2 as rota_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13rota/v1/agent.proto\x12\x07rota.v1\x1a\x11rota/v1/api.proto\x1a\x14rota/v1/common.proto\"9\n\rLaunchRequest\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.rota.v1.Job\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"9\n\x0eLaunchResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.rota.v1.AgentJobReport\"S\n\x0bStopRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x15\n\rgrace_seconds\x18\x04 \x01(\x01\"\x1f\n\x0cStopResponse\x12\x0f\n\x07stopped\x18\x01 \x01(\x08\"\x0f\n\rStatusRequest\"T\n\x0eStatusResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12%\n\x04jobs\x18\x02 \x03(\x0b\x32\x17.rota.v1.AgentJobReport\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"C\n\x0eReadLogRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x11\n\tmax_bytes\x18\x03 \x01(\x05\"A\n\x0fReadLogResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x10\n\x08\x66inished\x18\x03 \x01(\x08\"7\n\x16\x41gentCheckpointRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"+\n\x17\x41gentCheckpointResponse\x12\x10\n\x08image_id\x18\x01 \x01(\t\"Q\n\x13\x41gentRestoreRequest\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.rota.v1.Job\x12\x10\n\x08image_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"?\n\x14\x41gentRestoreResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.rota.v1.AgentJobReport2\x90\x03\n\x0c\x41gentService\x12\x39\n\x06Launch\x12\x16.rota.v1.LaunchRequest\x1a\x17.rota.v1.LaunchResponse\x12\x33\n\x04Stop\x12\x14.rota.v1.StopRequest\x1a\x15.rota.v1.StopResponse\x12\x39\n\x06Status\x12\x16.rota.v1.StatusRequest\x1a\x17.rota.v1.StatusResponse\x12<\n\x07ReadLog\x12\x17.rota.v1.ReadLogRequest\x1a\x18.rota.v1.ReadLogResponse\x12O\n\nCheckpoint\x12\x1f.rota.v1.AgentCheckpointRequest\x1a .rota.v1.AgentCheckpointResponse\x12\x46\n\x07Restore\x12\x1c.rota.v1.AgentRestoreRequest\x1a\x1d.rota.v1.AgentRestoreResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13rota/v1/agent.proto\x12\x07rota.v1\x1a\x11rota/v1/api.proto\x1a\x14rota/v1/common.proto\"9\n\rLaunchRequest\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.rota.v1.Job\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"9\n\x0eLaunchResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.rota.v1.AgentJobReport\"S\n\x0bStopRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x15\n\rgrace_seconds\x18\x04 \x01(\x01\"\x1f\n\x0cStopResponse\x12\x0f\n\x07stopped\x18\x01 \x01(\x08\"C\n\rResizeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x13\n\x0bgpu_indices\x18\x03 \x03(\x05\"9\n\x0eResizeResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.rota.v1.AgentJobReport\"\x0f\n\rStatusRequest\"T\n\x0eStatusResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12%\n\x04jobs\x18\x02 \x03(\x0b\x32\x17.rota.v1.AgentJobReport\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"C\n\x0eReadLogRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x11\n\tmax_bytes\x18\x03 \x01(\x05\"A\n\x0fReadLogResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x10\n\x08\x66inished\x18\x03 \x01(\x08\"7\n\x16\x41gentCheckpointRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"+\n\x17\x41gentCheckpointResponse\x12\x10\n\x08image_id\x18\x01 \x01(\t\"Q\n\x13\x41gentRestoreRequest\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.rota.v1.Job\x12\x10\n\x08image_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"?\n\x14\x41gentRestoreResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.rota.v1.AgentJobReport2\xcb\x03\n\x0c\x41gentService\x12\x39\n\x06Launch\x12\x16.rota.v1.LaunchRequest\x1a\x17.rota.v1.LaunchResponse\x12\x33\n\x04Stop\x12\x14.rota.v1.StopRequest\x1a\x15.rota.v1.StopResponse\x12\x39\n\x06Resize\x12\x16.rota.v1.ResizeRequest\x1a\x17.rota.v1.ResizeResponse\x12\x39\n\x06Status\x12\x16.rota.v1.StatusRequest\x1a\x17.rota.v1.StatusResponse\x12<\n\x07ReadLog\x12\x17.rota.v1.ReadLogRequest\x1a\x18.rota.v1.ReadLogResponse\x12O\n\nCheckpoint\x12\x1f.rota.v1.AgentCheckpointRequest\x1a .rota.v1.AgentCheckpointResponse\x12\x46\n\x07Restore\x12\x1c.rota.v1.AgentRestoreRequest\x1a\x1d.rota.v1.AgentRestoreResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,22 +41,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STOPREQUEST']._serialized_end=274
   _globals['_STOPRESPONSE']._serialized_start=276
   _globals['_STOPRESPONSE']._serialized_end=307
-  _globals['_STATUSREQUEST']._serialized_start=309
-  _globals['_STATUSREQUEST']._serialized_end=324
-  _globals['_STATUSRESPONSE']._serialized_start=326
-  _globals['_STATUSRESPONSE']._serialized_end=410
-  _globals['_READLOGREQUEST']._serialized_start=412
-  _globals['_READLOGREQUEST']._serialized_end=479
-  _globals['_READLOGRESPONSE']._serialized_start=481
-  _globals['_READLOGRESPONSE']._serialized_end=546
-  _globals['_AGENTCHECKPOINTREQUEST']._serialized_start=548
-  _globals['_AGENTCHECKPOINTREQUEST']._serialized_end=603
-  _globals['_AGENTCHECKPOINTRESPONSE']._serialized_start=605
-  _globals['_AGENTCHECKPOINTRESPONSE']._serialized_end=648
-  _globals['_AGENTRESTOREREQUEST']._serialized_start=650
-  _globals['_AGENTRESTOREREQUEST']._serialized_end=731
-  _globals['_AGENTRESTORERESPONSE']._serialized_start=733
-  _globals['_AGENTRESTORERESPONSE']._serialized_end=796
-  _globals['_AGENTSERVICE']._serialized_start=799
-  _globals['_AGENTSERVICE']._serialized_end=1199
+  _globals['_RESIZEREQUEST']._serialized_start=309
+  _globals['_RESIZEREQUEST']._serialized_end=376
+  _globals['_RESIZERESPONSE']._serialized_start=378
+  _globals['_RESIZERESPONSE']._serialized_end=435
+  _globals['_STATUSREQUEST']._serialized_start=437
+  _globals['_STATUSREQUEST']._serialized_end=452
+  _globals['_STATUSRESPONSE']._serialized_start=454
+  _globals['_STATUSRESPONSE']._serialized_end=538
+  _globals['_READLOGREQUEST']._serialized_start=540
+  _globals['_READLOGREQUEST']._serialized_end=607
+  _globals['_READLOGRESPONSE']._serialized_start=609
+  _globals['_READLOGRESPONSE']._serialized_end=674
+  _globals['_AGENTCHECKPOINTREQUEST']._serialized_start=676
+  _globals['_AGENTCHECKPOINTREQUEST']._serialized_end=731
+  _globals['_AGENTCHECKPOINTRESPONSE']._serialized_start=733
+  _globals['_AGENTCHECKPOINTRESPONSE']._serialized_end=776
+  _globals['_AGENTRESTOREREQUEST']._serialized_start=778
+  _globals['_AGENTRESTOREREQUEST']._serialized_end=859
+  _globals['_AGENTRESTORERESPONSE']._serialized_start=861
+  _globals['_AGENTRESTORERESPONSE']._serialized_end=924
+  _globals['_AGENTSERVICE']._serialized_start=927
+  _globals['_AGENTSERVICE']._serialized_end=1386
 # @@protoc_insertion_point(module_scope)

@@ -44,6 +44,11 @@ class AgentServiceStub:
                 request_serializer=rota_dot_v1_dot_agent__pb2.StopRequest.SerializeToString,
                 response_deserializer=rota_dot_v1_dot_agent__pb2.StopResponse.FromString,
                 _registered_method=True)
+        self.Resize = channel.unary_unary(
+                '/rota.v1.AgentService/Resize',
+                request_serializer=rota_dot_v1_dot_agent__pb2.ResizeRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_agent__pb2.ResizeResponse.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/rota.v1.AgentService/Status',
                 request_serializer=rota_dot_v1_dot_agent__pb2.StatusRequest.SerializeToString,
@@ -79,6 +84,15 @@ class AgentServiceServicer:
 
     def Stop(self, request, context):
         """Stops the job's whole process group (SIGTERM, then SIGKILL after the grace period).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Resize(self, request, context):
+        """Changes a running realtime app's GPU set (its replica count) in place, under a new
+        epoch; the app reads its replicas from the file named by ROTA_REPLICAS_FILE. Idempotent
+        for a repeated epoch. FAILED_PRECONDITION for a stale epoch or a job not running here.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -123,6 +137,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.Stop,
                     request_deserializer=rota_dot_v1_dot_agent__pb2.StopRequest.FromString,
                     response_serializer=rota_dot_v1_dot_agent__pb2.StopResponse.SerializeToString,
+            ),
+            'Resize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Resize,
+                    request_deserializer=rota_dot_v1_dot_agent__pb2.ResizeRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_agent__pb2.ResizeResponse.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
@@ -199,6 +218,33 @@ class AgentService:
             '/rota.v1.AgentService/Stop',
             rota_dot_v1_dot_agent__pb2.StopRequest.SerializeToString,
             rota_dot_v1_dot_agent__pb2.StopResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Resize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.AgentService/Resize',
+            rota_dot_v1_dot_agent__pb2.ResizeRequest.SerializeToString,
+            rota_dot_v1_dot_agent__pb2.ResizeResponse.FromString,
             options,
             channel_credentials,
             insecure,

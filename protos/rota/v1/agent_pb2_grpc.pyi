@@ -40,6 +40,11 @@ class AgentServiceStub:
     """
     Stop: _grpc.UnaryUnaryMultiCallable[_agent_pb2.StopRequest, _agent_pb2.StopResponse]
     """Stops the job's whole process group (SIGTERM, then SIGKILL after the grace period)."""
+    Resize: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ResizeRequest, _agent_pb2.ResizeResponse]
+    """Changes a running realtime app's GPU set (its replica count) in place, under a new
+    epoch; the app reads its replicas from the file named by ROTA_REPLICAS_FILE. Idempotent
+    for a repeated epoch. FAILED_PRECONDITION for a stale epoch or a job not running here.
+    """
     Status: _grpc.UnaryUnaryMultiCallable[_agent_pb2.StatusRequest, _agent_pb2.StatusResponse]
     """What the agent runs now."""
     ReadLog: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ReadLogRequest, _agent_pb2.ReadLogResponse]
@@ -57,6 +62,11 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """
     Stop: _aio.UnaryUnaryMultiCallable[_agent_pb2.StopRequest, _agent_pb2.StopResponse]  # type: ignore[assignment]
     """Stops the job's whole process group (SIGTERM, then SIGKILL after the grace period)."""
+    Resize: _aio.UnaryUnaryMultiCallable[_agent_pb2.ResizeRequest, _agent_pb2.ResizeResponse]  # type: ignore[assignment]
+    """Changes a running realtime app's GPU set (its replica count) in place, under a new
+    epoch; the app reads its replicas from the file named by ROTA_REPLICAS_FILE. Idempotent
+    for a repeated epoch. FAILED_PRECONDITION for a stale epoch or a job not running here.
+    """
     Status: _aio.UnaryUnaryMultiCallable[_agent_pb2.StatusRequest, _agent_pb2.StatusResponse]  # type: ignore[assignment]
     """What the agent runs now."""
     ReadLog: _aio.UnaryUnaryMultiCallable[_agent_pb2.ReadLogRequest, _agent_pb2.ReadLogResponse]  # type: ignore[assignment]
@@ -83,6 +93,17 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.StopResponse, _abc.Awaitable[_agent_pb2.StopResponse]]:
         """Stops the job's whole process group (SIGTERM, then SIGKILL after the grace period)."""
+
+    @_abc_1.abstractmethod
+    def Resize(
+        self,
+        request: _agent_pb2.ResizeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.ResizeResponse, _abc.Awaitable[_agent_pb2.ResizeResponse]]:
+        """Changes a running realtime app's GPU set (its replica count) in place, under a new
+        epoch; the app reads its replicas from the file named by ROTA_REPLICAS_FILE. Idempotent
+        for a repeated epoch. FAILED_PRECONDITION for a stale epoch or a job not running here.
+        """
 
     @_abc_1.abstractmethod
     def Status(

@@ -8,7 +8,9 @@ The scheduling loop itself runs inside the service; these RPCs expose it.
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from rota.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -114,6 +116,135 @@ class PlanResponse(_message.Message):
 Global___PlanResponse: _TypeAlias = PlanResponse  # noqa: Y015
 
 @_typing.final
+class CurrentPlanRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CurrentPlanRequest: _TypeAlias = CurrentPlanRequest  # noqa: Y015
+
+@_typing.final
+class PlannedJob(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    START_STEP_FIELD_NUMBER: _builtins.int
+    PLANNED_SECONDS_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    tenant: _builtins.str
+    kind: _builtins.str
+    node: _builtins.str
+    """set when it holds or starts on GPUs at step 0"""
+    start_step: _builtins.int
+    """the step it starts at; -1 if it already runs; -2 if not in the plan"""
+    planned_seconds: _builtins.float
+    """the duration the plan assumed (0 = unknown)"""
+    @_builtins.property
+    def gpus(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        tenant: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        node: _builtins.str = ...,
+        gpus: _abc.Iterable[_builtins.int] | None = ...,
+        start_step: _builtins.int = ...,
+        planned_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "job_id", b"job_id", "kind", b"kind", "node", b"node", "planned_seconds", b"planned_seconds", "start_step", b"start_step", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlannedJob: _TypeAlias = PlannedJob  # noqa: Y015
+
+@_typing.final
+class CurrentPlanResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPOCH_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    TRIGGER_FIELD_NUMBER: _builtins.int
+    STEP_SECONDS_FIELD_NUMBER: _builtins.int
+    HORIZON_FIELD_NUMBER: _builtins.int
+    GPU_LABELS_FIELD_NUMBER: _builtins.int
+    GRID_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    UTILIZATION_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    REALTIME_UNMET_FIELD_NUMBER: _builtins.int
+    COMPLETED_FIELD_NUMBER: _builtins.int
+    OBJECTIVE_FIELD_NUMBER: _builtins.int
+    RUNTIME_MS_FIELD_NUMBER: _builtins.int
+    GAP_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    policy: _builtins.str
+    """the policy that made this step: fifo | fast | full | fair"""
+    trigger: _builtins.str
+    """why it re-planned: an arrival, a completion, a node change, the timer"""
+    step_seconds: _builtins.float
+    horizon: _builtins.int
+    utilization: _builtins.float
+    value: _builtins.float
+    realtime_unmet: _builtins.float
+    completed: _builtins.int
+    objective: _builtins.float
+    runtime_ms: _builtins.float
+    gap: _builtins.float
+    """CP-SAT's relative gap for a full step; 0 otherwise"""
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def gpu_labels(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """one per grid row: "node/index", or "" for a reserved row"""
+
+    @_builtins.property
+    def grid(self) -> _containers.RepeatedCompositeFieldContainer[Global___GridRow]: ...
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlannedJob]: ...
+    def __init__(
+        self,
+        *,
+        epoch: _builtins.int = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        policy: _builtins.str = ...,
+        trigger: _builtins.str = ...,
+        step_seconds: _builtins.float = ...,
+        horizon: _builtins.int = ...,
+        gpu_labels: _abc.Iterable[_builtins.str] | None = ...,
+        grid: _abc.Iterable[Global___GridRow] | None = ...,
+        jobs: _abc.Iterable[Global___PlannedJob] | None = ...,
+        utilization: _builtins.float = ...,
+        value: _builtins.float = ...,
+        realtime_unmet: _builtins.float = ...,
+        completed: _builtins.int = ...,
+        objective: _builtins.float = ...,
+        runtime_ms: _builtins.float = ...,
+        gap: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed", b"completed", "created_at", b"created_at", "epoch", b"epoch", "gap", b"gap", "gpu_labels", b"gpu_labels", "grid", b"grid", "horizon", b"horizon", "jobs", b"jobs", "objective", b"objective", "policy", b"policy", "realtime_unmet", b"realtime_unmet", "runtime_ms", b"runtime_ms", "step_seconds", b"step_seconds", "trigger", b"trigger", "utilization", b"utilization", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CurrentPlanResponse: _TypeAlias = CurrentPlanResponse  # noqa: Y015
+
+@_typing.final
 class ExplainRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -159,15 +290,20 @@ class WhatIfRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_SPEC_JSON_FIELD_NUMBER: _builtins.int
+    SPEC_FIELD_NUMBER: _builtins.int
     job_spec_json: _builtins.str
+    """deprecated: use spec"""
+    @_builtins.property
+    def spec(self) -> _common_pb2.JobSpec: ...
     def __init__(
         self,
         *,
         job_spec_json: _builtins.str = ...,
+        spec: _common_pb2.JobSpec | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_spec_json", b"job_spec_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_spec_json", b"job_spec_json", "spec", b"spec"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -179,17 +315,22 @@ class WhatIfResponse(_message.Message):
 
     EXPECTED_START_SECONDS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    START_STEP_FIELD_NUMBER: _builtins.int
     expected_start_seconds: _builtins.float
+    """0: it would start now; -1: not within the horizon"""
     reason: _builtins.str
+    start_step: _builtins.int
+    """the plan step it would start at; -1 if none"""
     def __init__(
         self,
         *,
         expected_start_seconds: _builtins.float = ...,
         reason: _builtins.str = ...,
+        start_step: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected_start_seconds", b"expected_start_seconds", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected_start_seconds", b"expected_start_seconds", "reason", b"reason", "start_step", b"start_step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

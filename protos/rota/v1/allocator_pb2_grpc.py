@@ -39,6 +39,11 @@ class AllocatorServiceStub:
                 request_serializer=rota_dot_v1_dot_allocator__pb2.PlanRequest.SerializeToString,
                 response_deserializer=rota_dot_v1_dot_allocator__pb2.PlanResponse.FromString,
                 _registered_method=True)
+        self.CurrentPlan = channel.unary_unary(
+                '/rota.v1.AllocatorService/CurrentPlan',
+                request_serializer=rota_dot_v1_dot_allocator__pb2.CurrentPlanRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_allocator__pb2.CurrentPlanResponse.FromString,
+                _registered_method=True)
         self.Explain = channel.unary_unary(
                 '/rota.v1.AllocatorService/Explain',
                 request_serializer=rota_dot_v1_dot_allocator__pb2.ExplainRequest.SerializeToString,
@@ -56,8 +61,17 @@ class AllocatorServiceServicer:
 
     def Plan(self, request, context):
         """Plans a scenario (SPEC §3 JSON) with a policy and returns the grid and its metrics.
-        INVALID_ARGUMENT for a malformed scenario (field named). UNIMPLEMENTED until the
-        constraint-aware planner lands.
+        Pure: it touches no cluster state. INVALID_ARGUMENT for a malformed scenario or an
+        unknown policy (field named).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CurrentPlan(self, request, context):
+        """The live cluster's latest committed plan step: the grid over the horizon (a row per
+        GPU), what step 0 started, and the plan's figures. A tenant sees its own jobs' ids;
+        other tenants' cells read "*". NOT_FOUND before the first plan.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -71,7 +85,9 @@ class AllocatorServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WhatIf(self, request, context):
-        """The plan if a hypothetical job were submitted now. UNIMPLEMENTED until the planner.
+        """When a job would start if it were submitted now: the live cluster re-planned (fast)
+        with the job added at the back of the queue; nothing is stored or started.
+        INVALID_ARGUMENT for a bad spec (field named), as SubmitJob would answer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -84,6 +100,11 @@ def add_AllocatorServiceServicer_to_server(servicer, server):
                     servicer.Plan,
                     request_deserializer=rota_dot_v1_dot_allocator__pb2.PlanRequest.FromString,
                     response_serializer=rota_dot_v1_dot_allocator__pb2.PlanResponse.SerializeToString,
+            ),
+            'CurrentPlan': grpc.unary_unary_rpc_method_handler(
+                    servicer.CurrentPlan,
+                    request_deserializer=rota_dot_v1_dot_allocator__pb2.CurrentPlanRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_allocator__pb2.CurrentPlanResponse.SerializeToString,
             ),
             'Explain': grpc.unary_unary_rpc_method_handler(
                     servicer.Explain,
@@ -123,6 +144,33 @@ class AllocatorService:
             '/rota.v1.AllocatorService/Plan',
             rota_dot_v1_dot_allocator__pb2.PlanRequest.SerializeToString,
             rota_dot_v1_dot_allocator__pb2.PlanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CurrentPlan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.AllocatorService/CurrentPlan',
+            rota_dot_v1_dot_allocator__pb2.CurrentPlanRequest.SerializeToString,
+            rota_dot_v1_dot_allocator__pb2.CurrentPlanResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -35,26 +35,42 @@ class AllocatorServiceStub:
     def __new__(cls, channel: _aio.Channel) -> AllocatorServiceAsyncStub: ...
     Plan: _grpc.UnaryUnaryMultiCallable[_allocator_pb2.PlanRequest, _allocator_pb2.PlanResponse]
     """Plans a scenario (SPEC §3 JSON) with a policy and returns the grid and its metrics.
-    INVALID_ARGUMENT for a malformed scenario (field named). UNIMPLEMENTED until the
-    constraint-aware planner lands.
+    Pure: it touches no cluster state. INVALID_ARGUMENT for a malformed scenario or an
+    unknown policy (field named).
+    """
+    CurrentPlan: _grpc.UnaryUnaryMultiCallable[_allocator_pb2.CurrentPlanRequest, _allocator_pb2.CurrentPlanResponse]
+    """The live cluster's latest committed plan step: the grid over the horizon (a row per
+    GPU), what step 0 started, and the plan's figures. A tenant sees its own jobs' ids;
+    other tenants' cells read "*". NOT_FOUND before the first plan.
     """
     Explain: _grpc.UnaryUnaryMultiCallable[_allocator_pb2.ExplainRequest, _allocator_pb2.ExplainResponse]
     """Why a job waits, or why it was placed where it is. NOT_FOUND for an unknown job."""
     WhatIf: _grpc.UnaryUnaryMultiCallable[_allocator_pb2.WhatIfRequest, _allocator_pb2.WhatIfResponse]
-    """The plan if a hypothetical job were submitted now. UNIMPLEMENTED until the planner."""
+    """When a job would start if it were submitted now: the live cluster re-planned (fast)
+    with the job added at the back of the queue; nothing is stored or started.
+    INVALID_ARGUMENT for a bad spec (field named), as SubmitJob would answer.
+    """
 
 @_typing.type_check_only
 class AllocatorServiceAsyncStub(AllocatorServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Plan: _aio.UnaryUnaryMultiCallable[_allocator_pb2.PlanRequest, _allocator_pb2.PlanResponse]  # type: ignore[assignment]
     """Plans a scenario (SPEC §3 JSON) with a policy and returns the grid and its metrics.
-    INVALID_ARGUMENT for a malformed scenario (field named). UNIMPLEMENTED until the
-    constraint-aware planner lands.
+    Pure: it touches no cluster state. INVALID_ARGUMENT for a malformed scenario or an
+    unknown policy (field named).
+    """
+    CurrentPlan: _aio.UnaryUnaryMultiCallable[_allocator_pb2.CurrentPlanRequest, _allocator_pb2.CurrentPlanResponse]  # type: ignore[assignment]
+    """The live cluster's latest committed plan step: the grid over the horizon (a row per
+    GPU), what step 0 started, and the plan's figures. A tenant sees its own jobs' ids;
+    other tenants' cells read "*". NOT_FOUND before the first plan.
     """
     Explain: _aio.UnaryUnaryMultiCallable[_allocator_pb2.ExplainRequest, _allocator_pb2.ExplainResponse]  # type: ignore[assignment]
     """Why a job waits, or why it was placed where it is. NOT_FOUND for an unknown job."""
     WhatIf: _aio.UnaryUnaryMultiCallable[_allocator_pb2.WhatIfRequest, _allocator_pb2.WhatIfResponse]  # type: ignore[assignment]
-    """The plan if a hypothetical job were submitted now. UNIMPLEMENTED until the planner."""
+    """When a job would start if it were submitted now: the live cluster re-planned (fast)
+    with the job added at the back of the queue; nothing is stored or started.
+    INVALID_ARGUMENT for a bad spec (field named), as SubmitJob would answer.
+    """
 
 class AllocatorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -64,8 +80,19 @@ class AllocatorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_allocator_pb2.PlanResponse, _abc.Awaitable[_allocator_pb2.PlanResponse]]:
         """Plans a scenario (SPEC §3 JSON) with a policy and returns the grid and its metrics.
-        INVALID_ARGUMENT for a malformed scenario (field named). UNIMPLEMENTED until the
-        constraint-aware planner lands.
+        Pure: it touches no cluster state. INVALID_ARGUMENT for a malformed scenario or an
+        unknown policy (field named).
+        """
+
+    @_abc_1.abstractmethod
+    def CurrentPlan(
+        self,
+        request: _allocator_pb2.CurrentPlanRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_allocator_pb2.CurrentPlanResponse, _abc.Awaitable[_allocator_pb2.CurrentPlanResponse]]:
+        """The live cluster's latest committed plan step: the grid over the horizon (a row per
+        GPU), what step 0 started, and the plan's figures. A tenant sees its own jobs' ids;
+        other tenants' cells read "*". NOT_FOUND before the first plan.
         """
 
     @_abc_1.abstractmethod
@@ -82,6 +109,9 @@ class AllocatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _allocator_pb2.WhatIfRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_allocator_pb2.WhatIfResponse, _abc.Awaitable[_allocator_pb2.WhatIfResponse]]:
-        """The plan if a hypothetical job were submitted now. UNIMPLEMENTED until the planner."""
+        """When a job would start if it were submitted now: the live cluster re-planned (fast)
+        with the job added at the back of the queue; nothing is stored or started.
+        INVALID_ARGUMENT for a bad spec (field named), as SubmitJob would answer.
+        """
 
 def add_AllocatorServiceServicer_to_server(servicer: AllocatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

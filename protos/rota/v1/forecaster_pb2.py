@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from rota.v1 import common_pb2 as rota_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18rota/v1/forecaster.proto\x12\x07rota.v1\x1a\x14rota/v1/common.proto\"3\n\x11PredictJobRequest\x12\x1e\n\x04spec\x18\x01 \x01(\x0b\x32\x10.rota.v1.JobSpec\"\x8d\x01\n\x12PredictJobResponse\x12\x1c\n\x14\x64uration_p50_seconds\x18\x01 \x01(\x01\x12\x1c\n\x14\x64uration_p90_seconds\x18\x02 \x01(\x01\x12\x15\n\rgpu_hours_p50\x18\x03 \x01(\x01\x12\x15\n\rgpu_hours_p90\x18\x04 \x01(\x01\x12\r\n\x05model\x18\x05 \x01(\t\"H\n\x12\x44\x65mandCurveRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0f\n\x07horizon\x18\x02 \x01(\x05\x12\x14\n\x0cstep_seconds\x18\x03 \x01(\x05\"A\n\x13\x44\x65mandCurveResponse\x12\x0c\n\x04gpus\x18\x01 \x03(\x05\x12\r\n\x05lower\x18\x02 \x03(\x01\x12\r\n\x05upper\x18\x03 \x03(\x01\"w\n\x0eObserveRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x18\n\x10\x64uration_seconds\x18\x03 \x01(\x01\x12\x0b\n\x03\x61pp\x18\x04 \x01(\t\x12\x10\n\x08requests\x18\x05 \x01(\x01\x12\x0f\n\x07\x61t_unix\x18\x06 \x01(\x03\"#\n\x0fObserveResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x08\x32\xe2\x01\n\x11\x46orecasterService\x12\x45\n\nPredictJob\x12\x1a.rota.v1.PredictJobRequest\x1a\x1b.rota.v1.PredictJobResponse\x12H\n\x0b\x44\x65mandCurve\x12\x1b.rota.v1.DemandCurveRequest\x1a\x1c.rota.v1.DemandCurveResponse\x12<\n\x07Observe\x12\x17.rota.v1.ObserveRequest\x1a\x18.rota.v1.ObserveResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18rota/v1/forecaster.proto\x12\x07rota.v1\x1a\x14rota/v1/common.proto\"E\n\x11PredictJobRequest\x12\x1e\n\x04spec\x18\x01 \x01(\x0b\x32\x10.rota.v1.JobSpec\x12\x10\n\x08quantile\x18\x02 \x01(\x01\"\x8d\x02\n\x12PredictJobResponse\x12\x1c\n\x14\x64uration_p50_seconds\x18\x01 \x01(\x01\x12\x1c\n\x14\x64uration_p90_seconds\x18\x02 \x01(\x01\x12\x15\n\rgpu_hours_p50\x18\x03 \x01(\x01\x12\x15\n\rgpu_hours_p90\x18\x04 \x01(\x01\x12\r\n\x05model\x18\x05 \x01(\t\x12\x1c\n\x14\x64uration_p10_seconds\x18\x06 \x01(\x01\x12\x18\n\x10\x64uration_seconds\x18\x07 \x01(\x01\x12\x15\n\rprior_seconds\x18\x08 \x01(\x01\x12\x19\n\x11gpu_hours_planned\x18\t \x01(\x01\x12\x14\n\x0cobservations\x18\n \x01(\x05\"\x80\x01\n\x12\x44\x65mandCurveRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0f\n\x07horizon\x18\x02 \x01(\x05\x12\x14\n\x0cstep_seconds\x18\x03 \x01(\x05\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x01\x12\x10\n\x08max_swap\x18\x05 \x01(\x05\x12\x12\n\nstart_unix\x18\x06 \x01(\x03\"}\n\x13\x44\x65mandCurveResponse\x12\x0c\n\x04gpus\x18\x01 \x03(\x05\x12\r\n\x05lower\x18\x02 \x03(\x01\x12\r\n\x05upper\x18\x03 \x03(\x01\x12\x0f\n\x07traffic\x18\x04 \x03(\x01\x12\x12\n\nstart_unix\x18\x05 \x01(\x03\x12\x15\n\rhistory_hours\x18\x06 \x01(\x05\"\x97\x01\n\x0eObserveRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x18\n\x10\x64uration_seconds\x18\x03 \x01(\x01\x12\x0b\n\x03\x61pp\x18\x04 \x01(\t\x12\x10\n\x08requests\x18\x05 \x01(\x01\x12\x0f\n\x07\x61t_unix\x18\x06 \x01(\x03\x12\x1e\n\x04spec\x18\x07 \x01(\x0b\x32\x10.rota.v1.JobSpec\"#\n\x0fObserveResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x08\x32\xe2\x01\n\x11\x46orecasterService\x12\x45\n\nPredictJob\x12\x1a.rota.v1.PredictJobRequest\x1a\x1b.rota.v1.PredictJobResponse\x12H\n\x0b\x44\x65mandCurve\x12\x1b.rota.v1.DemandCurveRequest\x1a\x1c.rota.v1.DemandCurveResponse\x12<\n\x07Observe\x12\x17.rota.v1.ObserveRequest\x1a\x18.rota.v1.ObserveResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,17 +33,17 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rota.v1.forecaster_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PREDICTJOBREQUEST']._serialized_start=59
-  _globals['_PREDICTJOBREQUEST']._serialized_end=110
-  _globals['_PREDICTJOBRESPONSE']._serialized_start=113
-  _globals['_PREDICTJOBRESPONSE']._serialized_end=254
-  _globals['_DEMANDCURVEREQUEST']._serialized_start=256
-  _globals['_DEMANDCURVEREQUEST']._serialized_end=328
-  _globals['_DEMANDCURVERESPONSE']._serialized_start=330
-  _globals['_DEMANDCURVERESPONSE']._serialized_end=395
-  _globals['_OBSERVEREQUEST']._serialized_start=397
-  _globals['_OBSERVEREQUEST']._serialized_end=516
-  _globals['_OBSERVERESPONSE']._serialized_start=518
-  _globals['_OBSERVERESPONSE']._serialized_end=553
-  _globals['_FORECASTERSERVICE']._serialized_start=556
-  _globals['_FORECASTERSERVICE']._serialized_end=782
+  _globals['_PREDICTJOBREQUEST']._serialized_end=128
+  _globals['_PREDICTJOBRESPONSE']._serialized_start=131
+  _globals['_PREDICTJOBRESPONSE']._serialized_end=400
+  _globals['_DEMANDCURVEREQUEST']._serialized_start=403
+  _globals['_DEMANDCURVEREQUEST']._serialized_end=531
+  _globals['_DEMANDCURVERESPONSE']._serialized_start=533
+  _globals['_DEMANDCURVERESPONSE']._serialized_end=658
+  _globals['_OBSERVEREQUEST']._serialized_start=661
+  _globals['_OBSERVEREQUEST']._serialized_end=812
+  _globals['_OBSERVERESPONSE']._serialized_start=814
+  _globals['_OBSERVERESPONSE']._serialized_end=849
+  _globals['_FORECASTERSERVICE']._serialized_start=852
+  _globals['_FORECASTERSERVICE']._serialized_end=1078
 # @@protoc_insertion_point(module_scope)

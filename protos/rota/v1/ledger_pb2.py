@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14rota/v1/ledger.proto\x12\x07rota.v1\"\xa0\x01\n\x12RecordUsageRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x0c\n\x04node\x18\x05 \x01(\t\x12\x0c\n\x04gpus\x18\x06 \x03(\x05\x12\x15\n\rstart_unix_ms\x18\x07 \x01(\x03\x12\x13\n\x0b\x65nd_unix_ms\x18\x08 \x01(\x03\"\'\n\x13RecordUsageResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x08\">\n\x0cUsageRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nsince_unix\x18\x02 \x01(\x03\x12\n\n\x02\x62y\x18\x03 \x01(\t\"*\n\x08UsageRow\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x11\n\tgpu_hours\x18\x02 \x01(\x01\"0\n\rUsageResponse\x12\x1f\n\x04rows\x18\x01 \x03(\x0b\x32\x11.rota.v1.UsageRow\"\x12\n\x10StandingsRequest\"s\n\x0eTenantStanding\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05quota\x18\x02 \x01(\x01\x12\x10\n\x08\x65ntitled\x18\x03 \x01(\x01\x12\x10\n\x08\x64\x65served\x18\x04 \x01(\x01\x12\x0c\n\x04used\x18\x05 \x01(\x01\x12\x10\n\x08\x66\x61irness\x18\x06 \x01(\x01\"=\n\x11StandingsResponse\x12(\n\x07tenants\x18\x01 \x03(\x0b\x32\x17.rota.v1.TenantStanding\"&\n\x14\x46\x61irnessIndexRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"_\n\x0bJobFairness\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08\x64\x65served\x18\x03 \x01(\x01\x12\x0c\n\x04used\x18\x04 \x01(\x01\x12\x10\n\x08\x66\x61irness\x18\x05 \x01(\x01\";\n\x15\x46\x61irnessIndexResponse\x12\"\n\x04jobs\x18\x01 \x03(\x0b\x32\x14.rota.v1.JobFairness2\xa5\x02\n\rLedgerService\x12H\n\x0bRecordUsage\x12\x1b.rota.v1.RecordUsageRequest\x1a\x1c.rota.v1.RecordUsageResponse\x12\x36\n\x05Usage\x12\x15.rota.v1.UsageRequest\x1a\x16.rota.v1.UsageResponse\x12\x42\n\tStandings\x12\x19.rota.v1.StandingsRequest\x1a\x1a.rota.v1.StandingsResponse\x12N\n\rFairnessIndex\x12\x1d.rota.v1.FairnessIndexRequest\x1a\x1e.rota.v1.FairnessIndexResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14rota/v1/ledger.proto\x12\x07rota.v1\"\xa0\x01\n\x12RecordUsageRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x0c\n\x04node\x18\x05 \x01(\t\x12\x0c\n\x04gpus\x18\x06 \x03(\x05\x12\x15\n\rstart_unix_ms\x18\x07 \x01(\x03\x12\x13\n\x0b\x65nd_unix_ms\x18\x08 \x01(\x03\"\'\n\x13RecordUsageResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x08\"R\n\x0cUsageRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nsince_unix\x18\x02 \x01(\x03\x12\n\n\x02\x62y\x18\x03 \x01(\t\x12\x12\n\nuntil_unix\x18\x04 \x01(\x03\":\n\x08UsageRow\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x11\n\tgpu_hours\x18\x02 \x01(\x01\x12\x0e\n\x06tenant\x18\x03 \x01(\t\"0\n\rUsageResponse\x12\x1f\n\x04rows\x18\x01 \x03(\x0b\x32\x11.rota.v1.UsageRow\"\"\n\x10StandingsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\x82\x01\n\x0eTenantStanding\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05quota\x18\x02 \x01(\x01\x12\x10\n\x08\x65ntitled\x18\x03 \x01(\x01\x12\x10\n\x08\x64\x65served\x18\x04 \x01(\x01\x12\x0c\n\x04used\x18\x05 \x01(\x01\x12\x10\n\x08\x66\x61irness\x18\x06 \x01(\x01\x12\r\n\x05share\x18\x07 \x01(\x01\"\x80\x01\n\x11StandingsResponse\x12(\n\x07tenants\x18\x01 \x03(\x0b\x32\x17.rota.v1.TenantStanding\x12\x15\n\rcapacity_gpus\x18\x02 \x01(\x05\x12\x19\n\x11window_start_unix\x18\x03 \x01(\x03\x12\x0f\n\x07\x61t_unix\x18\x04 \x01(\x03\"&\n\x14\x46\x61irnessIndexRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\x98\x01\n\x0bJobFairness\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08\x64\x65served\x18\x03 \x01(\x01\x12\x0c\n\x04used\x18\x04 \x01(\x01\x12\x10\n\x08\x66\x61irness\x18\x05 \x01(\x01\x12\r\n\x05state\x18\x06 \x01(\t\x12\x0c\n\x04gpus\x18\x07 \x01(\x05\x12\x1a\n\x12pending_since_unix\x18\x08 \x01(\x03\";\n\x15\x46\x61irnessIndexResponse\x12\"\n\x04jobs\x18\x01 \x03(\x0b\x32\x14.rota.v1.JobFairness2\xa5\x02\n\rLedgerService\x12H\n\x0bRecordUsage\x12\x1b.rota.v1.RecordUsageRequest\x1a\x1c.rota.v1.RecordUsageResponse\x12\x36\n\x05Usage\x12\x15.rota.v1.UsageRequest\x1a\x16.rota.v1.UsageResponse\x12\x42\n\tStandings\x12\x19.rota.v1.StandingsRequest\x1a\x1a.rota.v1.StandingsResponse\x12N\n\rFairnessIndex\x12\x1d.rota.v1.FairnessIndexRequest\x1a\x1e.rota.v1.FairnessIndexResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,23 +36,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RECORDUSAGERESPONSE']._serialized_start=196
   _globals['_RECORDUSAGERESPONSE']._serialized_end=235
   _globals['_USAGEREQUEST']._serialized_start=237
-  _globals['_USAGEREQUEST']._serialized_end=299
-  _globals['_USAGEROW']._serialized_start=301
-  _globals['_USAGEROW']._serialized_end=343
-  _globals['_USAGERESPONSE']._serialized_start=345
-  _globals['_USAGERESPONSE']._serialized_end=393
-  _globals['_STANDINGSREQUEST']._serialized_start=395
-  _globals['_STANDINGSREQUEST']._serialized_end=413
-  _globals['_TENANTSTANDING']._serialized_start=415
-  _globals['_TENANTSTANDING']._serialized_end=530
-  _globals['_STANDINGSRESPONSE']._serialized_start=532
-  _globals['_STANDINGSRESPONSE']._serialized_end=593
-  _globals['_FAIRNESSINDEXREQUEST']._serialized_start=595
-  _globals['_FAIRNESSINDEXREQUEST']._serialized_end=633
-  _globals['_JOBFAIRNESS']._serialized_start=635
-  _globals['_JOBFAIRNESS']._serialized_end=730
-  _globals['_FAIRNESSINDEXRESPONSE']._serialized_start=732
-  _globals['_FAIRNESSINDEXRESPONSE']._serialized_end=791
-  _globals['_LEDGERSERVICE']._serialized_start=794
-  _globals['_LEDGERSERVICE']._serialized_end=1087
+  _globals['_USAGEREQUEST']._serialized_end=319
+  _globals['_USAGEROW']._serialized_start=321
+  _globals['_USAGEROW']._serialized_end=379
+  _globals['_USAGERESPONSE']._serialized_start=381
+  _globals['_USAGERESPONSE']._serialized_end=429
+  _globals['_STANDINGSREQUEST']._serialized_start=431
+  _globals['_STANDINGSREQUEST']._serialized_end=465
+  _globals['_TENANTSTANDING']._serialized_start=468
+  _globals['_TENANTSTANDING']._serialized_end=598
+  _globals['_STANDINGSRESPONSE']._serialized_start=601
+  _globals['_STANDINGSRESPONSE']._serialized_end=729
+  _globals['_FAIRNESSINDEXREQUEST']._serialized_start=731
+  _globals['_FAIRNESSINDEXREQUEST']._serialized_end=769
+  _globals['_JOBFAIRNESS']._serialized_start=772
+  _globals['_JOBFAIRNESS']._serialized_end=924
+  _globals['_FAIRNESSINDEXRESPONSE']._serialized_start=926
+  _globals['_FAIRNESSINDEXRESPONSE']._serialized_end=985
+  _globals['_LEDGERSERVICE']._serialized_start=988
+  _globals['_LEDGERSERVICE']._serialized_end=1281
 # @@protoc_insertion_point(module_scope)

@@ -60,14 +60,15 @@ class LedgerServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def RecordUsage(self, request, context):
-        """Records usage of a lease; idempotent by (lease_id, sequence): a repeat changes nothing.
+        """Records usage of a lease (admin); idempotent by (lease_id, sequence): a repeat changes
+        nothing, a later end of the same row only extends it. A row lies within one UTC hour.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Usage(self, request, context):
-        """GPU-hours by job, tenant or day over a window.
+        """GPU-hours by job, tenant, UTC day or GPU over a window.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

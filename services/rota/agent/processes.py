@@ -19,6 +19,7 @@ from pathlib import Path
 from rota.common.errors import FailedPrecondition
 
 ERROR_TAIL_LINES = 20
+REPLICAS_FILE = "replicas.json"
 
 
 @dataclass
@@ -136,6 +137,7 @@ class ProcessTable:
             raise FailedPrecondition(f"{job_id} already ran under epoch {epoch}")
         folder.mkdir(parents=True, exist_ok=True)
         full_env = self._job_env(job_id, epoch, gpus, env, virtual, folder)
+        write_replicas(folder, epoch, gpus)
         cwd = workdir if workdir and Path(workdir).is_dir() else str(self.home)
         launcher = [
             sys.executable, "-m", "rota.agent.launcher", "--exit-file", str(folder / "exit"),
@@ -165,13 +167,33 @@ class ProcessTable:
             "ROTA_EPOCH": str(epoch),
             "ROTA_GPUS": ",".join(str(g) for g in gpus),
             "ROTA_PROGRESS_FILE": str(folder / "progress.jsonl"),
+            "ROTA_REPLICAS_FILE": str(folder / REPLICAS_FILE),
             # Virtual slots run on the CPU: hide any real device from the job.
             "CUDA_VISIBLE_DEVICES": "" if virtual else ",".join(str(g) for g in gpus),
             "PYTHONUNBUFFERED": "1",
         })
         return base
 
-    # 3. Stop: the whole process group, SIGTERM then SIGKILL.
+    # 3. Resize a running realtime app in place: a new GPU set under a newer epoch.
+    def resize(self, job_id: str, epoch: int, gpus: list[int]) -> LocalJob:
+        job = self.jobs.get(job_id)
+        if job is None or job.exit_code() is not None:
+            raise FailedPrecondition(f"{job_id} is not running on {self.node}")
+        if job.epoch > epoch:
+            raise FailedPrecondition(f"stale epoch {epoch} for {job_id}: this node runs epoch {job.epoch}")
+        if job.epoch == epoch:
+            return job
+        for other in self.jobs.values():
+            if other.job_id != job_id and other.state() == "RUNNING" and set(other.gpus) & set(gpus):
+                raise FailedPrecondition(f"GPUs {sorted(set(other.gpus) & set(gpus))} are held by {other.job_id}")
+        job.epoch, job.gpus = epoch, list(gpus)
+        write_replicas(job.folder, epoch, gpus)
+        meta = json.loads((job.folder / "meta.json").read_text())
+        _write_atomic(job.folder / "meta.json", json.dumps({**meta, "epoch": epoch, "gpus": gpus}))
+        self.max_epoch = max(self.max_epoch, epoch)
+        return job
+
+    # 4. Stop: the whole process group, SIGTERM then SIGKILL.
     def stop(self, job_id: str, epoch: int, reason: str, grace_s: float) -> bool:
         job = self.jobs.get(job_id)
         if job is None:
@@ -193,7 +215,7 @@ class ProcessTable:
         for job in list(self.jobs.values()):
             self.stop(job.job_id, 0, reason, grace_s)
 
-    # 4. Reports for the heartbeat; finished ones are dropped once acknowledged.
+    # 5. Reports for the heartbeat; finished ones are dropped once acknowledged.
     def running(self) -> list[LocalJob]:
         return [j for j in self.jobs.values() if j.exit_code() is None]
 
@@ -210,6 +232,17 @@ class ProcessTable:
             return job.log_path
         folders = sorted((self.home / "jobs").glob(f"{job_id}-*"), key=lambda p: int(p.name.rsplit("-", 1)[1]))
         return folders[-1] / "log" if folders else None
+
+
+def write_replicas(folder: Path, epoch: int, gpus: list[int]) -> None:
+    """What a realtime app serves on now; replaced atomically so a reader never sees half."""
+    _write_atomic(folder / REPLICAS_FILE, json.dumps({"epoch": epoch, "gpus": gpus, "replicas": len(gpus)}))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -1,4 +1,4 @@
-"""AgentService adapter: Launch, Stop, Status and ReadLog over the process table."""
+"""AgentService adapter: Launch, Resize, Stop, Status and ReadLog over the process table."""
 
 from __future__ import annotations
 
@@ -47,6 +47,14 @@ class AgentRuntime:
                 dict(spec.env), self.virtual,
             )
 
+    async def resize(self, job_id: str, epoch: int, gpus: list[int]) -> LocalJob:
+        if not job_id or epoch <= 0:
+            raise InvalidArgument("epoch" if job_id else "job_id", "required")
+        if not gpus or len(set(gpus)) != len(gpus) or min(gpus) < 0:
+            raise InvalidArgument("gpu_indices", "must be distinct GPU indices, at least one")
+        async with self.lock:
+            return await asyncio.to_thread(self.table.resize, job_id, epoch, gpus)
+
     async def stop(self, job_id: str, epoch: int, reason: str, grace_s: float) -> bool:
         async with self.lock:
             return await asyncio.to_thread(self.table.stop, job_id, epoch, reason, grace_s)
@@ -66,6 +74,11 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         grace = request.grace_seconds if request.grace_seconds > 0 else 10.0
         stopped = await self.runtime.stop(request.job_id, request.epoch, request.reason or "stop requested", grace)
         return agent_pb2.StopResponse(stopped=stopped)
+
+    async def Resize(self, request: agent_pb2.ResizeRequest, context: grpc.aio.ServicerContext) -> agent_pb2.ResizeResponse:
+        current_identity().require_admin()
+        job = await self.runtime.resize(request.job_id, request.epoch, list(request.gpu_indices))
+        return agent_pb2.ResizeResponse(report=report_of(job))
 
     async def Status(self, request: agent_pb2.StatusRequest, context: grpc.aio.ServicerContext) -> agent_pb2.StatusResponse:
         current_identity().require_admin()

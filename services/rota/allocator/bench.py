@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rota.allocator import policies
+from rota.allocator import picture, policies
 from rota.allocator.grid import Grid, Plan
 from rota.allocator.metrics import measure
 from rota.allocator.scenario import BatchJob, RealtimeApp, Scenario, ScenarioError, load
@@ -48,18 +48,12 @@ def run_policy(s: Scenario, name: str, repeat: int, time_limit: float) -> dict[s
     return out
 
 
-def render(s: Scenario, grids: dict[str, Grid]) -> str:
-    """The grids as text: a row per GPU, a letter per job (realtime in lower case), '.' idle."""
-    ids = [j.id for j in s.batch] + [r.id for r in s.realtime]
-    upper = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-    sym = {job_id: upper[i % len(upper)] for i, job_id in enumerate(j.id for j in s.batch)}
-    sym.update({r.id: "abcdefghijklmnopqrstuvwxyz"[i % 26] for i, r in enumerate(s.realtime)})
-    lines = [f"{s.name}: {s.gpus} GPUs x {s.horizon} steps"]
-    for name, grid in grids.items():
-        lines.append(f"\n{name}")
-        lines += [f"{g:4d} " + "".join(sym[c] if c else "." for c in row) for g, row in enumerate(grid)]
-    lines.append("\n" + "  ".join(f"{sym[i]}={i}" for i in ids))
-    return "\n".join(lines) + "\n"
+def render(s: Scenario, grids: dict[str, Grid], folder: Path) -> Path:
+    """FIFO above fast (or whatever ran), as PNG and as text, named after the scenario."""
+    realtime = {r.id for r in s.realtime}
+    title = f"{s.name}: {s.gpus} GPUs x {s.horizon} steps"
+    (folder / f"{s.name}.txt").write_text(picture.text(grids, realtime=realtime, title=title))
+    return picture.png(folder / f"{s.name}.png", grids, realtime=realtime, title=title)
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -118,7 +112,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--scenario", nargs="+", default=[], metavar="FILE")
     ap.add_argument("--policy", default="fifo,fast,full", help="comma-separated: fifo,fast,full")
     ap.add_argument("--json", action="store_true", help="print SPEC §3's JSON instead of the table")
-    ap.add_argument("--render", metavar="DIR", type=Path, help="write a text picture of each scenario's grids")
+    ap.add_argument("--render", metavar="DIR", type=Path, help="write a PNG (and a text) picture of each scenario's grids")
     ap.add_argument("--repeat", type=int, default=9, help="runs per policy (runtime is the median)")
     ap.add_argument("--full-repeat", type=int, default=3, help="runs of the CP-SAT policy")
     ap.add_argument("--time-limit", type=float, default=2.0, help="CP-SAT time limit, seconds")
@@ -146,7 +140,7 @@ def main(argv: list[str]) -> int:
         if args.render:
             args.render.mkdir(parents=True, exist_ok=True)
             shown = {n: runs[n]["grid"] for n in ("fifo", "fast") if n in runs} or {n: runs[n]["grid"] for n in runs}
-            (args.render / f"{s.name}.txt").write_text(render(s, shown))
+            render(s, shown, args.render)
     if args.json:
         json.dump({"scenarios": results}, sys.stdout)
         print()

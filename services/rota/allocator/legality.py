@@ -22,9 +22,9 @@ def violations(s: Scenario, grid: Grid) -> list[str]:
     for j in s.batch:
         out += _batch(s, j, held.get(j.id))
     for r in s.realtime:
-        steps = held.get(r.id)
-        if steps is None:
-            continue
+        steps = held.get(r.id) or [set() for _ in range(s.horizon)]
+        if r.held and len(steps[0] ^ set(r.held)) > r.max_swap:
+            out.append(f"{r.id} changes {len(steps[0] ^ set(r.held))} of the GPUs it holds at step 0; max_swap is {r.max_swap}")
         for t in range(1, s.horizon):
             moved = len(steps[t] ^ steps[t - 1])
             if moved > r.max_swap:

@@ -1,22 +1,29 @@
-"""The scheduling loop: snapshot -> place -> commit -> tell the agents, every interval.
+"""The scheduling loop: the rolling-horizon planner driving the live cluster (SPEC §3).
 
 Only the leader runs cycles: it holds a Postgres advisory lock on a dedicated connection,
 so a second allocator (or a crashed one's replacement) waits instead of double-booking;
 and every placement is committed with a fresh fencing epoch before any agent hears of it.
+
+A cycle re-plans the whole horizon when something changed (an arrival, a completion, a
+node change), when a new step begins, and on the full-mode timer; it commits step 0 only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import Connection, Engine, text
 
 from rota.allocator import repository
-from rota.allocator.placement import place_fifo
+from rota.allocator.liveplan import Horizon, LiveScenario, Start, StepDecision
+from rota.allocator.planner import FairInputs, PlanOutcome, plan_live
 from rota.common import convert
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
@@ -24,6 +31,8 @@ from rota.common.db import Database
 from rota.common.errors import Unavailable
 from rota.common.jobs_repo import Events
 from rota.common.live import LiveState
+from rota.ledger import repository as ledger
+from rota.ledger.fairness import FairnessConfig
 from rota.v1 import agent_pb2
 
 log = logging.getLogger(__name__)
@@ -69,18 +78,36 @@ class Leadership:
 @dataclass
 class CycleReport:
     placed: int = 0
+    resized: int = 0
     waiting: int = 0
     dead_nodes: int = 0
     led: bool = False
+    planned: str = ""  # the trigger of this cycle's re-plan; "" when nothing changed
+
+
+@dataclass
+class _Memory:
+    """What the last committed plan assumed, to tell when the cluster moved on."""
+
+    fingerprint: Any = None
+    step_index: int = -1
+    last_full: float = field(default_factory=time.time)
+    # Jobs that yielded a lease -> the job they yielded to: they wait until it has started.
+    yielded_to: dict[str, str] = field(default_factory=dict)
 
 
 class SchedulingLoop:
-    def __init__(self, settings: Settings, db: Database, live: LiveState, agents: AgentClients) -> None:
+    def __init__(
+        self, settings: Settings, db: Database, live: LiveState, agents: AgentClients,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.settings = settings
         self.db = db
         self.live = live
         self.agents = agents
+        self.clock = clock
         self.leadership = Leadership(db.engine)
+        self.memory = _Memory(last_full=clock())
         self._api_channel: grpc.aio.Channel | None = None
         self._api_health: health_pb2_grpc.HealthStub | None = None
 
@@ -94,10 +121,11 @@ class SchedulingLoop:
                 log.exception("scheduling cycle failed")
             await asyncio.sleep(self.settings.schedule_interval_s)
 
-    async def cycle(self) -> CycleReport:
+    async def cycle(self, *, force_full: bool = False) -> CycleReport:
         report = CycleReport()
         # 1. Lead, or wait for the leader's lock to be released.
         if not await asyncio.to_thread(self.leadership.ensure):
+            self.memory.fingerprint = None  # a new leader re-plans from scratch
             return report
         report.led = True
         events = Events()
@@ -108,22 +136,106 @@ class SchedulingLoop:
                 self.db.run, lambda s: repository.mark_dead_nodes(s, self.settings.node_timeout_s, events)
             )
             report.dead_nodes = len(dead)
-        # 3. Snapshot of free GPUs and the queue; 4. the pure FIFO core decides.
-        snap = await asyncio.to_thread(self.db.run, repository.snapshot)
-        result = place_fifo(snap.nodes, snap.queue)
-        # 5. Commit each placement in its own transaction, under a new epoch.
-        launches: list[tuple[str, agent_pb2.LaunchRequest]] = []
-        for decision in result.decisions:
-            request = await asyncio.to_thread(self.db.run, lambda s, d=decision: self._commit(s, d, events))
-            if request is not None:
-                launches.append((snap.addresses[decision.node], request))
-        report.placed = len(launches)
-        report.waiting = len(result.waiting)
-        await asyncio.to_thread(self.db.run, lambda s: repository.set_waiting_reasons(s, result.waiting))
+        # 3. The snapshot, and whether anything calls for a new plan.
+        view = await asyncio.to_thread(self.db.run, repository.live_view)
+        horizon = Horizon(self.settings.plan_step_s, self.settings.plan_horizon, self.clock())
+        policy, trigger = self._trigger(view, horizon, force_full)
+        if trigger is None:
+            await asyncio.to_thread(self._refresh_cache, events)
+            return report
+        # 4. The pure core plans the horizon (in a thread: full mode takes seconds); `fair`
+        #    first reads the ledger's standings (its own transaction, before any commit).
+        fair = await asyncio.to_thread(self.db.run, self._fair_inputs) if policy == "fair" else None
+        held_back = self._held_back(view)
+        outcome = await asyncio.to_thread(
+            plan_live, view.nodes, view.jobs, horizon, policy, self.settings.full_time_limit_s, fair, held_back
+        )
+        # 5. Commit step 0: starts and resizes, each in its own transaction under a new epoch.
+        launches, resizes = await self._commit(outcome, view.addresses, events)
+        report.placed, report.resized = len(launches), len(resizes)
+        report.waiting = len(outcome.decision.waiting)
+        report.planned = trigger
+        await asyncio.to_thread(self.db.run, lambda s: repository.set_waiting_reasons(s, outcome.decision.waiting))
+        await asyncio.to_thread(self.db.run, lambda s: self._record(s, outcome, policy, trigger, horizon))
+        self.memory.fingerprint = _expected_fingerprint(view, outcome.decision, {r.job.id for _, r in launches})
+        self.memory.step_index = horizon.step_index
+        if policy == "full":
+            self.memory.last_full = self.clock()
         # 6. After the commits: refresh the cache, publish events, tell the agents.
         await asyncio.to_thread(self._refresh_cache, events)
-        await asyncio.gather(*(self._launch(address, request) for address, request in launches))
+        await asyncio.gather(
+            *(self._launch(address, request) for address, request in launches),
+            *(self._resize(address, request) for address, request in resizes),
+        )
+        # 7. Lease expiry under `fair`: over-share tenants' restartable jobs yield; the
+        #    next cycle sees the change and plans the under-served jobs into the freed GPUs.
+        for y in outcome.yields:
+            reason = f"yielded its GPUs to {y.to_job} ({y.to_tenant}): {y.reason}"
+            held = await asyncio.to_thread(self.db.run, lambda s, y=y, r=reason: repository.yield_lease(s, y.job_id, r, events))
+            if held is not None:
+                self.memory.yielded_to[y.job_id] = y.to_job
+                if held[0] in view.addresses:
+                    await self._stop(view.addresses[held[0]], y.job_id, held[1], reason)
         return report
+
+    def _held_back(self, view: repository.LiveView) -> dict[str, str]:
+        """Yielded jobs stay out of the plan until the job they yielded to has GPUs (or is gone)."""
+        queued = {j.id for j in view.jobs if j.node is None}
+        self.memory.yielded_to = {y: to for y, to in self.memory.yielded_to.items() if to in queued and y in queued}
+        return {y: f"waiting: yielded its lease to {to}; queued again once {to} has started"
+                for y, to in self.memory.yielded_to.items()}
+
+    def _trigger(self, view: repository.LiveView, horizon: Horizon, force_full: bool) -> tuple[str, str | None]:
+        s = self.settings
+        if force_full or (s.full_interval_s > 0 and self.clock() - self.memory.last_full >= s.full_interval_s):
+            return "full", "full re-plan (timer)"
+        fingerprint = view.fingerprint()
+        if self.memory.fingerprint is None:
+            return s.policy, "first plan of this leader"
+        if fingerprint != self.memory.fingerprint:
+            return s.policy, _what_changed(self.memory.fingerprint, fingerprint)
+        if horizon.step_index != self.memory.step_index:
+            return s.policy, f"step {horizon.step_index} began"
+        return s.policy, None
+
+    async def _commit(
+        self, outcome: PlanOutcome, addresses: dict[str, str], events: Events
+    ) -> tuple[list[tuple[str, agent_pb2.LaunchRequest]], list[tuple[str, agent_pb2.ResizeRequest]]]:
+        launches: list[tuple[str, agent_pb2.LaunchRequest]] = []
+        for start in outcome.decision.starts:
+            request = await asyncio.to_thread(self.db.run, lambda s, d=start: self._commit_start(s, d, events))
+            if request is not None:
+                launches.append((addresses[start.node], request))
+        resizes: list[tuple[str, agent_pb2.ResizeRequest]] = []
+        for resize in outcome.decision.resizes:
+            job = await asyncio.to_thread(self.db.run, lambda s, r=resize: _commit_resize(s, r, events))
+            if job is not None:
+                resizes.append((addresses[resize.node], job))
+        return launches, resizes
+
+    @staticmethod
+    def _commit_start(session, decision, events: Events) -> agent_pb2.LaunchRequest | None:  # type: ignore[no-untyped-def]
+        job = repository.commit_decision(session, decision, events)
+        if job is None:
+            return None
+        return agent_pb2.LaunchRequest(job=convert.job_to_proto(job), epoch=job.epoch)
+
+    @staticmethod
+    def _record(session, outcome: PlanOutcome, policy: str, trigger: str, horizon: Horizon) -> None:  # type: ignore[no-untyped-def]
+        ls = outcome.live
+        repository.record_plan_step(
+            session, policy=outcome.policy, trigger=trigger[:128], step_seconds=horizon.step_s,
+            horizon=horizon.steps, step_index=horizon.step_index,
+            figures={**outcome.figures, "runtime_ms": outcome.runtime_ms, **outcome.stats},
+            assignments=_assignments(ls, outcome.plan_grid, outcome.decision),
+            grid=_grid_record(ls, outcome.plan_grid),
+            forecasts={j.id: {"duration_s": j.duration_s} for j in ls.jobs.values() if not j.realtime},
+        )
+
+    def _fair_inputs(self, session) -> FairInputs:  # type: ignore[no-untyped-def]
+        s = self.settings
+        config = FairnessConfig(lease_s=s.fair_lease_s, starvation_s=s.fair_starvation_s, delay_s=s.fair_delay_s)
+        return FairInputs(ledger.tenant_states(session, config), ledger.job_views(session, config), config)
 
     async def _api_serving(self) -> bool:
         if self._api_health is None:
@@ -135,16 +247,9 @@ class SchedulingLoop:
             return False
         return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
-    @staticmethod
-    def _commit(session, decision, events: Events) -> agent_pb2.LaunchRequest | None:  # type: ignore[no-untyped-def]
-        job = repository.commit_decision(session, decision, events)
-        if job is None:
-            return None
-        return agent_pb2.LaunchRequest(job=convert.job_to_proto(job), epoch=job.epoch)
-
     def _refresh_cache(self, events: Events) -> None:
         try:
-            holding = self.db.run(lambda s: repository.snapshot(s).holding)
+            holding = self.db.run(repository.holding_jobs)
             self.live.replace_placements(
                 {j.id: {"node": j.node, "gpus": list(j.gpu_indices), "epoch": j.epoch} for j in holding}
             )
@@ -159,3 +264,81 @@ class SchedulingLoop:
         except grpc.aio.AioRpcError as exc:
             # The agent's next heartbeat lists this assignment and it launches it then.
             log.warning("launch of %s at %s failed (%s): reconciliation will retry", request.job.id, address, exc.code())
+
+    async def _stop(self, address: str, job_id: str, epoch: int, reason: str) -> None:
+        request = agent_pb2.StopRequest(job_id=job_id, epoch=epoch, reason=reason, grace_seconds=10)
+        try:
+            await self.agents.stub(address).Stop(request, timeout=30, metadata=self.agents.metadata)
+        except grpc.aio.AioRpcError as exc:
+            # The job no longer holds GPUs in Postgres: the agent's next heartbeat stops it.
+            log.warning("stop of %s at %s failed (%s): reconciliation will stop it", job_id, address, exc.code())
+
+    async def _resize(self, address: str, request: agent_pb2.ResizeRequest) -> None:
+        try:
+            await self.agents.stub(address).Resize(request, timeout=10, metadata=self.agents.metadata)
+        except grpc.aio.AioRpcError as exc:
+            # Reconciliation sees a newer epoch for the app and relaunches it on its new GPUs.
+            log.warning("resize of %s at %s failed (%s): reconciliation will relaunch it", request.job_id, address, exc.code())
+
+
+def _commit_resize(session, resize: Start, events: Events) -> agent_pb2.ResizeRequest | None:  # type: ignore[no-untyped-def]
+    job = repository.commit_resize(session, resize, events)
+    if job is None:
+        return None
+    return agent_pb2.ResizeRequest(job_id=job.id, epoch=job.epoch, gpu_indices=list(job.gpu_indices))
+
+
+def _expected_fingerprint(view: repository.LiveView, decision: StepDecision, launched: set[str]) -> Any:
+    """The fingerprint the cluster will show once our own starts are in: they are no change."""
+    started = {s.job_id: s.node for s in decision.starts if s.job_id in launched}
+    nodes, jobs = view.fingerprint()
+    return nodes, frozenset((job_id, started.get(job_id, node)) for job_id, node in jobs)
+
+
+def _what_changed(before: Any, after: Any) -> str:
+    (nodes_before, jobs_before), (nodes_after, jobs_after) = before, after
+    if nodes_before != nodes_after:
+        return "node change"
+    ids_before, ids_after = {j for j, _ in jobs_before}, {j for j, _ in jobs_after}
+    if ids_after - ids_before:
+        return "arrival of " + ", ".join(sorted(ids_after - ids_before)[:3])
+    if ids_before - ids_after:
+        return "completion of " + ", ".join(sorted(ids_before - ids_after)[:3])
+    return "placement change"
+
+
+def _assignments(ls: LiveScenario, grid: list[list[str | None]], decision: StepDecision) -> dict[str, Any]:
+    started = {s.job_id: s for s in [*decision.starts, *decision.resizes]}
+    out: dict[str, Any] = {}
+    for job_id, job in ls.jobs.items():
+        entry: dict[str, Any] = {"tenant": job.tenant, "kind": job.kind, "planned_seconds": job.duration_s or 0}
+        if job_id in started:
+            entry.update(node=started[job_id].node, gpus=list(started[job_id].gpus), start_step=0)
+        elif job.node is not None:
+            entry.update(node=job.node, gpus=list(job.gpu_indices), start_step=-1)
+        elif job_id in decision.planned_start:
+            entry.update(start_step=decision.planned_start[job_id])
+        else:
+            entry.update(waiting=decision.waiting.get(job_id, ""))
+        out[job_id] = entry
+    return out
+
+
+def _grid_record(ls: LiveScenario, grid: list[list[str | None]]) -> dict[str, Any]:
+    """Rows run-length encoded ([[cell, count], ...]); reserved rows are left out."""
+    labels: list[str] = []
+    rows: list[list[list[Any]]] = []
+    for g, row in enumerate(grid):
+        where = ls.layout.where(g)
+        if where is None:
+            continue
+        labels.append(f"{where[0]}/{where[1]}")
+        runs: list[list[Any]] = []
+        for cell in row:
+            value = cell or ""
+            if runs and runs[-1][0] == value:
+                runs[-1][1] += 1
+            else:
+                runs.append([value, 1])
+        rows.append(runs)
+    return {"labels": labels, "rows": rows}

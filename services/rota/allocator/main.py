@@ -18,7 +18,7 @@ async def serve(settings: Settings) -> None:
     loop = SchedulingLoop(settings, parts.db, parts.live, parts.agents)
 
     def register(server: grpc.aio.Server) -> list[str]:
-        allocator_pb2_grpc.add_AllocatorServiceServicer_to_server(AllocatorService(parts.db), server)
+        allocator_pb2_grpc.add_AllocatorServiceServicer_to_server(AllocatorService(parts.db, settings), server)
         return [allocator_pb2.DESCRIPTOR.services_by_name["AllocatorService"].full_name]
 
     try:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rota.allocator import policy_fast, policy_fifo
+from rota.allocator import policy_fair, policy_fast, policy_fifo
 from rota.allocator.grid import Plan
 from rota.allocator.scenario import Scenario
 
 Policy = Callable[[Scenario], Plan]
-NAMES = ("fifo", "fast", "full")
+NAMES = ("fifo", "fast", "full", "fair")
 
 
 def get(name: str, full_time_limit: float = 2.0) -> Policy:
@@ -17,6 +17,8 @@ def get(name: str, full_time_limit: float = 2.0) -> Policy:
         return policy_fifo.plan
     if name == "fast":
         return policy_fast.plan
+    if name == "fair":  # without the ledger's standings: every tenant level
+        return policy_fair.plan
     if name == "full":
         from rota.allocator import policy_full
 

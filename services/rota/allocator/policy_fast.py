@@ -25,11 +25,16 @@ OrderKey = Callable[[BatchJob], tuple[float, ...]]
 
 
 def realtime_targets(r: RealtimeApp) -> list[int]:
-    """GPUs to hold at each step: demand, raised early enough that the cap meets each rise."""
+    """GPUs to hold at each step: demand, raised early enough that the cap meets each rise.
+
+    An app that holds GPUs now (`held`) may shed at most `max_swap` of them at step 0.
+    """
     h = len(r.demand)
     need = list(r.demand)
     for t in range(h - 2, -1, -1):
         need[t] = max(need[t], need[t + 1] - r.max_swap)
+    if h:
+        need[0] = max(need[0], len(r.held) - r.max_swap)
     for t in range(1, h):
         need[t] = max(need[t], need[t - 1] - r.max_swap)
     return need
@@ -37,7 +42,8 @@ def realtime_targets(r: RealtimeApp) -> list[int]:
 
 def place_realtime(b: Board, apps: Sequence[RealtimeApp]) -> None:
     targets = {r.id: realtime_targets(r) for r in apps}
-    held: dict[str, list[int]] = {r.id: [] for r in apps}
+    # A live app starts from the GPUs it holds (those still free: nothing else claims them).
+    held = {r.id: [g for g in r.held if b.horizon and not b.busy[0] >> g & 1] for r in apps}
     for t in range(b.horizon):
         # Every app keeps what it held first, so growth never takes a neighbour's GPU.
         for r in apps:
@@ -49,6 +55,8 @@ def place_realtime(b: Board, apps: Sequence[RealtimeApp]) -> None:
             room = targets[r.id][t] - len(held[r.id])
             if t > 0:
                 room = min(room, r.max_swap)
+            elif r.held:  # step 0 of a live app: the GPUs it shed already count as moves
+                room = min(room, r.max_swap - (len(r.held) - len(held[r.id])))
             free = b.full & ~b.busy[t]
             while room > 0 and free:
                 g = free.bit_length() - 1  # the highest free GPU

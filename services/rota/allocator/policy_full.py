@@ -78,6 +78,10 @@ def plan(s: Scenario, time_limit: float = 2.0, workers: int = 2, seed: int = 0) 
             m.add_hint(unmet, max(0, r.demand[t] - len(have[t])))
             objective.append(-round(SCALE * s.realtime_penalty) * unmet)
             if t == 0:
+                if r.held:  # a live app: moves from the GPUs it holds now count at step 0
+                    was = set(r.held)
+                    m.add(sum(1 - z[g, 0] if g in was else z[g, 0] for g in range(G) if (g, 0) in z)
+                          + sum(1 for g in was if (g, 0) not in z) <= r.max_swap)
                 continue
             moves = []
             for g in range(G):

@@ -1,14 +1,16 @@
-"""The allocator's Postgres operations: dead nodes, the snapshot, placement commits."""
+"""The allocator's Postgres operations: dead nodes, the live view, commits of plan steps."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from rota.allocator.placement import Decision, NodeFree, QueuedJob
+from rota.allocator.liveplan import LiveJob, LiveNode, Start
+from rota.allocator.models import PlanStepRow
 from rota.common import jobstate
 from rota.common.jobs_repo import Events, get_job, release, requeue_or_fail, transition, utcnow
 from rota.common.jobspec import JobSpecData, gpus_to_hold
@@ -38,35 +40,11 @@ def mark_dead_nodes(session: Session, timeout_s: float, events: Events) -> list[
     return [n.name for n in dead]
 
 
-@dataclass
-class Snapshot:
-    nodes: list[NodeFree]
-    queue: list[QueuedJob]
-    addresses: dict[str, str]
-    holding: list[JobRow]
+def holding_jobs(session: Session) -> list[JobRow]:
+    return list(session.scalars(select(JobRow).where(JobRow.state.in_(jobstate.HOLDING_STATES))).all())
 
 
-def snapshot(session: Session) -> Snapshot:
-    nodes = session.scalars(select(NodeRow).where(NodeRow.health == ALIVE).order_by(NodeRow.name)).all()
-    gpu_counts: dict[str, int] = {}
-    for gpu in session.scalars(select(GpuRow)):
-        gpu_counts[gpu.node] = gpu_counts.get(gpu.node, 0) + 1
-    busy: dict[str, set[int]] = {}
-    for claim in session.scalars(select(GpuClaimRow)):
-        busy.setdefault(claim.node, set()).add(claim.gpu_index)
-    pending = session.scalars(
-        select(JobRow).where(JobRow.state == jobstate.PENDING).order_by(JobRow.created_at, JobRow.id)
-    ).all()
-    holding = session.scalars(select(JobRow).where(JobRow.state.in_(jobstate.HOLDING_STATES))).all()
-    return Snapshot(
-        nodes=[NodeFree(n.name, gpu_counts.get(n.name, 0), frozenset(busy.get(n.name, ()))) for n in nodes],
-        queue=[QueuedJob(j.id, gpus_to_hold(JobSpecData.from_dict(j.spec))) for j in pending],
-        addresses={n.name: n.address for n in nodes},
-        holding=list(holding),
-    )
-
-
-def commit_decision(session: Session, decision: Decision, events: Events) -> JobRow | None:
+def commit_decision(session: Session, decision: Start, events: Events) -> JobRow | None:
     """Claims the GPUs under a new fencing epoch. None if the job is no longer pending.
 
     The claims' primary key makes a double booking fail the whole transaction.
@@ -95,3 +73,91 @@ def set_waiting_reasons(session: Session, reasons: dict[str, str]) -> None:
             .where(JobRow.id == job_id, JobRow.state == jobstate.PENDING, JobRow.reason != reason)
             .values(reason=reason)
         )
+
+
+@dataclass
+class LiveView:
+    """What the planner needs: live nodes, holding jobs, then the queue in arrival order."""
+
+    nodes: list[LiveNode]
+    jobs: list[LiveJob]
+    addresses: dict[str, str]
+
+    def fingerprint(self) -> tuple[frozenset[tuple[str, int]], frozenset[tuple[str, str | None]]]:
+        """Changes exactly on an arrival, a completion, a placement or a node change."""
+        return frozenset((n.name, n.gpus) for n in self.nodes), frozenset((j.id, j.node) for j in self.jobs)
+
+
+def live_view(session: Session) -> LiveView:
+    nodes = session.scalars(select(NodeRow).where(NodeRow.health == ALIVE).order_by(NodeRow.name)).all()
+    gpu_counts: dict[str, int] = {}
+    for gpu in session.scalars(select(GpuRow)):
+        gpu_counts[gpu.node] = gpu_counts.get(gpu.node, 0) + 1
+    pending = session.scalars(
+        select(JobRow).where(JobRow.state == jobstate.PENDING).order_by(JobRow.created_at, JobRow.id)
+    ).all()
+    now = utcnow()
+    jobs: list[LiveJob] = []
+    for row in [*holding_jobs(session), *pending]:
+        spec = JobSpecData.from_dict(row.spec)
+        holding = row.state in jobstate.HOLDING_STATES
+        since = row.started_at or row.created_at
+        jobs.append(LiveJob(
+            id=row.id, tenant=row.tenant, kind=row.kind, priority=row.priority, gpus=gpus_to_hold(spec),
+            node=row.node if holding else None, gpu_indices=tuple(row.gpu_indices) if holding else (),
+            elapsed_s=max(0.0, (now - since).total_seconds()) if holding else 0.0,
+            duration_s=spec.duration_seconds, demand=tuple(spec.demand), max_swap=spec.max_swap,
+            preemptible=spec.preemptible, restart=spec.restart,
+        ))
+    return LiveView([LiveNode(n.name, gpu_counts.get(n.name, 0)) for n in nodes], jobs, {n.name: n.address for n in nodes})
+
+
+def commit_resize(session: Session, resize: Start, events: Events) -> JobRow | None:
+    """A realtime app's new GPU set on its node, under a new epoch (None if it moved on).
+
+    The old lease closes and a new one opens, so the ledger bills each replica count for
+    exactly the time it was held.
+    """
+    job = get_job(session, resize.job_id, lock=True)
+    if job is None or job.state not in jobstate.HOLDING_STATES or job.node != resize.node:
+        return None
+    release(session, job, f"resized to {len(resize.gpus)} replicas")
+    session.flush()
+    epoch = int(session.execute(EPOCH_SEQUENCE.next_value()).scalar_one())
+    placement = PlacementRow(job_id=job.id, node=resize.node, gpu_indices=list(resize.gpus), epoch=epoch)
+    session.add(placement)
+    session.flush()
+    for gpu in resize.gpus:
+        session.add(GpuClaimRow(node=resize.node, gpu_index=gpu, job_id=job.id, placement_id=placement.id, epoch=epoch))
+    job.gpu_indices, job.epoch = list(resize.gpus), epoch
+    events.add(job, "resized")
+    session.flush()
+    return job
+
+
+def record_plan_step(session: Session, **values: Any) -> PlanStepRow:
+    epoch = int(session.execute(EPOCH_SEQUENCE.next_value()).scalar_one())
+    row = PlanStepRow(epoch=epoch, **values)
+    session.add(row)
+    session.flush()
+    return row
+
+
+def latest_plan_step(session: Session) -> PlanStepRow | None:
+    return session.scalars(select(PlanStepRow).order_by(PlanStepRow.id.desc()).limit(1)).first()
+
+
+def yield_lease(session: Session, job_id: str, reason: str, events: Events) -> tuple[str, int] | None:
+    """A running job gives its GPUs back and waits again (SPEC §4 lease expiry).
+
+    Returns (node, epoch) to stop it at, or None if it no longer holds GPUs. Only jobs that
+    restart on failure are asked to yield, so requeueing them loses no more than a restart.
+    """
+    job = get_job(session, job_id, lock=True)
+    if job is None or job.state not in jobstate.HOLDING_STATES or job.node is None:
+        return None
+    node, epoch = job.node, job.epoch
+    release(session, job, "lease yielded")
+    transition(session, job, jobstate.PENDING, reason, events)
+    job.node, job.gpu_indices = None, []
+    return node, epoch

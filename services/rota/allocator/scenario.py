@@ -59,6 +59,8 @@ class RealtimeApp:
     max_swap: int  # GPUs added plus removed between consecutive steps
     priority: int = 10
     kind: str = REALTIME
+    # GPUs it holds now, before step 0 (a live app): the swap cap applies to step 0 too.
+    held: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -160,9 +162,15 @@ def _realtime(d: Mapping[str, Any], where: str, gpus: int, horizon: int) -> Real
     swap = _int(d, "max_swap", where)
     if swap < 0:
         raise ScenarioError(f"{where}max_swap", f"must not be negative, got {swap}")
+    held = d.get("held", [])
+    if not isinstance(held, list) or len(set(held)) != len(held):
+        raise ScenarioError(f"{where}held", "must be a list of distinct GPU indices")
+    for i, g in enumerate(held):
+        if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < gpus:
+            raise ScenarioError(f"{where}held[{i}]", f"must be a GPU index in 0..{gpus - 1}, got {g!r}")
     return RealtimeApp(
         id=str(d["id"]), tenant=str(d.get("tenant", "default")), demand=tuple(demand),
-        max_swap=swap, priority=_priority(d, where, 10),
+        max_swap=swap, priority=_priority(d, where, 10), held=tuple(held),
     )
 
 
@@ -240,6 +248,8 @@ def to_dict(s: Scenario) -> dict[str, Any]:
     for r in s.realtime:
         jobs[r.id] = {"id": r.id, "kind": REALTIME, "tenant": r.tenant, "priority": r.priority,
                       "demand": list(r.demand), "max_swap": r.max_swap}
+        if r.held:
+            jobs[r.id]["held"] = list(r.held)
     order = list(s.order) or list(jobs)
     return {"name": s.name, "gpus": s.gpus, "gpus_per_node": s.gpus_per_node, "horizon": s.horizon,
             "step_seconds": s.step_seconds, "decay": s.decay, "realtime_penalty": s.realtime_penalty,

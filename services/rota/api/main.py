@@ -8,6 +8,7 @@ import grpc
 from sqlalchemy import func, update
 from sqlalchemy.orm import Session
 
+from rota.api.forward import Forwarder
 from rota.api.service import ApiContext, ClusterService, JobService, TenantService
 from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
@@ -25,11 +26,14 @@ async def serve(settings: Settings) -> None:
     # Heartbeats could not arrive while the api was down: give every live node a full
     # timeout from now before the allocator may call it dead.
     await asyncio.to_thread(parts.db.run, restart_grace)
+    # The other services' RPCs, reachable through this one endpoint (ROTA_<SERVICE>_ADDR).
+    forwarder = Forwarder(settings.service_addrs, settings.default_deadline_s)
 
     def register(server: grpc.aio.Server) -> list[str]:
         api_pb2_grpc.add_JobServiceServicer_to_server(JobService(ctx), server)
         api_pb2_grpc.add_TenantServiceServicer_to_server(TenantService(ctx), server)
         api_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterService(ctx), server)
+        server.add_generic_rpc_handlers(forwarder.handlers())
         names = ("JobService", "TenantService", "ClusterService")
         return [api_pb2.DESCRIPTOR.services_by_name[n].full_name for n in names]
 

@@ -22,6 +22,24 @@ def _env_float(name: str, default: float) -> float:
         raise ValueError(f"{name}: not a number: {raw!r}") from exc
 
 
+def _env_positive(name: str, default: float) -> float:
+    value = _env_float(name, default)
+    if not value > 0:
+        raise ValueError(f"{name}: must be positive, got {value:g}")
+    return value
+
+
+def _env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = os.environ.get(name) or default
+    if value not in choices:
+        raise ValueError(f"{name}: one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+# Services whose RPCs the api forwards (ROTA_<NAME>_ADDR says where each one listens).
+FORWARDED_SERVICES = ("allocator", "forecaster", "ledger", "checkpoint", "detector")
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str = ""
@@ -40,6 +58,19 @@ class Settings:
     schedule_interval_s: float = 0.5
     home: Path = field(default_factory=lambda: Path.cwd() / ".rota")
     max_message_bytes: int = 4 * 1024 * 1024
+    # The allocator's rolling horizon (SPEC §3): an hour a step in production, seconds in a demo.
+    policy: str = "fast"  # fifo | fast | fair: what re-plans on every arrival, completion, node change
+    plan_step_s: float = 3600.0
+    plan_horizon: int = 24
+    full_interval_s: float = 1800.0  # the CP-SAT re-plan's period; 0 turns it off
+    full_time_limit_s: float = 10.0
+    # The ledger's collector period, and the `fair` policy's lease rules (SPEC §4).
+    ledger_interval_s: float = 5.0
+    fair_lease_s: float = 1800.0
+    fair_starvation_s: float = 4 * 3600.0
+    fair_delay_s: float = 300.0
+    # Where the api forwards each service's RPCs: the api is the one front door.
+    service_addrs: dict[str, str] = field(default_factory=dict)
 
     @staticmethod
     def from_env() -> Settings:
@@ -58,6 +89,20 @@ class Settings:
             default_deadline_s=_env_float("ROTA_DEFAULT_DEADLINE", 30.0),
             schedule_interval_s=_env_float("ROTA_SCHEDULE_INTERVAL", 0.5),
             home=Path(os.environ.get("ROTA_HOME", str(Path.cwd() / ".rota"))),
+            policy=_env_choice("ROTA_POLICY", "fast", ("fifo", "fast", "fair")),
+            plan_step_s=_env_positive("ROTA_PLAN_STEP", 3600.0),
+            plan_horizon=int(_env_positive("ROTA_PLAN_HORIZON", 24)),
+            full_interval_s=_env_float("ROTA_FULL_INTERVAL", 1800.0),
+            full_time_limit_s=_env_positive("ROTA_FULL_TIME_LIMIT", 10.0),
+            ledger_interval_s=_env_positive("ROTA_LEDGER_INTERVAL", 5.0),
+            fair_lease_s=_env_positive("ROTA_FAIR_LEASE", 1800.0),
+            fair_starvation_s=_env_positive("ROTA_FAIR_STARVATION", 4 * 3600.0),
+            fair_delay_s=_env_float("ROTA_FAIR_DELAY", 300.0),
+            service_addrs={
+                name: os.environ[f"ROTA_{name.upper()}_ADDR"]
+                for name in FORWARDED_SERVICES
+                if os.environ.get(f"ROTA_{name.upper()}_ADDR")
+            },
         )
 
     def require(self, *names: str) -> None:

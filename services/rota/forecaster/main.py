@@ -1,25 +1,29 @@
-"""Composition root of the forecaster service.
-
-Its RPCs are built by a later issue; until then each answers UNIMPLEMENTED, while the
-process already has health, reflection, auth, deadlines, tracing and graceful stop.
-"""
+"""Composition root of the forecaster: ForecasterService over the shared Postgres."""
 
 from __future__ import annotations
 
 import asyncio
 
-from rota.common.bootstrap import serve_unimplemented
+import grpc
+
+from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
+from rota.forecaster.service import ForecasterService
 from rota.v1 import forecaster_pb2, forecaster_pb2_grpc
 
 
+async def serve(settings: Settings) -> None:
+    parts = ServiceParts("forecaster", settings)
+
+    def register(server: grpc.aio.Server) -> list[str]:
+        forecaster_pb2_grpc.add_ForecasterServiceServicer_to_server(ForecasterService(parts.db), server)
+        return [forecaster_pb2.DESCRIPTOR.services_by_name["ForecasterService"].full_name]
+
+    await parts.serve(register)
+
+
 def main() -> None:
-    asyncio.run(
-        serve_unimplemented(
-            "forecaster", Settings.from_env(), forecaster_pb2.DESCRIPTOR, "ForecasterService",
-            forecaster_pb2_grpc.add_ForecasterServiceServicer_to_server, forecaster_pb2_grpc.ForecasterServiceServicer,
-        )
-    )
+    asyncio.run(serve(Settings.from_env()))
 
 
 if __name__ == "__main__":

@@ -1,25 +1,35 @@
-"""Composition root of the ledger service.
+"""Composition root of the ledger service: LedgerService plus the collector loop.
 
-Its RPCs are built by a later issue; until then each answers UNIMPLEMENTED, while the
-process already has health, reflection, auth, deadlines, tracing and graceful stop.
+ROTA_LEDGER_INTERVAL (seconds, default 5) sets how often placements are turned into
+usage rows; standings read usage up to the last run.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from rota.common.bootstrap import serve_unimplemented
+import grpc
+
+from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
+from rota.ledger.collector import Collector
+from rota.ledger.service import LedgerService
 from rota.v1 import ledger_pb2, ledger_pb2_grpc
 
 
+async def serve(settings: Settings) -> None:
+    parts = ServiceParts("ledger", settings)
+    collector = Collector(parts.db, settings.ledger_interval_s)
+
+    def register(server: grpc.aio.Server) -> list[str]:
+        ledger_pb2_grpc.add_LedgerServiceServicer_to_server(LedgerService(parts.db), server)
+        return [ledger_pb2.DESCRIPTOR.services_by_name["LedgerService"].full_name]
+
+    await parts.serve(register, background=[collector.run_forever])
+
+
 def main() -> None:
-    asyncio.run(
-        serve_unimplemented(
-            "ledger", Settings.from_env(), ledger_pb2.DESCRIPTOR, "LedgerService",
-            ledger_pb2_grpc.add_LedgerServiceServicer_to_server, ledger_pb2_grpc.LedgerServiceServicer,
-        )
-    )
+    asyncio.run(serve(Settings.from_env()))
 
 
 if __name__ == "__main__":

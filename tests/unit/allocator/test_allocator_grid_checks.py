@@ -100,3 +100,13 @@ def test_a_job_that_runs_past_the_horizon_is_not_completed() -> None:
     late = scenario({**A, "duration": 5})
     m = measure(late, draw("....", "....", "..AA", "..AA"))
     assert (m.completed, m.value) == (0, 2 * 2 * 2)
+
+
+def test_a_live_app_that_moves_more_gpus_than_its_cap_at_step_zero_is_refused() -> None:
+    app = {"id": "chat", "kind": "realtime", "demand": [2, 2, 2, 2], "max_swap": 1, "held": [0, 1]}
+    s = scenario(app)
+    assert violations(s, draw("cccc", "cccc", "....", "....")) == []
+    swapped = violations(s, draw("cccc", "....", "cccc", "...."))  # one GPU out and one in: two moves
+    assert swapped == ["chat changes 2 of the GPUs it holds at step 0; max_swap is 1"]
+    moved = violations(s, draw("....", "....", "cccc", "cccc"))
+    assert moved == ["chat changes 4 of the GPUs it holds at step 0; max_swap is 1"]

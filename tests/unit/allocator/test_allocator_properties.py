@@ -64,3 +64,33 @@ def test_fast_meets_all_realtime_demand_when_the_ramped_curves_fit_the_cluster(s
     ramped = [policy_fast.realtime_targets(r) for r in s.realtime]
     if all(sum(col) <= s.gpus for col in zip(*ramped, strict=True)):
         assert measure(s, policy_fast.plan(s).grid).realtime_unmet == 0
+
+
+@st.composite
+def live_scenarios(draw: st.DrawFn) -> Scenario:
+    """Realtime apps that already hold GPUs (a live cluster), beside waiting batch jobs."""
+    s = draw(scenarios(pinned=False))
+    pool = list(range(s.gpus))
+    jobs = [j for j in from_dict_jobs(s) if j["kind"] != "realtime"]
+    for i in range(draw(st.integers(1, 2))):
+        held = draw(st.lists(st.sampled_from(pool), unique=True, max_size=max(0, len(pool) // 2))) if pool else []
+        pool = [g for g in pool if g not in held]
+        demand = draw(st.lists(st.integers(0, s.gpus // 2), min_size=s.horizon, max_size=s.horizon))
+        jobs.append({"id": f"live{i}", "kind": "realtime", "demand": demand, "max_swap": draw(st.integers(0, 3)),
+                     "held": held})
+    return from_dict({"name": "live", "gpus": s.gpus, "horizon": s.horizon, "jobs": jobs})
+
+
+def from_dict_jobs(s: Scenario) -> list[dict[str, Any]]:
+    from rota.allocator.scenario import to_dict
+
+    return list(to_dict(s)["jobs"])
+
+
+@SETTINGS
+@given(live_scenarios())
+def test_fast_and_full_keep_the_swap_cap_from_the_gpus_a_live_app_holds(s: Scenario) -> None:
+    fast = policy_fast.plan(s).grid
+    full = policy_full.plan(s, time_limit=0.3, workers=1).grid
+    assert violations(s, fast) == []
+    assert violations(s, full) == []

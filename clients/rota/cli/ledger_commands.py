@@ -1,0 +1,100 @@
+"""`rota usage` and `rota fairness`: the GPU-time ledger from the command line (SPEC §4)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from rota.cli.commands import connect
+from rota.cli.output import print_json, table
+from rota.client import parse_duration
+from rota.client.errors import InvalidArgumentError
+
+_DAYS = re.compile(r"^\s*(\d+(?:\.\d+)?)d(.*)$")
+HEADERS = {"job": ("JOB", "TENANT"), "tenant": ("TENANT",), "day": ("DAY (UTC)",), "gpu": ("GPU",)}
+
+
+def parse_since(value: str, now: datetime | None = None) -> datetime | None:
+    """`--since`: an ISO time (UTC when it has no zone) or a span back from now (7d, 24h, 1d12h)."""
+    if not value:
+        return None
+    now = now or datetime.now(UTC)
+    match = _DAYS.match(value)
+    try:
+        if match:
+            rest = match.group(2).strip()
+            return now - timedelta(days=float(match.group(1)), seconds=parse_duration(rest) if rest else 0.0)
+        return now - timedelta(seconds=parse_duration(value))
+    except InvalidArgumentError:
+        pass
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"--since: cannot read {value!r} as an ISO time or a span such as 7d or 24h") from None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def _hours(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def usage(args: argparse.Namespace) -> int:
+    since = parse_since(args.since)
+    with connect(args) as client:
+        rows = client.usage(tenant=args.tenant, since=since, by=args.by)
+    total = sum(r.gpu_hours for r in rows)
+    if args.json:
+        print_json({"by": args.by, "since": since.isoformat() if since else None,
+                    "rows": [r.to_dict() for r in rows], "total_gpu_hours": total})
+        return 0
+    with_tenant = args.by == "job"
+    body = [[r.key, r.tenant, _hours(r.gpu_hours)] if with_tenant else [r.key, _hours(r.gpu_hours)] for r in rows]
+    blank = [""] if with_tenant else []
+    print(table([*HEADERS.get(args.by, ("KEY",)), "GPU-HOURS"], [*body, ["total", *blank, _hours(total)]]))
+    return 0
+
+
+def fairness(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        if args.jobs:
+            jobs = client.job_fairness(tenant=args.tenant)
+            if args.json:
+                print_json({"jobs": [j.to_dict() for j in jobs]})
+                return 0
+            print(table(
+                ["JOB", "TENANT", "STATE", "GPUS", "DESERVED", "USED", "F"],
+                [[j.job_id, j.tenant, j.state, j.gpus, _hours(j.deserved), _hours(j.used), f"{j.fairness:.3f}"]
+                 for j in jobs],
+            ))
+            return 0
+        st = client.standings()
+    tenants = [t for t in st.tenants if not args.tenant or t.tenant == args.tenant]
+    if args.json:
+        print_json({**st.to_dict(), "tenants": [t.to_dict() for t in tenants]})
+        return 0
+    start = st.window_start.isoformat(timespec="minutes") if st.window_start else "-"
+    at = st.at.isoformat(timespec="minutes") if st.at else "-"
+    print(f"window {start} .. {at}, {st.capacity_gpus} GPUs alive; GPU-hours; F = used / deserved")
+    print(table(
+        ["TENANT", "SHARE", "QUOTA", "ENTITLED", "DESERVED", "USED", "F"],
+        [[t.tenant, f"{t.share:g}", t.quota, _hours(t.entitled), _hours(t.deserved), _hours(t.used),
+          f"{t.fairness:.3f}"] for t in tenants],
+    ))
+    return 0
+
+
+HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {"usage": usage, "fairness": fairness}
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> list[argparse.ArgumentParser]:
+    """Registers `usage` and `fairness`; returns them so the caller adds the connection flags."""
+    use = sub.add_parser("usage", help="GPU-hours used, from the ledger")
+    use.add_argument("--tenant", default="", help="only this tenant (a tenant token sees only its own)")
+    use.add_argument("--since", default="", help="ISO time (UTC if no zone) or a span back from now: 7d, 24h")
+    use.add_argument("--by", default="tenant", help="job | tenant | day | gpu (default: tenant)")
+    fair = sub.add_parser("fairness", help="per tenant: quota, entitled, deserved, used, F (--jobs: per job)")
+    fair.add_argument("--jobs", action="store_true", help="per-job F instead of per tenant")
+    fair.add_argument("--tenant", default="", help="only this tenant")
+    return [use, fair]

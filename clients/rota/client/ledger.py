@@ -1,0 +1,106 @@
+"""The ledger's answers as plain dataclasses: GPU-hours used, tenant standings, job fairness.
+
+GPU time is in GPU-hours throughout; F = used / deserved (1 when nothing was deserved),
+below 1 means under-served.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from rota.v1 import ledger_pb2
+
+BY = ("job", "tenant", "day", "gpu")
+
+
+def _from_unix(seconds: int) -> datetime | None:
+    return datetime.fromtimestamp(seconds, UTC) if seconds else None
+
+
+def to_unix(t: datetime | None) -> int:
+    """Seconds since the epoch; a naive datetime is read as UTC (the ledger's clock)."""
+    if t is None:
+        return 0
+    return int((t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp())
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.isoformat() if t else None
+
+
+@dataclass(frozen=True)
+class UsageEntry:
+    key: str  # a job id, tenant, UTC day (YYYY-MM-DD) or GPU (node/index)
+    gpu_hours: float
+    tenant: str  # the job's tenant when grouped by job or tenant, else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_proto(r: ledger_pb2.UsageRow) -> UsageEntry:
+        return UsageEntry(r.key, r.gpu_hours, r.tenant)
+
+
+@dataclass(frozen=True)
+class TenantFairness:
+    tenant: str
+    share: float
+    quota: int  # GPUs
+    entitled: float  # GPU-hours over the window
+    deserved: float
+    used: float
+    fairness: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_proto(t: ledger_pb2.TenantStanding) -> TenantFairness:
+        return TenantFairness(t.tenant, t.share, int(t.quota), t.entitled, t.deserved, t.used, t.fairness)
+
+
+@dataclass(frozen=True)
+class Standings:
+    """Tenant standings over the sliding window [window_start, at)."""
+
+    tenants: list[TenantFairness]
+    capacity_gpus: int
+    window_start: datetime | None
+    at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "capacity_gpus": self.capacity_gpus, "window_start": _iso(self.window_start), "at": _iso(self.at),
+            "tenants": [t.to_dict() for t in self.tenants],
+        }
+
+    @staticmethod
+    def from_proto(r: ledger_pb2.StandingsResponse) -> Standings:
+        return Standings(
+            [TenantFairness.from_proto(t) for t in r.tenants], r.capacity_gpus,
+            _from_unix(r.window_start_unix), _from_unix(r.at_unix),
+        )
+
+
+@dataclass(frozen=True)
+class JobFairness:
+    job_id: str
+    tenant: str
+    state: str
+    gpus: int
+    deserved: float  # GPU-hours since it arrived
+    used: float
+    fairness: float
+    pending_since: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "pending_since": _iso(self.pending_since)}
+
+    @staticmethod
+    def from_proto(j: ledger_pb2.JobFairness) -> JobFairness:
+        return JobFairness(
+            j.job_id, j.tenant, j.state, j.gpus, j.deserved, j.used, j.fairness, _from_unix(j.pending_since_unix)
+        )

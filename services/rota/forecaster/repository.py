@@ -1,0 +1,67 @@
+"""The forecaster's Postgres operations: idempotent observations and what the models read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from rota.common.models import JobRow
+from rota.forecaster.models import CompletionRow, TrafficRow
+from rota.forecaster.predict import Completion
+
+
+def record_completion(
+    session: Session, *, key: str, job_id: str | None, kind: str, features: dict[str, Any], gpus: int,
+    declared_seconds: float | None, duration_seconds: float,
+) -> bool:
+    """Stores a completion; False when `key` was already recorded (nothing changes)."""
+    stmt = insert(CompletionRow).values(
+        key=key, job_id=job_id, kind=kind, features=features, gpus=gpus,
+        declared_seconds=declared_seconds, duration_seconds=duration_seconds,
+    ).on_conflict_do_nothing(index_elements=["key"]).returning(CompletionRow.id)
+    return session.execute(stmt).scalar() is not None
+
+
+def record_traffic(session: Session, *, key: str, app: str, at_unix: int, requests: float) -> bool:
+    stmt = insert(TrafficRow).values(
+        key=key, app=app, hour=at_unix // 3600, at_unix=at_unix, requests=requests,
+    ).on_conflict_do_nothing(index_elements=["key"]).returning(TrafficRow.id)
+    return session.execute(stmt).scalar() is not None
+
+
+def last_completion_id(session: Session) -> int:
+    return int(session.scalar(select(func.coalesce(func.max(CompletionRow.id), 0))) or 0)
+
+
+def completions_after(session: Session, after_id: int) -> list[tuple[int, Completion]]:
+    rows = session.scalars(select(CompletionRow).where(CompletionRow.id > after_id).order_by(CompletionRow.id)).all()
+    return [(r.id, Completion(r.kind, r.features, r.gpus, r.duration_seconds, r.declared_seconds)) for r in rows]
+
+
+def hourly_traffic(session: Session, app: str, since_hour: int, until_hour: int) -> dict[int, float]:
+    """{unix hour: requests} of `app` in [since_hour, until_hour): samples of one hour add up."""
+    stmt = (
+        select(TrafficRow.hour, func.sum(TrafficRow.requests))
+        .where(TrafficRow.app == app, TrafficRow.hour >= since_hour, TrafficRow.hour < until_hour)
+        .group_by(TrafficRow.hour)
+    )
+    return {int(hour): float(total) for hour, total in session.execute(stmt).all()}
+
+
+def job_spec(session: Session, job_id: str) -> dict[str, Any] | None:
+    job = session.get(JobRow, job_id)
+    return dict(job.spec) if job is not None else None
+
+
+def realtime_app(session: Session, app: str) -> dict[str, Any] | None:
+    """The spec of the latest realtime job named `app` (its features.capacity, max_swap)."""
+    stmt = (
+        select(JobRow.spec).where(JobRow.kind == "realtime", JobRow.name == app)
+        .order_by(JobRow.created_at.desc()).limit(1)
+    )
+    spec: Sequence[Any] = session.scalars(stmt).all()
+    return dict(spec[0]) if spec else None

@@ -1,0 +1,350 @@
+"""The ledger's Postgres operations: idempotent usage writes, usage totals, standings inputs.
+
+GPU-seconds are summed in SQL as exact numerics (EXTRACT(EPOCH ...) is `numeric`), so
+totals by tenant, by job and by GPU over the same rows are equal to the last digit.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import ColumnElement, SQLColumnExpression, and_, delete, func, literal, or_, select, text
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from rota.common import jobstate
+from rota.common.errors import AlreadyExists, InvalidArgument
+from rota.common.models import GpuClaimRow, GpuRow, JobRow, JobTransitionRow, NodeRow, PlacementRow, TenantRow
+from rota.ledger.fairness import FairnessConfig, quotas
+from rota.ledger.models import HOUR_S, CollectedRow, UsageRow
+from rota.ledger.standings import JobLife, Span, job_standings, tenant_standing, window_start
+from rota.ledger.twostage import JobView, TenantState
+
+COLLECTOR_LOCK_KEY = 0x4C656467  # "Ledg"
+BY = ("job", "tenant", "day", "gpu")
+ALIVE = "ALIVE"
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    """One usage row: GPUs of one lease within one hour."""
+
+    lease_id: str
+    sequence: int
+    job_id: str
+    tenant: str
+    node: str
+    gpu_indices: list[int]
+    start: datetime
+    end: datetime
+
+    def values(self) -> dict[str, Any]:
+        return {
+            "lease_id": self.lease_id, "sequence": self.sequence, "job_id": self.job_id,
+            "tenant": self.tenant, "node": self.node, "gpu_indices": list(self.gpu_indices),
+            "hour": int(self.start.timestamp() // HOUR_S), "start_at": self.start, "end_at": self.end,
+        }
+
+
+@dataclass(frozen=True)
+class LeaseSource:
+    """A placement the collector still has to turn into usage."""
+
+    placement_id: int
+    job_id: str
+    tenant: str
+    node: str
+    gpu_indices: list[int]
+    start: datetime
+    released_at: datetime | None
+
+
+def db_now(session: Session) -> datetime:
+    now: datetime = session.execute(select(func.now())).scalar_one()
+    return now
+
+
+def lock_collector(session: Session) -> None:
+    session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": COLLECTOR_LOCK_KEY})
+
+
+# Writes.
+def unsettled_placements(session: Session, after: int, limit: int) -> list[LeaseSource]:
+    """Placements never collected, or collected while still open, by id above `after`."""
+    stmt = (
+        select(PlacementRow, JobRow.tenant)
+        .join(JobRow, JobRow.id == PlacementRow.job_id)
+        .outerjoin(CollectedRow, CollectedRow.placement_id == PlacementRow.id)
+        .where(PlacementRow.id > after, or_(CollectedRow.placement_id.is_(None), CollectedRow.closed.is_(False)))
+        .order_by(PlacementRow.id)
+        .limit(limit)
+    )
+    return [
+        LeaseSource(p.id, p.job_id, tenant, p.node, list(p.gpu_indices), p.created_at, p.released_at)
+        for p, tenant in session.execute(stmt).all()
+    ]
+
+
+def _upsert(records: Sequence[UsageRecord], *, exact: bool) -> Any:
+    stmt = insert(UsageRow).values([r.values() for r in records])
+    new = stmt.excluded
+    same_lease = and_(
+        UsageRow.job_id == new.job_id, UsageRow.tenant == new.tenant, UsageRow.node == new.node,
+        UsageRow.gpu_indices == new.gpu_indices, UsageRow.start_at == new.start_at,
+    )
+    # A repeat changes nothing; a later report of the same open lease only moves the end
+    # forward, so a stale retry can never take GPU time back.
+    grows = UsageRow.end_at < new.end_at if not exact else UsageRow.end_at != new.end_at
+    return stmt.on_conflict_do_update(
+        index_elements=[UsageRow.lease_id, UsageRow.sequence],
+        set_={"end_at": new.end_at, "recorded_at": func.now()},
+        where=and_(same_lease, grows),
+    ).returning(UsageRow.lease_id, UsageRow.sequence)
+
+
+def extend_usage(session: Session, records: Sequence[UsageRecord]) -> int:
+    """Inserts new rows and extends existing ones forward; returns how many changed."""
+    if not records:
+        return 0
+    return len(session.execute(_upsert(records, exact=False)).all())
+
+
+def settle_lease(session: Session, lease_id: str, records: Sequence[UsageRecord]) -> None:
+    """Writes a closed lease's final rows exactly (its end is now known from Postgres) and
+    drops any hour an earlier run counted past that end."""
+    if records:
+        session.execute(_upsert(records, exact=True))
+    keep = [r.sequence for r in records]
+    session.execute(delete(UsageRow).where(UsageRow.lease_id == lease_id, UsageRow.sequence.not_in(keep)))
+
+
+def mark_collected(session: Session, placement_id: int, until: datetime, closed: bool) -> None:
+    stmt = insert(CollectedRow).values(placement_id=placement_id, collected_until=until, closed=closed)
+    session.execute(stmt.on_conflict_do_update(
+        index_elements=[CollectedRow.placement_id],
+        set_={"collected_until": stmt.excluded.collected_until, "closed": stmt.excluded.closed},
+    ))
+
+
+def record_usage(session: Session, r: UsageRecord) -> bool:
+    """RecordUsage: True when the row was new or grew; False for a repeat.
+
+    The collector owns lease ids p<N>; a reporter writing there could double count."""
+    if r.lease_id.startswith("p") and r.lease_id[1:].isdigit():
+        raise InvalidArgument("lease_id", f"{r.lease_id!r}: p<N> is reserved for leases collected from placements")
+    if session.get(TenantRow, r.tenant) is None:
+        raise InvalidArgument("tenant", f"unknown tenant {r.tenant!r}")
+    if session.execute(_upsert([r], exact=False)).first() is not None:
+        return True
+    old = session.get(UsageRow, (r.lease_id, r.sequence))
+    if old is None:  # unreachable: the insert conflicted with this very key
+        raise AlreadyExists(f"lease {r.lease_id} sequence {r.sequence} vanished during the write")
+    same = (old.job_id, old.tenant, old.node, list(old.gpu_indices), old.start_at) == (
+        r.job_id, r.tenant, r.node, list(r.gpu_indices), r.start
+    )
+    if not same:
+        raise AlreadyExists(
+            f"lease {r.lease_id} sequence {r.sequence} is already recorded for job {old.job_id} "
+            f"on {old.node} GPUs {list(old.gpu_indices)} from {old.start_at.isoformat()}"
+        )
+    return False
+
+
+# Reads.
+@dataclass(frozen=True)
+class UsageTotal:
+    key: str
+    tenant: str  # "" when the key spans tenants (day, gpu)
+    gpu_seconds: Decimal
+
+
+def _seconds(since: datetime | None, until: datetime | None) -> ColumnElement[Any]:
+    """GPU-seconds of each row clipped to [since, until)."""
+    start = func.greatest(UsageRow.start_at, since) if since else UsageRow.start_at
+    end = func.least(UsageRow.end_at, until) if until else UsageRow.end_at
+    return func.extract("epoch", end - start)
+
+
+def usage_totals(
+    session: Session, by: str, *, tenant: str = "", since: datetime | None = None, until: datetime | None = None
+) -> list[UsageTotal]:
+    """GPU-seconds grouped by job, tenant, UTC day or GPU ("node/index"), over any window."""
+    if by not in BY:
+        raise InvalidArgument("by", f"unknown grouping {by!r}; one of {', '.join(BY)}")
+    where: list[ColumnElement[bool]] = []
+    if since:
+        where += [UsageRow.end_at > since, UsageRow.hour >= int(since.timestamp() // HOUR_S)]
+    if until:
+        where += [UsageRow.start_at < until]
+    if tenant:
+        where.append(UsageRow.tenant == tenant)
+    seconds = _seconds(since, until)
+    if by == "gpu":
+        per_gpu = select(
+            UsageRow.node, func.unnest(UsageRow.gpu_indices).label("gpu"), seconds.label("s")
+        ).where(*where).subquery()
+        rows = session.execute(
+            select(func.concat(per_gpu.c.node, "/", per_gpu.c.gpu), literal(""), func.sum(per_gpu.c.s))
+            .group_by(per_gpu.c.node, per_gpu.c.gpu).order_by(per_gpu.c.node, per_gpu.c.gpu)
+        ).all()
+    else:
+        gpu_seconds = func.sum(seconds * func.cardinality(UsageRow.gpu_indices))
+        key: SQLColumnExpression[Any] = {
+            "job": UsageRow.job_id,
+            "tenant": UsageRow.tenant,
+            "day": func.to_char(func.timezone("UTC", UsageRow.start_at), "YYYY-MM-DD"),
+        }[by]
+        owner = func.min(UsageRow.tenant) if by == "job" else literal("")
+        rows = session.execute(select(key, owner, gpu_seconds).where(*where).group_by(key).order_by(key)).all()
+    return [UsageTotal(str(k), str(t), Decimal(s)) for k, t, s in rows]
+
+
+def capacity(session: Session) -> int:
+    """GPUs of the nodes alive now: G of the quota formula."""
+    stmt = select(func.count()).select_from(GpuRow).join(NodeRow, NodeRow.name == GpuRow.node)
+    return int(session.execute(stmt.where(NodeRow.health == ALIVE)).scalar_one())
+
+
+@dataclass(frozen=True)
+class TenantReport:
+    """One tenant's standing over the window; GPU-seconds."""
+
+    tenant: str
+    share: float
+    quota: int
+    entitled: float
+    deserved: float
+    used: float
+
+
+def _ts(t: datetime) -> float:
+    return t.timestamp()
+
+
+@dataclass(frozen=True)
+class Standings:
+    at: datetime
+    window_start: datetime
+    capacity: int
+    tenants: list[TenantReport]
+
+
+def standings(session: Session, cfg: FairnessConfig | None = None, tenant: str = "") -> Standings:
+    """Per tenant: quota (of all tenants' shares), then W, D, U over the sliding window."""
+    cfg = cfg or FairnessConfig()
+    gpus = capacity(session)
+    rows = list(session.scalars(select(TenantRow).order_by(TenantRow.name)))
+    quota = quotas(gpus, {t.name: t.share for t in rows})
+    rows = [t for t in rows if not tenant or t.name == tenant]
+    now = db_now(session)
+    start = window_start(_ts(now), cfg)
+    since = datetime.fromtimestamp(start, UTC)
+    demand: dict[str, list[Span]] = defaultdict(list)
+    jobs = select(JobRow.tenant, JobRow.created_at, JobRow.finished_at, JobRow.gpus).where(
+        JobRow.created_at < now, or_(JobRow.finished_at.is_(None), JobRow.finished_at > since)
+    )
+    for name, created, finished, gpus in session.execute(jobs):
+        demand[name].append(Span(_ts(created), _ts(finished or now), gpus))
+    running: dict[str, list[Span]] = defaultdict(list)
+    usage = select(UsageRow.tenant, UsageRow.start_at, UsageRow.end_at, func.cardinality(UsageRow.gpu_indices))
+    for name, a, b, n in session.execute(usage.where(UsageRow.hour >= int(start // HOUR_S))):
+        running[name].append(Span(_ts(a), _ts(b), n))
+    out = []
+    for t in rows:
+        st = tenant_standing(t.name, quota[t.name], _ts(t.created_at), _ts(now), demand[t.name], running[t.name], cfg)
+        out.append(TenantReport(t.name, t.share, st.quota, st.entitled, st.deserved, st.used))
+    return Standings(now, since, gpus, out)
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """One job's long-term fairness: D_j and U_j in GPU-seconds since it arrived."""
+
+    job_id: str
+    tenant: str
+    state: str
+    gpus: int
+    submitted: datetime
+    deserved: float
+    used: float
+    pending_since: datetime | None
+
+
+def job_fairness(session: Session, cfg: FairnessConfig | None = None, tenant: str = "") -> list[JobReport]:
+    """Jobs not finished, and those finished within the window, with D_j and U_j."""
+    cfg = cfg or FairnessConfig()
+    shares = {name: share for name, share in session.execute(select(TenantRow.name, TenantRow.share))}
+    quota = quotas(capacity(session), shares)
+    now = db_now(session)
+    recent = now - timedelta(seconds=cfg.window_s)
+    base = select(JobRow).where(JobRow.created_at <= now)
+    if tenant:
+        base = base.where(JobRow.tenant == tenant)
+    shown = list(session.scalars(base.where(or_(JobRow.finished_at.is_(None), JobRow.finished_at > recent))))
+    if not shown:
+        return []
+    # Replay every job active at any time since the earliest shown arrival: each changed
+    # the others' shares while it was active.
+    first = min(j.created_at for j in shown)
+    replay = session.scalars(base.where(or_(JobRow.finished_at.is_(None), JobRow.finished_at > first)))
+    lives: dict[str, list[JobLife]] = defaultdict(list)
+    for j in replay:
+        finished = _ts(j.finished_at) if j.finished_at else None
+        lives[j.tenant].append(JobLife(j.id, j.gpus, float(j.priority), _ts(j.created_at), finished))
+    ids = [j.id for j in shown]
+    used_stmt = (
+        select(UsageRow.job_id, func.sum(_seconds(None, None) * func.cardinality(UsageRow.gpu_indices)))
+        .where(UsageRow.job_id.in_(ids)).group_by(UsageRow.job_id)
+    )
+    used = {k: float(v) for k, v in session.execute(used_stmt)}
+    pending = _pending_since(session, [j.id for j in shown if j.state == jobstate.PENDING])
+    per_tenant = {t: job_standings(quota.get(t, 0), js, used, _ts(now)) for t, js in lives.items()}
+    out = []
+    for j in sorted(shown, key=lambda j: (j.tenant, j.created_at, j.id)):
+        st = per_tenant[j.tenant][j.id]
+        since = pending.get(j.id, j.created_at) if j.state == jobstate.PENDING else None
+        out.append(JobReport(j.id, j.tenant, j.state, j.gpus, j.created_at, st.deserved, st.used, since))
+    return out
+
+
+def _pending_since(session: Session, ids: list[str]) -> dict[str, datetime]:
+    """When each job last went back to PENDING (a requeue); absent: since it was submitted."""
+    if not ids:
+        return {}
+    stmt = (
+        select(JobTransitionRow.job_id, func.max(JobTransitionRow.at))
+        .where(JobTransitionRow.job_id.in_(ids), JobTransitionRow.to_state == jobstate.PENDING)
+        .group_by(JobTransitionRow.job_id)
+    )
+    return {k: v for k, v in session.execute(stmt)}
+
+
+# What the allocator's `fair` policy reads (it runs against the same database).
+def tenant_states(session: Session, cfg: FairnessConfig | None = None) -> dict[str, TenantState]:
+    """Stage-1 inputs: quota, GPUs held now, and U_u, W_u over the window (GPU-seconds)."""
+    held_stmt = (
+        select(JobRow.tenant, func.count()).select_from(GpuClaimRow)
+        .join(JobRow, JobRow.id == GpuClaimRow.job_id).group_by(JobRow.tenant)
+    )
+    held = {t: int(n) for t, n in session.execute(held_stmt)}
+    return {
+        r.tenant: TenantState(r.tenant, r.quota, held.get(r.tenant, 0), r.used, r.entitled, share=r.share)
+        for r in standings(session, cfg).tenants
+    }
+
+
+def job_views(session: Session, cfg: FairnessConfig | None = None) -> dict[str, JobView]:
+    """Stage-2 inputs of every active job: U_j, D_j and, while it waits, since when."""
+    return {
+        r.job_id: JobView(
+            r.job_id, r.tenant, r.gpus, _ts(r.submitted), r.used, r.deserved,
+            _ts(r.pending_since) if r.pending_since else None,
+        )
+        for r in job_fairness(session, cfg)
+        if r.state not in jobstate.FINAL_STATES
+    }

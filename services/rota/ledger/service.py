@@ -1,0 +1,131 @@
+"""gRPC adapter of the ledger: protos in, repository calls in worker threads, protos out.
+
+A tenant token sees only its own tenant (its filter is forced, as in the api's ListJobs);
+the admin token sees all and alone may record usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TypeVar
+
+import grpc
+from sqlalchemy.orm import Session
+
+from rota.common.auth import current_identity
+from rota.common.db import Database
+from rota.common.errors import InvalidArgument
+from rota.ledger import repository
+from rota.ledger.fairness import FairnessConfig, ratio
+from rota.ledger.models import HOUR_S
+from rota.ledger.repository import UsageRecord
+from rota.v1 import ledger_pb2, ledger_pb2_grpc
+
+T = TypeVar("T")
+MS_PER_HOUR = HOUR_S * 1000
+
+
+def _hours(gpu_seconds: float) -> float:
+    return gpu_seconds / HOUR_S
+
+
+def _unix(t: datetime | None) -> int:
+    return int(t.timestamp()) if t is not None else 0
+
+
+def record_from_proto(r: ledger_pb2.RecordUsageRequest) -> UsageRecord:
+    """Validates a RecordUsage request, naming the first bad field."""
+    for name, value, limit in (("lease_id", r.lease_id, 64), ("job_id", r.job_id, 32),
+                               ("tenant", r.tenant, 64), ("node", r.node, 64)):
+        if not value or len(value) > limit:
+            raise InvalidArgument(name, f"required, at most {limit} characters")
+    if r.sequence < 0:
+        raise InvalidArgument("sequence", f"must not be negative, got {r.sequence}")
+    if not r.gpus or len(set(r.gpus)) != len(r.gpus) or min(r.gpus) < 0:
+        raise InvalidArgument("gpus", "one or more distinct GPU indices are required")
+    if r.start_unix_ms <= 0:
+        raise InvalidArgument("start_unix_ms", "required (milliseconds since the epoch)")
+    if r.end_unix_ms < r.start_unix_ms:
+        raise InvalidArgument("end_unix_ms", "must not be before start_unix_ms")
+    if r.end_unix_ms > (r.start_unix_ms // MS_PER_HOUR + 1) * MS_PER_HOUR:
+        raise InvalidArgument("end_unix_ms", "a usage row lies within one UTC hour; split the lease at hour boundaries")
+    start = datetime.fromtimestamp(r.start_unix_ms / 1000, UTC)
+    end = datetime.fromtimestamp(r.end_unix_ms / 1000, UTC)
+    return UsageRecord(r.lease_id, r.sequence, r.job_id, r.tenant, r.node, list(r.gpus), start, end)
+
+
+def _window(since_unix: int, until_unix: int) -> tuple[datetime | None, datetime | None]:
+    if since_unix < 0:
+        raise InvalidArgument("since_unix", f"must not be negative, got {since_unix}")
+    if until_unix < 0 or (until_unix and until_unix <= since_unix):
+        raise InvalidArgument("until_unix", "must be after since_unix (or 0: unbounded)")
+    since = datetime.fromtimestamp(since_unix, UTC) if since_unix else None
+    until = datetime.fromtimestamp(until_unix, UTC) if until_unix else None
+    return since, until
+
+
+def _tenant_filter(requested: str) -> str:
+    identity = current_identity()
+    return requested if identity.is_admin else identity.tenant
+
+
+class LedgerService(ledger_pb2_grpc.LedgerServiceServicer):
+    def __init__(self, db: Database, cfg: FairnessConfig | None = None) -> None:
+        self.db = db
+        self.cfg = cfg or FairnessConfig()
+
+    async def _tx(self, fn: Callable[[Session], T]) -> T:
+        return await asyncio.to_thread(self.db.run, fn)
+
+    async def RecordUsage(
+        self, request: ledger_pb2.RecordUsageRequest, context: grpc.aio.ServicerContext
+    ) -> ledger_pb2.RecordUsageResponse:
+        current_identity().require_admin()
+        record = record_from_proto(request)
+        recorded = await self._tx(lambda s: repository.record_usage(s, record))
+        return ledger_pb2.RecordUsageResponse(recorded=recorded)
+
+    async def Usage(self, request: ledger_pb2.UsageRequest, context: grpc.aio.ServicerContext) -> ledger_pb2.UsageResponse:
+        tenant = _tenant_filter(request.tenant)
+        by = request.by or "tenant"
+        if by not in repository.BY:
+            raise InvalidArgument("by", f"unknown grouping {by!r}; one of {', '.join(repository.BY)}")
+        since, until = _window(request.since_unix, request.until_unix)
+        rows = await self._tx(lambda s: repository.usage_totals(s, by, tenant=tenant, since=since, until=until))
+        return ledger_pb2.UsageResponse(
+            rows=[ledger_pb2.UsageRow(key=r.key, gpu_hours=_hours(float(r.gpu_seconds)), tenant=r.tenant) for r in rows]
+        )
+
+    async def Standings(
+        self, request: ledger_pb2.StandingsRequest, context: grpc.aio.ServicerContext
+    ) -> ledger_pb2.StandingsResponse:
+        tenant = _tenant_filter(request.tenant)
+        st = await self._tx(lambda s: repository.standings(s, self.cfg, tenant))
+        return ledger_pb2.StandingsResponse(
+            tenants=[
+                ledger_pb2.TenantStanding(
+                    tenant=t.tenant, quota=t.quota, entitled=_hours(t.entitled), deserved=_hours(t.deserved),
+                    used=_hours(t.used), fairness=ratio(t.used, t.deserved), share=t.share,
+                )
+                for t in st.tenants
+            ],
+            capacity_gpus=st.capacity, window_start_unix=_unix(st.window_start), at_unix=_unix(st.at),
+        )
+
+    async def FairnessIndex(
+        self, request: ledger_pb2.FairnessIndexRequest, context: grpc.aio.ServicerContext
+    ) -> ledger_pb2.FairnessIndexResponse:
+        tenant = _tenant_filter(request.tenant)
+        jobs = await self._tx(lambda s: repository.job_fairness(s, self.cfg, tenant))
+        return ledger_pb2.FairnessIndexResponse(
+            jobs=[
+                ledger_pb2.JobFairness(
+                    job_id=j.job_id, tenant=j.tenant, deserved=_hours(j.deserved), used=_hours(j.used),
+                    fairness=ratio(j.used, j.deserved), state=j.state, gpus=j.gpus,
+                    pending_since_unix=_unix(j.pending_since),
+                )
+                for j in jobs
+            ]
+        )

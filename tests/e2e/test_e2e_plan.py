@@ -1,0 +1,86 @@
+"""The live allocator plans the horizon, starts step 0, explains waits and scales realtime apps."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cluster import REPO, RunningCluster, start_cluster
+
+from rota.client import load_job_file, spec_from_mapping
+
+STEP_S = 3  # short plan steps, so a demand curve changes within the test
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url: str) -> Iterator[RunningCluster]:
+    url = databases.create()
+    running = start_cluster(tmp_path_factory.mktemp("plan") / "home", url, redis_url,
+                            extra_env={"ROTA_PLAN_STEP": str(STEP_S)})
+    try:
+        running.cli("tenants", "add", "demo")
+        yield running
+    finally:
+        running.stop()
+        databases.drop(url)
+
+
+def _spec(file: str, **changes: Any) -> Any:
+    data = {**load_job_file(REPO / "examples" / file), **changes}
+    return spec_from_mapping(data, base_dir=REPO)
+
+
+def test_two_blocks_run_and_a_third_waits_with_the_step_it_is_planned_at(cluster: RunningCluster) -> None:
+    command = ["python", "examples/sleep_job.py", "--seconds", "60"]
+    with cluster.client() as client:
+        jobs = [client.submit(spec=_spec("sleep.yaml", gpus=2, command=command, duration="20s")) for _ in range(3)]
+        running = [cluster.wait_job(j.id, ("RUNNING",), timeout_s=60).id for j in jobs[:2]]
+        waiting = client.get_job(jobs[2].id)
+        assert waiting.state == "PENDING"
+        assert "planned at step" in waiting.reason and "after" in waiting.reason, waiting.reason
+        plan = cluster.cli_json("plan")
+        cells = {c for row in plan["grid"] for c in row}
+        assert set(running) <= cells and jobs[2].id in cells
+        by_id = {j["job_id"]: j for j in plan["jobs"]}
+        # Running (-1), or started by this very step (0) when no step has passed since.
+        assert {by_id[j]["start_step"] for j in running} <= {-1, 0}
+        assert by_id[jobs[2].id]["start_step"] >= 1
+        assert len(plan["gpu_labels"]) == len(plan["grid"]) == 4
+        # Another tenant sees the same grid with demo's jobs masked.
+        other = cluster.cli_json("tenants", "add", "plan-other")
+        masked = cluster.cli_json("plan", token=other["token"])
+        assert {c for row in masked["grid"] for c in row} <= {"", "*"} and masked["jobs"] == []
+        text = cluster.cli("plan").stdout
+        assert "node-1/0" in text and running[0] in text
+        # Asking before submitting: a fourth 2-GPU block waits like the third; nothing is stored.
+        before = len(client.list_jobs())
+        answer = cluster.cli_json("submit", str(REPO / "examples" / "train-2gpu.yaml"), "--what-if")
+        assert answer["start_step"] >= 1 and answer["expected_start_seconds"] == answer["start_step"] * STEP_S
+        assert "planned at step" in answer["reason"]
+        assert len(client.list_jobs()) == before
+        bad = cluster.cli("submit", str(REPO / "examples" / "train-2gpu.yaml"), "--what-if", "--tenant", "nobody",
+                          check=False)
+        assert bad.returncode != 0 and "tenant" in bad.stderr
+        for j in jobs:
+            client.cancel(j.id)
+
+
+def test_a_realtime_app_is_scaled_up_and_down_through_its_agent(cluster: RunningCluster) -> None:
+    spec = _spec("serve.yaml", demand=[1, 2], max_swap=1, command=["python", "examples/serve_lm.py", "--seconds", "60"])
+    with cluster.client() as client:
+        app = client.submit(spec=spec)
+        cluster.wait_job(app.id, ("RUNNING",), timeout_s=60)
+        seen: set[int] = set()
+        epochs: set[int] = set()
+        deadline = time.monotonic() + 8 * STEP_S + 20
+        while time.monotonic() < deadline and not ({1, 2} <= seen and len(epochs) >= 3):
+            progress = client.get_job(app.id).progress
+            if "replicas" in progress:
+                seen.add(int(progress["replicas"]))
+                epochs.add(int(progress["epoch"]))
+            time.sleep(0.3)
+        client.cancel(app.id)
+    assert {1, 2} <= seen, f"replica counts seen: {seen}"
+    assert len(epochs) >= 3, f"every resize is fenced by a new epoch: {epochs}"

@@ -1,0 +1,219 @@
+"""LedgerService over real gRPC and PostgreSQL: the SPEC §4 numbers through the SDK and the
+CLI, who sees what, and the errors. The server is the real servicer behind the real
+interceptor (tokens, error mapping); the SDK talks to it directly, as it would through
+the api's forwarding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+import grpc
+import pytest
+from ledger_fixtures import add_job, add_node, add_placement, add_tenant
+from opentelemetry import trace
+
+from rota.cli.main import main as rota_main
+from rota.client import Client, InvalidArgumentError, PermissionDeniedError
+from rota.common import migrate
+from rota.common.bootstrap import TokenAuthenticator
+from rota.common.db import Database, make_engine
+from rota.common.server import RotaInterceptor
+from rota.ledger import repository
+from rota.ledger.collector import collect_all
+from rota.ledger.service import LedgerService
+from rota.v1 import ledger_pb2, ledger_pb2_grpc
+
+H = timedelta(hours=1)
+HOURS = 3600.0
+ADMIN = "admin-secret"
+SMALL = "small-secret"
+
+
+class LedgerServer:
+    """The ledger servicer on an ephemeral port, its event loop on a thread of its own."""
+
+    def __init__(self, db: Database) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+        async def start() -> tuple[grpc.aio.Server, int]:
+            interceptor = RotaInterceptor(
+                tracer=trace.get_tracer("test"), authenticate=TokenAuthenticator(ADMIN, db), default_deadline_s=20
+            )
+            server = grpc.aio.server(interceptors=[interceptor])
+            ledger_pb2_grpc.add_LedgerServiceServicer_to_server(LedgerService(db), server)
+            port = server.add_insecure_port("127.0.0.1:0")
+            await server.start()
+            return server, port
+
+        self.server, self.port = asyncio.run_coroutine_threadsafe(start(), self.loop).result(10)
+        self.target = f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(0), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def db(databases: object) -> Iterator[Database]:
+    url = databases.create()  # type: ignore[attr-defined]
+    migrate.upgrade(url)
+    engine = make_engine(url)
+    yield Database(engine)
+    engine.dispose()
+    databases.drop(url)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def server(db: Database) -> Iterator[LedgerServer]:
+    s = LedgerServer(db)
+    yield s
+    s.stop()
+
+
+def history(db: Database) -> datetime:
+    """Shares 1 and 3 on 8 live GPUs (a dead node's 8 do not count): quotas 2 and 6.
+
+    From ref = now - 6 h:
+      small: s1 (4 GPUs) waits 1 h, runs 2 h.
+      big:   b1 (2 GPUs) runs 4 h from ref; b2 (8 GPUs) waits from ref+1h and is cancelled at ref+2h.
+    """
+    now = db.run(repository.db_now)
+    ref = now - 6 * H
+    add_tenant(db, "small", 1.0, created=now - 48 * H, token=SMALL)
+    add_tenant(db, "big", 3.0, created=now - 48 * H)
+    add_node(db, "n1", 8, at=now)
+    add_node(db, "n2", 8, health="DEAD", at=now)
+    add_job(db, "s1", "small", 4, ref, finished=ref + 3 * H)
+    add_placement(db, "s1", "n1", [0, 1, 2, 3], ref + H, ref + 3 * H)
+    add_job(db, "b1", "big", 2, ref, finished=ref + 4 * H)
+    add_placement(db, "b1", "n1", [4, 5], ref, ref + 4 * H)
+    add_job(db, "b2", "big", 8, ref + H, finished=ref + 2 * H, state="CANCELLED")
+    collect_all(db)
+    return ref
+
+
+def test_standings_follow_the_spec_definitions(db: Database, server: LedgerServer) -> None:
+    history(db)
+    with Client.connect(server.target, token=ADMIN) as client:
+        st = client.standings()
+    assert st.capacity_gpus == 8
+    assert st.at is not None and st.window_start is not None
+    span_h = (st.at - st.window_start).total_seconds() / HOURS
+    assert 23 <= span_h <= 24  # 24 hourly buckets, the current one partly elapsed
+    got = {t.tenant: t for t in st.tenants}
+    small, big = got["small"], got["big"]
+    assert (small.quota, big.quota) == (2, 6)
+    second = 1 / HOURS  # the reply's times are whole seconds
+    assert small.entitled == pytest.approx(2 * span_h, abs=2 * second)
+    assert big.entitled == pytest.approx(6 * span_h, abs=6 * second)
+    # small demands 4 for 3 h, capped at its quota 2; it ran 4 GPUs for 2 h.
+    assert small.deserved == pytest.approx(2 * 3) and small.used == pytest.approx(4 * 2)
+    # big demands 2 for 4 h, plus 8 more in the second hour (capped at 6 that hour).
+    assert big.deserved == pytest.approx(2 * 1 + 6 * 1 + 2 * 2) and big.used == pytest.approx(2 * 4)
+    assert small.fairness == pytest.approx(small.used / small.deserved)
+    assert big.fairness == pytest.approx(big.used / big.deserved) and big.fairness < 1 < small.fairness
+
+
+def test_job_fairness_follows_the_spec_definitions(db: Database, server: LedgerServer) -> None:
+    history(db)
+    with Client.connect(server.target, token=ADMIN) as client:
+        jobs = {j.job_id: j for j in client.job_fairness()}
+    assert set(jobs) == {"s1", "b1", "b2"}
+    # s1 alone in small: s = Q = 2 from arrival for 3 h; it ran 4 GPUs for 2 h.
+    assert jobs["s1"].deserved == pytest.approx(2 * 3) and jobs["s1"].used == pytest.approx(4 * 2)
+    # big's quota 6 is split 3/3 while b1 and b2 are both active (equal priorities): b1 is
+    # capped by its own 2 GPUs throughout; b2 deserved 3 for its 1 h and got nothing.
+    assert jobs["b1"].deserved == pytest.approx(2 * 4) and jobs["b1"].fairness == pytest.approx(1.0)
+    assert jobs["b2"].deserved == pytest.approx(3 * 1) and jobs["b2"].fairness == 0.0
+    assert jobs["b2"].state == "CANCELLED" and jobs["b2"].gpus == 8
+
+
+def test_usage_totals_agree_by_tenant_job_day_and_gpu(db: Database, server: LedgerServer) -> None:
+    ref = history(db)
+    with Client.connect(server.target, token=ADMIN) as client:
+        by = {k: {r.key: r.gpu_hours for r in client.usage(by=k)} for k in ("tenant", "job", "day", "gpu")}
+        recent = {r.key: r.gpu_hours for r in client.usage(by="job", since=ref + 2 * H)}
+    assert by["tenant"] == pytest.approx({"small": 8.0, "big": 8.0})
+    assert by["job"] == pytest.approx({"s1": 8.0, "b1": 8.0})
+    assert set(by["gpu"]) == {f"n1/{i}" for i in range(6)}
+    totals = [sum(v.values()) for v in by.values()]
+    assert totals == pytest.approx([totals[0]] * 4)
+    # Clipped at `since` (sent in whole seconds, so up to a second more per GPU).
+    assert recent == pytest.approx({"s1": 4 * 1.0, "b1": 2 * 2.0}, abs=4 / HOURS)
+
+
+def test_a_tenant_token_sees_only_its_own_tenant(db: Database, server: LedgerServer) -> None:
+    history(db)
+    with Client.connect(server.target, token=SMALL) as client:
+        assert {r.key for r in client.usage(by="job")} == {"s1"}
+        assert {r.key for r in client.usage(tenant="big", by="job")} == {"s1"}  # the filter is forced
+        assert [t.tenant for t in client.standings().tenants] == ["small"]
+        assert {j.job_id for j in client.job_fairness(tenant="big")} == {"s1"}
+        with pytest.raises(PermissionDeniedError):
+            client._call(client._ledger.RecordUsage, ledger_pb2.RecordUsageRequest(lease_id="x"))
+
+
+def test_a_bad_grouping_is_an_invalid_argument_naming_the_field(db: Database, server: LedgerServer) -> None:
+    with Client.connect(server.target, token=ADMIN) as client, pytest.raises(InvalidArgumentError) as err:
+        client.usage(by="week")
+    assert err.value.field == "by"
+
+
+def test_record_usage_through_grpc_is_idempotent(db: Database, server: LedgerServer) -> None:
+    history(db)
+    start = int((db.run(repository.db_now) - 30 * H).timestamp()) // 3600 * 3600 * 1000
+    request = ledger_pb2.RecordUsageRequest(
+        lease_id="external-1", sequence=0, job_id="ext", tenant="small", node="n9", gpus=[0],
+        start_unix_ms=start, end_unix_ms=start + 1_800_000,
+    )
+    with Client.connect(server.target, token=ADMIN) as client:
+        assert client._call(client._ledger.RecordUsage, request).recorded
+        assert not client._call(client._ledger.RecordUsage, request).recorded
+        assert {r.key: r.gpu_hours for r in client.usage(by="job")}["ext"] == pytest.approx(0.5)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_:
+        rota_main(list(argv))
+    out, err = capsys.readouterr()
+    return int(exit_.value.code or 0), out, err
+
+
+def test_cli_usage_and_fairness(db: Database, server: LedgerServer, capsys: pytest.CaptureFixture[str]) -> None:
+    history(db)
+    conn = ["--endpoint", server.target, "--token", ADMIN]
+    code, out, _ = run_cli(capsys, "usage", "--by", "job", "--since", "7d", "--json", *conn)
+    data = json.loads(out)
+    assert code == 0 and data["by"] == "job"
+    assert {r["key"]: r["gpu_hours"] for r in data["rows"]} == pytest.approx({"s1": 8.0, "b1": 8.0})
+    assert data["total_gpu_hours"] == pytest.approx(16.0)
+    code, out, _ = run_cli(capsys, "usage", *conn)
+    assert code == 0 and out.splitlines()[0].split() == ["TENANT", "GPU-HOURS"] and "total" in out
+    code, out, _ = run_cli(capsys, "fairness", "--json", *conn)
+    tenants = {t["tenant"]: t for t in json.loads(out)["tenants"]}
+    assert code == 0 and tenants["small"]["quota"] == 2 and tenants["big"]["deserved"] == pytest.approx(12.0)
+    code, out, _ = run_cli(capsys, "fairness", "--jobs", "--tenant", "big", *conn)
+    assert code == 0 and "b2" in out and "s1" not in out
+    code, out, _ = run_cli(capsys, "fairness", *conn)
+    assert code == 0 and "QUOTA" in out and "small" in out
+    code, _, err = run_cli(capsys, "usage", "--by", "week", *conn)
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "by" in err
+
+
+def test_the_allocator_reads_tenant_and_job_standings(db: Database) -> None:
+    ref = history(db)
+    add_job(db, "s2", "small", 1, ref + 5 * H)  # still pending
+    states = db.run(repository.tenant_states)
+    assert (states["small"].quota, states["big"].quota) == (2, 6)
+    assert states["small"].used == pytest.approx(8 * HOURS) and states["small"].allocated == 0
+    views = db.run(repository.job_views)
+    assert set(views) == {"s2"}  # only active jobs
+    assert views["s2"].pending_since == pytest.approx((ref + 5 * H).timestamp())
