@@ -84,3 +84,21 @@ def test_a_realtime_app_is_scaled_up_and_down_through_its_agent(cluster: Running
         client.cancel(app.id)
     assert {1, 2} <= seen, f"replica counts seen: {seen}"
     assert len(epochs) >= 3, f"every resize is fenced by a new epoch: {epochs}"
+
+
+def test_a_finished_job_shows_its_planned_beside_its_actual_duration_and_teaches_the_forecaster(
+    cluster: RunningCluster,
+) -> None:
+    spec = _spec("train-small.yaml", command=["python", "examples/train_lm.py", "--steps", "40"])
+    with cluster.client() as client:
+        before = client.forecast(spec=spec).observations
+        job = client.submit(spec=spec)
+        assert cluster.wait_job(job.id, timeout_s=120).state == "SUCCEEDED"
+        shown = cluster.cli_json("job", job.id)["duration"]
+        assert shown["planned_seconds"] > 0 and shown["model"] and shown["actual_seconds"] > 0
+        assert shown["declared_seconds"] == 120.0
+        # The forecaster's collector observes the completion: the models learn from it.
+        deadline = time.monotonic() + 30
+        while client.forecast(spec=spec).observations <= before and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert client.forecast(spec=spec).observations > before

@@ -53,3 +53,35 @@ def test_samples_of_one_hour_add_up_and_the_window_is_half_open(db: Database) ->
     assert not db.run(lambda s: repo.record_traffic(s, key=f"{app}:a", app=app, at_unix=hour * 3600, requests=99.0))
     assert db.run(lambda s: repo.hourly_traffic(s, app, hour, hour + 2)) == {hour: 15.0, hour + 1: 7.0}
     assert db.run(lambda s: repo.hourly_traffic(s, "other-" + app, hour, hour + 2)) == {}
+
+
+def test_every_succeeded_batch_job_is_observed_once_with_its_run_time(db: Database) -> None:
+    from datetime import timedelta
+
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from rota.common.jobs_repo import utcnow
+    from rota.common.models import JobRow, TenantRow
+    from rota.forecaster.models import CompletionRow
+
+    tenant, now = "t-" + secrets.token_hex(3), utcnow()
+
+    def seed(session: Session) -> list[str]:
+        session.add(TenantRow(name=tenant, share=1.0))
+        session.flush()
+        ids = []
+        for kind, state, minutes in (("training", "SUCCEEDED", 7), ("realtime", "SUCCEEDED", 3), ("training", "FAILED", 2)):
+            job_id = "j-" + secrets.token_hex(5)
+            spec = {"kind": kind, "features": {"params": 1e9}, "duration_seconds": 300.0}
+            session.add(JobRow(id=job_id, tenant=tenant, name="x", kind=kind, priority=5, gpus=2, spec=spec,
+                               spec_hash="h", state=state, started_at=now - timedelta(minutes=minutes), finished_at=now))
+            ids.append(job_id)
+        return ids
+
+    done, serving, failed = db.run(seed)
+    assert db.run(repo.observe_finished_jobs) >= 1
+    assert db.run(repo.observe_finished_jobs) == 0  # a rerun records nothing twice
+    rows = db.run(lambda s: [(r.job_id, r.duration_seconds, r.declared_seconds, r.gpus)
+                             for r in s.scalars(select(CompletionRow).where(CompletionRow.job_id.in_([done, serving, failed])))])
+    assert rows == [(done, pytest.approx(420.0), 300.0, 2)]

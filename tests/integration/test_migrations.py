@@ -9,7 +9,8 @@ from rota.common.db import make_engine
 from rota.common.schema import metadata
 
 TABLES = {"tenants", "jobs", "job_transitions", "nodes", "gpus", "placements", "gpu_claims", "plan_steps",
-          "ledger_usage", "ledger_collected", "forecast_completions", "forecast_traffic"}
+          "ledger_usage", "ledger_collected", "forecast_completions", "forecast_traffic",
+          "job_forecasts"}
 
 
 def _tables(url: str) -> set[str]:

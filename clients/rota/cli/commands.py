@@ -15,7 +15,17 @@ from pathlib import Path
 
 from rota.cli.localcluster import TOKEN_FILE, LocalCluster, read_info, run_down, run_up
 from rota.cli.output import ago, fail, print_json, progress_text, table
-from rota.client import Client, Job, RotaError, load_job_file, spec_from_mapping
+from rota.client import (
+    Client,
+    DeadlineExceededError,
+    Explanation,
+    Job,
+    RotaError,
+    UnavailableError,
+    UnimplementedError,
+    load_job_file,
+    spec_from_mapping,
+)
 
 DEMO_JOBS = ("train-small.yaml", "train-2gpu.yaml", "batch-infer.yaml", "quantize-lite.yaml", "fail.yaml")
 
@@ -133,11 +143,25 @@ def _print_job(job: Job) -> None:
 def job(args: argparse.Namespace) -> int:
     with connect(args) as client:
         found = client.get_job(args.id)
+        explained = _explanation(client, args.id)
     if args.json:
-        print_json(found.to_dict())
+        out = found.to_dict()
+        if explained is not None:
+            out["duration"] = {k: v for k, v in asdict(explained).items() if k not in ("job_id", "reason")}
+        print_json(out)
     else:
         _print_job(found)
+        if explained is not None and explained.model:
+            print(f"  duration: {explained.duration_text()}")
     return 0
+
+
+def _explanation(client: Client, job_id: str) -> Explanation | None:
+    """The allocator's view of the job; a job still shows when the allocator is unreachable."""
+    try:
+        return client.explain(job_id)
+    except (UnavailableError, UnimplementedError, DeadlineExceededError):
+        return None
 
 
 def logs(args: argparse.Namespace) -> int:
@@ -172,10 +196,14 @@ def watch(args: argparse.Namespace) -> int:
 def explain(args: argparse.Namespace) -> int:
     with connect(args) as client:
         found = client.get_job(args.id)
+        explained = _explanation(client, args.id)
     if args.json:
-        print_json({"id": found.id, "state": found.state, "reason": found.reason})
+        print_json({"id": found.id, "state": found.state, "reason": found.reason,
+                    **({"duration": asdict(explained)} if explained else {})})
     else:
         print(f"{found.id} {found.state}: {found.reason}")
+        if explained is not None and explained.model:
+            print(f"duration: {explained.duration_text()}")
     return 0
 
 

@@ -15,10 +15,10 @@ from rota.client.errors import (
 )
 from rota.client.jobfile import load_job_file, parse_duration, spec_from_mapping
 from rota.client.ledger import JobFairness, Standings, TenantFairness, UsageEntry
-from rota.client.plan import CurrentPlan, PlannedJob, ScenarioPlan, WhatIf
+from rota.client.plan import CurrentPlan, Explanation, PlannedJob, ScenarioPlan, WhatIf
 
 __all__ = [
-    "Client", "CurrentPlan", "PlannedJob", "ScenarioPlan", "WhatIf", "Gpu", "Job", "JobEvent", "Node", "StateChange", "Tenant",
+    "Client", "CurrentPlan", "PlannedJob", "ScenarioPlan", "WhatIf", "Explanation", "Gpu", "Job", "JobEvent", "Node", "StateChange", "Tenant",
     "RotaError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError", "PermissionDeniedError",
     "UnauthenticatedError", "FailedPreconditionError", "UnavailableError", "DeadlineExceededError",
     "UnimplementedError", "load_job_file", "parse_duration", "spec_from_mapping",

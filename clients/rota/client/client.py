@@ -28,7 +28,7 @@ from rota.client.forecast import (
 )
 from rota.client.forecast import stub as forecast_stub
 from rota.client.ledger import JobFairness, Standings, UsageEntry, to_unix
-from rota.client.plan import CurrentPlan, ScenarioPlan, WhatIf
+from rota.client.plan import CurrentPlan, Explanation, ScenarioPlan, WhatIf
 from rota.v1 import (
     allocator_pb2,
     allocator_pb2_grpc,
@@ -257,9 +257,10 @@ class Client:
         return self.get_job(job_id)
 
     # Plans.
-    def explain(self, job_id: str) -> str:
-        """Why the job waits (e.g. "planned at step 3, after ft-1 ends") or where it runs."""
-        return self._call(self._allocator.Explain, allocator_pb2.ExplainRequest(job_id=job_id)).reason
+    def explain(self, job_id: str) -> Explanation:
+        """Why the job waits (e.g. "planned at step 3, after ft-1 ends") or where it runs, and
+        the duration it was planned on (forecast or declared) beside how long it ran."""
+        return Explanation.from_proto(self._call(self._allocator.Explain, allocator_pb2.ExplainRequest(job_id=job_id)))
 
     def current_plan(self) -> CurrentPlan:
         """The live cluster's latest committed plan step. NotFoundError before the first plan."""

@@ -87,3 +87,32 @@ class WhatIf:
         if self.start_step < 0:
             return f"not within the plan: {self.reason}"
         return f"it would start in ~{self.expected_start_seconds:.0f}s (plan step {self.start_step}): {self.reason}"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a job waits or runs where it does, and the duration it was planned on beside its run time."""
+
+    job_id: str
+    reason: str
+    planned_seconds: float  # 0: unknown (it holds its GPUs through the horizon)
+    declared_seconds: float
+    model: str  # the forecaster's model, or "declared" ("" before the first plan)
+    p50_seconds: float
+    p90_seconds: float
+    actual_seconds: float  # so far while it runs; 0 before it starts
+
+    @staticmethod
+    def from_proto(p: allocator_pb2.ExplainResponse) -> Explanation:
+        return Explanation(p.job_id, p.reason, p.planned_seconds, p.declared_seconds, p.model, p.p50_seconds,
+                           p.p90_seconds, p.actual_seconds)
+
+    def duration_text(self) -> str:
+        def human(seconds: float) -> str:
+            return f"{seconds / 60:.1f}m" if seconds < 7200 else f"{seconds / 3600:.1f}h"
+
+        planned = human(self.planned_seconds) if self.planned_seconds else "unknown"
+        source = f"forecast by {self.model}, P50 {human(self.p50_seconds)}, P90 {human(self.p90_seconds)}" if (
+            self.model and self.model != "declared") else "declared"
+        actual = human(self.actual_seconds) if self.actual_seconds else "-"
+        return f"planned {planned} ({source}); actual {actual}"

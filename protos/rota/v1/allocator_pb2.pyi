@@ -269,17 +269,39 @@ class ExplainResponse(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    PLANNED_SECONDS_FIELD_NUMBER: _builtins.int
+    DECLARED_SECONDS_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    P50_SECONDS_FIELD_NUMBER: _builtins.int
+    P90_SECONDS_FIELD_NUMBER: _builtins.int
+    ACTUAL_SECONDS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     reason: _builtins.str
+    planned_seconds: _builtins.float
+    """What the plan assumed about its duration (0 = unknown: it holds through the horizon),
+    the forecast behind it (model "declared" when none was used), and the actual run time
+    (so far while it runs; 0 before it starts).
+    """
+    declared_seconds: _builtins.float
+    model: _builtins.str
+    p50_seconds: _builtins.float
+    p90_seconds: _builtins.float
+    actual_seconds: _builtins.float
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         reason: _builtins.str = ...,
+        planned_seconds: _builtins.float = ...,
+        declared_seconds: _builtins.float = ...,
+        model: _builtins.str = ...,
+        p50_seconds: _builtins.float = ...,
+        p90_seconds: _builtins.float = ...,
+        actual_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actual_seconds", b"actual_seconds", "declared_seconds", b"declared_seconds", "job_id", b"job_id", "model", b"model", "p50_seconds", b"p50_seconds", "p90_seconds", b"p90_seconds", "planned_seconds", b"planned_seconds", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -78,7 +78,8 @@ class AllocatorServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Explain(self, request, context):
-        """Why a job waits, or why it was placed where it is. NOT_FOUND for an unknown job.
+        """Why a job waits, or why it was placed where it is, with the duration it was planned
+        on beside how long it ran. NOT_FOUND for an unknown job (or another tenant's).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -44,7 +44,9 @@ class AllocatorServiceStub:
     other tenants' cells read "*". NOT_FOUND before the first plan.
     """
     Explain: _grpc.UnaryUnaryMultiCallable[_allocator_pb2.ExplainRequest, _allocator_pb2.ExplainResponse]
-    """Why a job waits, or why it was placed where it is. NOT_FOUND for an unknown job."""
+    """Why a job waits, or why it was placed where it is, with the duration it was planned
+    on beside how long it ran. NOT_FOUND for an unknown job (or another tenant's).
+    """
     WhatIf: _grpc.UnaryUnaryMultiCallable[_allocator_pb2.WhatIfRequest, _allocator_pb2.WhatIfResponse]
     """When a job would start if it were submitted now: the live cluster re-planned (fast)
     with the job added at the back of the queue; nothing is stored or started.
@@ -65,7 +67,9 @@ class AllocatorServiceAsyncStub(AllocatorServiceStub):
     other tenants' cells read "*". NOT_FOUND before the first plan.
     """
     Explain: _aio.UnaryUnaryMultiCallable[_allocator_pb2.ExplainRequest, _allocator_pb2.ExplainResponse]  # type: ignore[assignment]
-    """Why a job waits, or why it was placed where it is. NOT_FOUND for an unknown job."""
+    """Why a job waits, or why it was placed where it is, with the duration it was planned
+    on beside how long it ran. NOT_FOUND for an unknown job (or another tenant's).
+    """
     WhatIf: _aio.UnaryUnaryMultiCallable[_allocator_pb2.WhatIfRequest, _allocator_pb2.WhatIfResponse]  # type: ignore[assignment]
     """When a job would start if it were submitted now: the live cluster re-planned (fast)
     with the job added at the back of the queue; nothing is stored or started.
@@ -101,7 +105,9 @@ class AllocatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _allocator_pb2.ExplainRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_allocator_pb2.ExplainResponse, _abc.Awaitable[_allocator_pb2.ExplainResponse]]:
-        """Why a job waits, or why it was placed where it is. NOT_FOUND for an unknown job."""
+        """Why a job waits, or why it was placed where it is, with the duration it was planned
+        on beside how long it ran. NOT_FOUND for an unknown job (or another tenant's).
+        """
 
     @_abc_1.abstractmethod
     def WhatIf(

@@ -47,6 +47,7 @@ class LiveJob:
     elapsed_s: float = 0.0  # since it was given GPUs
     duration_s: float | None = None  # declared or forecast; None = unknown
     demand: tuple[int, ...] = ()  # realtime: GPUs wanted per step, indexed by wall-clock step
+    demand_from_now: bool = False  # realtime: `demand` is a forecast whose first value is step 0
     max_swap: int = 0  # realtime: 0 = no cap
     preemptible: bool = False
     restart: str = "never"
@@ -200,7 +201,9 @@ def _running(j: LiveJob, layout: Layout, horizon: Horizon) -> list[BatchJob]:
 def _realtime(j: LiveJob, layout: Layout, horizon: Horizon) -> RealtimeApp:
     # A live app's replicas share one node, so it never asks for more than a node holds.
     cap = min(layout.slot, max((n.gpus for n in layout.nodes), default=0))
-    if j.demand:
+    if j.demand and j.demand_from_now:
+        demand = tuple(min(cap, j.demand[min(t, len(j.demand) - 1)]) for t in range(horizon.steps))
+    elif j.demand:
         k = horizon.step_index
         demand = tuple(min(cap, j.demand[(k + t) % len(j.demand)]) for t in range(horizon.steps))
     else:

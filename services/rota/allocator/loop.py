@@ -22,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import Connection, Engine, text
 
 from rota.allocator import repository
+from rota.allocator.forecasts import Forecast, Forecasts
 from rota.allocator.liveplan import Horizon, LiveScenario, Start, StepDecision
 from rota.allocator.planner import FairInputs, PlanOutcome, plan_live
 from rota.common import convert
@@ -94,6 +95,8 @@ class _Memory:
     last_full: float = field(default_factory=time.time)
     # Jobs that yielded a lease -> the job they yielded to: they wait until it has started.
     yielded_to: dict[str, str] = field(default_factory=dict)
+    # What job_forecasts already holds, so a re-plan writes only what changed.
+    saved_forecasts: dict[str, Forecast] = field(default_factory=dict)
 
 
 class SchedulingLoop:
@@ -108,6 +111,7 @@ class SchedulingLoop:
         self.clock = clock
         self.leadership = Leadership(db.engine)
         self.memory = _Memory(last_full=clock())
+        self.forecasts = Forecasts(settings.service_addrs.get("forecaster"), settings.admin_token, settings.forecast_quantile)
         self._api_channel: grpc.aio.Channel | None = None
         self._api_health: health_pb2_grpc.HealthStub | None = None
 
@@ -143,12 +147,13 @@ class SchedulingLoop:
         if trigger is None:
             await asyncio.to_thread(self._refresh_cache, events)
             return report
-        # 4. The pure core plans the horizon (in a thread: full mode takes seconds); `fair`
-        #    first reads the ledger's standings (its own transaction, before any commit).
+        # 4. The pure core plans the horizon (in a thread: full mode takes seconds) on the
+        #    forecaster's durations and curves; `fair` first reads the ledger's standings.
+        jobs, forecasts = await self.forecasts.apply(view.jobs, view.specs, horizon)
         fair = await asyncio.to_thread(self.db.run, self._fair_inputs) if policy == "fair" else None
         held_back = self._held_back(view)
         outcome = await asyncio.to_thread(
-            plan_live, view.nodes, view.jobs, horizon, policy, self.settings.full_time_limit_s, fair, held_back
+            plan_live, view.nodes, jobs, horizon, policy, self.settings.full_time_limit_s, fair, held_back
         )
         # 5. Commit step 0: starts and resizes, each in its own transaction under a new epoch.
         launches, resizes = await self._commit(outcome, view.addresses, events)
@@ -156,7 +161,9 @@ class SchedulingLoop:
         report.waiting = len(outcome.decision.waiting)
         report.planned = trigger
         await asyncio.to_thread(self.db.run, lambda s: repository.set_waiting_reasons(s, outcome.decision.waiting))
-        await asyncio.to_thread(self.db.run, lambda s: self._record(s, outcome, policy, trigger, horizon))
+        changed = {k: v for k, v in forecasts.items() if self.memory.saved_forecasts.get(k) != v}
+        await asyncio.to_thread(self.db.run, lambda s: self._record(s, outcome, trigger, horizon, forecasts, changed))
+        self.memory.saved_forecasts = forecasts
         self.memory.fingerprint = _expected_fingerprint(view, outcome.decision, {r.job.id for _, r in launches})
         self.memory.step_index = horizon.step_index
         if policy == "full":
@@ -221,15 +228,20 @@ class SchedulingLoop:
         return agent_pb2.LaunchRequest(job=convert.job_to_proto(job), epoch=job.epoch)
 
     @staticmethod
-    def _record(session, outcome: PlanOutcome, policy: str, trigger: str, horizon: Horizon) -> None:  # type: ignore[no-untyped-def]
+    def _record(  # type: ignore[no-untyped-def]
+        session, outcome: PlanOutcome, trigger: str, horizon: Horizon, forecasts: dict[str, Forecast],
+        changed: dict[str, Forecast],
+    ) -> None:
         ls = outcome.live
+        used = {job_id: fc.as_dict() for job_id, fc in forecasts.items()}
+        repository.save_forecasts(session, {job_id: fc.as_dict() for job_id, fc in changed.items()})
         repository.record_plan_step(
             session, policy=outcome.policy, trigger=trigger[:128], step_seconds=horizon.step_s,
             horizon=horizon.steps, step_index=horizon.step_index,
             figures={**outcome.figures, "runtime_ms": outcome.runtime_ms, **outcome.stats},
             assignments=_assignments(ls, outcome.plan_grid, outcome.decision),
             grid=_grid_record(ls, outcome.plan_grid),
-            forecasts={j.id: {"duration_s": j.duration_s} for j in ls.jobs.values() if not j.realtime},
+            forecasts={**used, **{j.id: {"demand": list(j.demand)} for j in ls.jobs.values() if j.realtime}},
         )
 
     def _fair_inputs(self, session) -> FairInputs:  # type: ignore[no-untyped-def]

@@ -1,11 +1,12 @@
-"""The allocator's own table: every committed plan step (SPEC §3, the rolling horizon)."""
+"""The allocator's own tables: every committed plan step (SPEC §3, the rolling horizon) and
+what each job was last planned on (SPEC §5: forecasts beside the declared durations)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Float, Integer, String, func
+from sqlalchemy import BigInteger, DateTime, Float, ForeignKey, Integer, String, func
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -33,3 +34,15 @@ class PlanStepRow(Base):
     assignments: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
     grid: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
     forecasts: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default="{}")
+
+
+class JobForecastRow(Base):
+    __tablename__ = "job_forecasts"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    planned_seconds: Mapped[float | None] = mapped_column(Float)
+    declared_seconds: Mapped[float | None] = mapped_column(Float)
+    model: Mapped[str] = mapped_column(String(32), nullable=False)
+    p50_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    p90_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from rota.allocator.liveplan import LiveJob, LiveNode, Start
-from rota.allocator.models import PlanStepRow
+from rota.allocator.models import JobForecastRow, PlanStepRow
 from rota.common import jobstate
 from rota.common.jobs_repo import Events, get_job, release, requeue_or_fail, transition, utcnow
 from rota.common.jobspec import JobSpecData, gpus_to_hold
@@ -82,6 +83,7 @@ class LiveView:
     nodes: list[LiveNode]
     jobs: list[LiveJob]
     addresses: dict[str, str]
+    specs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def fingerprint(self) -> tuple[frozenset[tuple[str, int]], frozenset[tuple[str, str | None]]]:
         """Changes exactly on an arrival, a completion, a placement or a node change."""
@@ -98,7 +100,8 @@ def live_view(session: Session) -> LiveView:
     ).all()
     now = utcnow()
     jobs: list[LiveJob] = []
-    for row in [*holding_jobs(session), *pending]:
+    rows = [*holding_jobs(session), *pending]
+    for row in rows:
         spec = JobSpecData.from_dict(row.spec)
         holding = row.state in jobstate.HOLDING_STATES
         since = row.started_at or row.created_at
@@ -109,7 +112,10 @@ def live_view(session: Session) -> LiveView:
             duration_s=spec.duration_seconds, demand=tuple(spec.demand), max_swap=spec.max_swap,
             preemptible=spec.preemptible, restart=spec.restart,
         ))
-    return LiveView([LiveNode(n.name, gpu_counts.get(n.name, 0)) for n in nodes], jobs, {n.name: n.address for n in nodes})
+    return LiveView(
+        [LiveNode(n.name, gpu_counts.get(n.name, 0)) for n in nodes], jobs, {n.name: n.address for n in nodes},
+        {row.id: dict(row.spec) for row in rows},
+    )
 
 
 def commit_resize(session: Session, resize: Start, events: Events) -> JobRow | None:
@@ -161,3 +167,20 @@ def yield_lease(session: Session, job_id: str, reason: str, events: Events) -> t
     transition(session, job, jobstate.PENDING, reason, events)
     job.node, job.gpu_indices = None, []
     return node, epoch
+
+
+def save_forecasts(session: Session, forecasts: dict[str, dict[str, Any]]) -> None:
+    """What each job was planned on, for `rota job` (predicted beside actual duration)."""
+    if not forecasts:
+        return
+    stmt = insert(JobForecastRow).values([{"job_id": job_id, **fc} for job_id, fc in forecasts.items()])
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["job_id"],
+        set_={c: stmt.excluded[c] for c in ("planned_seconds", "declared_seconds", "model", "p50_seconds", "p90_seconds")}
+        | {"updated_at": func.now()},
+    )
+    session.execute(stmt)
+
+
+def job_forecast(session: Session, job_id: str) -> JobForecastRow | None:
+    return session.get(JobForecastRow, job_id)

@@ -21,7 +21,7 @@ from rota.common.auth import Identity, current_identity
 from rota.common.config import Settings
 from rota.common.db import Database
 from rota.common.errors import InvalidArgument, NotFound
-from rota.common.jobs_repo import get_job
+from rota.common.jobs_repo import get_job, utcnow
 from rota.common.jobspec import JobSpecData, gpus_to_hold, validate
 from rota.common.models import TenantRow
 from rota.v1 import allocator_pb2, allocator_pb2_grpc
@@ -96,10 +96,19 @@ class AllocatorService(allocator_pb2_grpc.AllocatorServiceServicer):
 
     async def Explain(self, request: allocator_pb2.ExplainRequest, context: grpc.aio.ServicerContext) -> allocator_pb2.ExplainResponse:
         identity = current_identity()
-        job = await asyncio.to_thread(self.db.run, lambda s: get_job(s, request.job_id))
+        job, fc = await asyncio.to_thread(
+            self.db.run, lambda s: (get_job(s, request.job_id), repository.job_forecast(s, request.job_id))
+        )
         if job is None or not identity.may_access(job.tenant):
             raise NotFound(f"job {request.job_id} not found")
-        return allocator_pb2.ExplainResponse(job_id=job.id, reason=job.reason)
+        actual = 0.0
+        if job.started_at is not None:
+            actual = ((job.finished_at or utcnow()) - job.started_at).total_seconds()
+        reply = allocator_pb2.ExplainResponse(job_id=job.id, reason=job.reason, actual_seconds=actual)
+        if fc is not None:
+            reply.planned_seconds, reply.declared_seconds = fc.planned_seconds or 0, fc.declared_seconds or 0
+            reply.model, reply.p50_seconds, reply.p90_seconds = fc.model, fc.p50_seconds, fc.p90_seconds
+        return reply
 
 
 def plan_step_to_proto(row: PlanStepRow, identity: Identity) -> allocator_pb2.CurrentPlanResponse:

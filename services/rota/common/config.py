@@ -29,6 +29,13 @@ def _env_positive(name: str, default: float) -> float:
     return value
 
 
+def _env_quantile(name: str, default: float) -> float:
+    value = _env_float(name, default)
+    if not 0 < value < 1:
+        raise ValueError(f"{name}: a quantile strictly between 0 and 1, got {value:g}")
+    return value
+
+
 def _env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     value = os.environ.get(name) or default
     if value not in choices:
@@ -64,6 +71,7 @@ class Settings:
     plan_horizon: int = 24
     full_interval_s: float = 1800.0  # the CP-SAT re-plan's period; 0 turns it off
     full_time_limit_s: float = 10.0
+    forecast_quantile: float = 0.5  # batch-like jobs are planned on this quantile of their forecast
     # The ledger's collector period, and the `fair` policy's lease rules (SPEC §4).
     ledger_interval_s: float = 5.0
     fair_lease_s: float = 1800.0
@@ -94,6 +102,7 @@ class Settings:
             plan_horizon=int(_env_positive("ROTA_PLAN_HORIZON", 24)),
             full_interval_s=_env_float("ROTA_FULL_INTERVAL", 1800.0),
             full_time_limit_s=_env_positive("ROTA_FULL_TIME_LIMIT", 10.0),
+            forecast_quantile=_env_quantile("ROTA_FORECAST_QUANTILE", 0.5),
             ledger_interval_s=_env_positive("ROTA_LEDGER_INTERVAL", 5.0),
             fair_lease_s=_env_positive("ROTA_FAIR_LEASE", 1800.0),
             fair_starvation_s=_env_positive("ROTA_FAIR_STARVATION", 4 * 3600.0),

@@ -1,4 +1,5 @@
-"""Composition root of the forecaster: ForecasterService over the shared Postgres."""
+"""Composition root of the forecaster: ForecasterService, plus the collector that observes
+every finished job (ROTA_LEDGER_INTERVAL sets its period too)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import grpc
 
 from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
+from rota.forecaster.collector import CompletionCollector
 from rota.forecaster.service import ForecasterService
 from rota.v1 import forecaster_pb2, forecaster_pb2_grpc
 
@@ -19,7 +21,8 @@ async def serve(settings: Settings) -> None:
         forecaster_pb2_grpc.add_ForecasterServiceServicer_to_server(ForecasterService(parts.db), server)
         return [forecaster_pb2.DESCRIPTOR.services_by_name["ForecasterService"].full_name]
 
-    await parts.serve(register)
+    collector = CompletionCollector(parts.db, settings.ledger_interval_s)
+    await parts.serve(register, background=[collector.run_forever])
 
 
 def main() -> None:

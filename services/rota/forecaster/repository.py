@@ -65,3 +65,28 @@ def realtime_app(session: Session, app: str) -> dict[str, Any] | None:
     )
     spec: Sequence[Any] = session.scalars(stmt).all()
     return dict(spec[0]) if spec else None
+
+
+def observe_finished_jobs(session: Session, limit: int = 500) -> int:
+    """Records every succeeded batch-like job not yet observed; returns how many it recorded.
+
+    Pulled from the jobs table rather than pushed by whoever finishes a job, so a crash
+    anywhere loses no observation; the key `completion:<job id>` makes a rerun a no-op.
+    """
+    seen = select(CompletionRow.job_id).where(CompletionRow.job_id.is_not(None))
+    jobs = session.scalars(
+        select(JobRow)
+        .where(JobRow.state == "SUCCEEDED", JobRow.kind != "realtime", JobRow.started_at.is_not(None),
+               JobRow.finished_at.is_not(None), JobRow.id.not_in(seen))
+        .order_by(JobRow.finished_at).limit(limit)
+    ).all()
+    recorded = 0
+    for job in jobs:
+        assert job.started_at is not None and job.finished_at is not None
+        seconds = max(1e-3, (job.finished_at - job.started_at).total_seconds())
+        spec = dict(job.spec)
+        recorded += record_completion(
+            session, key=f"completion:{job.id}", job_id=job.id, kind=job.kind, features=spec.get("features") or {},
+            gpus=job.gpus, declared_seconds=spec.get("duration_seconds"), duration_seconds=seconds,
+        )
+    return recorded
