@@ -11,9 +11,13 @@ import secrets
 import socket
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from rota.common import migrate
+from rota.common.db import Database, make_engine
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -118,7 +122,28 @@ class DatabaseFactory:
     def drop(self, url: str) -> None:
         drop_database(self.server_url, url)
 
+    @contextmanager
+    def migrated(self) -> Iterator[Database]:
+        """A private database at the latest migration, dropped afterwards."""
+        url = self.create()
+        try:
+            migrate.upgrade(url)
+            engine = make_engine(url)
+            try:
+                yield Database(engine)
+            finally:
+                engine.dispose()
+        finally:
+            self.drop(url)
+
 
 @pytest.fixture(scope="session")
 def databases(postgres_server_url: str) -> DatabaseFactory:
     return DatabaseFactory(postgres_server_url)
+
+
+@pytest.fixture
+def private_db(databases: DatabaseFactory) -> Iterator[Database]:
+    """A database of the test's own: for tests that read every row of a table."""
+    with databases.migrated() as db:
+        yield db

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,10 +17,9 @@ from rota.allocator import repository as alloc
 from rota.allocator.liveplan import Start
 from rota.allocator.loop import SchedulingLoop
 from rota.api import repository as api
-from rota.common import migrate
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
-from rota.common.db import Database, make_engine
+from rota.common.db import Database
 from rota.common.jobs_repo import Events
 from rota.common.jobspec import JobSpecData, validate
 from rota.common.live import LiveState, connect_redis
@@ -29,13 +27,8 @@ from rota.common.models import GpuClaimRow, GpuRow, PlacementRow
 
 
 @pytest.fixture
-def db(databases: Any) -> Iterator[Database]:
-    url = databases.create()
-    migrate.upgrade(url)
-    engine = make_engine(url)
-    yield Database(engine)
-    engine.dispose()
-    databases.drop(url)
+def db(private_db: Database) -> Database:
+    return private_db
 
 
 def setup_cluster(db: Database, gpus: int = 4) -> tuple[str, str]:

@@ -20,10 +20,9 @@ from opentelemetry import trace
 from rota.api import repository as api
 from rota.client import Client, InvalidArgumentError, NotFoundError, spec_from_mapping
 from rota.client.forecast import TrafficSample
-from rota.common import migrate
 from rota.common.auth import hash_token
 from rota.common.bootstrap import TokenAuthenticator
-from rota.common.db import Database, make_engine
+from rota.common.db import Database
 from rota.common.jobs_repo import Events
 from rota.common.jobspec import JobSpecData, validate
 from rota.common.server import RotaInterceptor
@@ -39,12 +38,8 @@ FEATURES: dict[str, Any] = {"variant": "lora-sft", "params": 1.3e9, "tokens": 2e
 
 @pytest.fixture(scope="module")
 def db(databases: Any) -> Iterator[Database]:
-    url = databases.create()
-    migrate.upgrade(url)
-    engine = make_engine(url)
-    yield Database(engine)
-    engine.dispose()
-    databases.drop(url)
+    with databases.migrated() as private:
+        yield private
 
 
 @pytest.fixture(scope="module")

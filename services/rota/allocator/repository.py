@@ -53,18 +53,24 @@ def commit_decision(session: Session, decision: Start, events: Events) -> JobRow
     job = get_job(session, decision.job_id, lock=True)
     if job is None or job.state != jobstate.PENDING:
         return None
-    epoch = int(session.execute(EPOCH_SEQUENCE.next_value()).scalar_one())
-    placement = PlacementRow(job_id=job.id, node=decision.node, gpu_indices=list(decision.gpus), epoch=epoch)
-    session.add(placement)
-    session.flush()
-    for gpu in decision.gpus:
-        session.add(GpuClaimRow(node=decision.node, gpu_index=gpu, job_id=job.id, placement_id=placement.id, epoch=epoch))
-    job.node, job.gpu_indices, job.epoch = decision.node, list(decision.gpus), epoch
+    epoch = _claim(session, job, decision)
     job.attempts += 1
     job.exit_code, job.error = None, ""
     transition(session, job, jobstate.SCHEDULED, f"placed on {decision.node} GPUs {list(decision.gpus)} (epoch {epoch})", events)
     session.flush()
     return job
+
+
+def _claim(session: Session, job: JobRow, where: Start) -> int:
+    """A new lease: a placement and one claim per GPU under a fresh epoch, which it returns."""
+    epoch = int(session.execute(EPOCH_SEQUENCE.next_value()).scalar_one())
+    placement = PlacementRow(job_id=job.id, node=where.node, gpu_indices=list(where.gpus), epoch=epoch)
+    session.add(placement)
+    session.flush()
+    for gpu in where.gpus:
+        session.add(GpuClaimRow(node=where.node, gpu_index=gpu, job_id=job.id, placement_id=placement.id, epoch=epoch))
+    job.node, job.gpu_indices, job.epoch = where.node, list(where.gpus), epoch
+    return epoch
 
 
 def set_waiting_reasons(session: Session, reasons: dict[str, str]) -> None:
@@ -129,13 +135,7 @@ def commit_resize(session: Session, resize: Start, events: Events) -> JobRow | N
         return None
     release(session, job, f"resized to {len(resize.gpus)} replicas")
     session.flush()
-    epoch = int(session.execute(EPOCH_SEQUENCE.next_value()).scalar_one())
-    placement = PlacementRow(job_id=job.id, node=resize.node, gpu_indices=list(resize.gpus), epoch=epoch)
-    session.add(placement)
-    session.flush()
-    for gpu in resize.gpus:
-        session.add(GpuClaimRow(node=resize.node, gpu_index=gpu, job_id=job.id, placement_id=placement.id, epoch=epoch))
-    job.gpu_indices, job.epoch = list(resize.gpus), epoch
+    _claim(session, job, resize)
     events.add(job, "resized")
     session.flush()
     return job
