@@ -65,12 +65,12 @@ def connect(args: argparse.Namespace) -> Client:
 
 # Cluster lifecycle.
 def up(args: argparse.Namespace) -> int:
-    if args.nodes < 1 or args.gpus_per_node < 1:
-        raise ValueError("--nodes and --gpus-per-node must be at least 1")
+    if args.nodes < 1 or args.gpus_per_node < 1 or args.allocators < 1:
+        raise ValueError("--nodes, --gpus-per-node and --allocators must be at least 1")
     cluster = LocalCluster(
         home=Path(args.home), nodes=args.nodes, gpus_per_node=args.gpus_per_node,
         database_url=args.database_url, redis_url=args.redis_url, tracing=args.tracing,
-        heartbeat_interval_s=args.heartbeat_interval,
+        heartbeat_interval_s=args.heartbeat_interval, allocators=args.allocators,
     )
     return run_up(cluster)
 
@@ -266,7 +266,10 @@ def migrate(args: argparse.Namespace) -> int:
 
 
 def bench(args: argparse.Namespace) -> int:
-    targets = {"allocator": "rota.allocator.bench", "forecaster": "rota.forecaster.bench"}
+    targets = {
+        "allocator": "rota.allocator.bench", "forecaster": "rota.forecaster.bench", "faults": "rota.cli.faults_bench",
+        "load": "rota.cli.load_bench",
+    }
     if args.target not in targets:
         raise ValueError(f"bench: unknown target {args.target!r}; one of {', '.join(targets)}")
     return int(importlib.import_module(targets[args.target]).main(list(args.args)))

@@ -70,6 +70,8 @@ class LocalCluster:
     redis_url: str = ""
     tracing: str = "none"
     heartbeat_interval_s: float = 1.0
+    # Allocator replicas: one leads (a Postgres advisory lock), the others wait to take over.
+    allocators: int = 1
     children: list[Child] = field(default_factory=list)
     _pg: Any = None
     _redis: Any = None
@@ -129,6 +131,10 @@ class LocalCluster:
         for name in SERVICES:
             child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{ports[name]}"}
             self.children.append(Child(name, [*rota, "serve", name], child_env, logs / f"{name}.log", restart=True))
+        for k in range(2, self.allocators + 1):
+            replica = f"allocator-{k}"
+            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{free_port()}"}
+            self.children.append(Child(replica, [*rota, "serve", "allocator"], child_env, logs / f"{replica}.log", restart=True))
         agents = {}
         for i in range(1, self.nodes + 1):
             name, port = f"node-{i}", free_port()

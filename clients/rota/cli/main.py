@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--redis-url", default=os.environ.get("ROTA_REDIS_URL", ""), help="default: embedded Redis")
     up.add_argument("--tracing", default=os.environ.get("ROTA_TRACING", "none"), choices=("none", "console", "otlp"))
     up.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds between agent heartbeats")
+    up.add_argument("--allocators", type=int, default=1, help="allocator replicas (one leads, the others stand by)")
 
     down = sub.add_parser("down", help="stop the local cluster")
     down.add_argument("--home", help="cluster folder (default: $ROTA_HOME)")

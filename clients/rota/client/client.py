@@ -43,8 +43,10 @@ T = TypeVar("T")
 
 _RETRY_CONFIG = json.dumps({
     "methodConfig": [{
-        "name": [{"service": "rota.v1.JobService"}, {"service": "rota.v1.TenantService"},
-                 {"service": "rota.v1.ClusterService"}, {"service": "rota.v1.AllocatorService"}],
+        "name": [{"service": f"rota.v1.{name}"} for name in (
+            "JobService", "TenantService", "ClusterService", "AllocatorService", "LedgerService",
+            "ForecasterService", "CheckpointService", "DetectorService",
+        )],
         "retryPolicy": {
             "maxAttempts": 5, "initialBackoff": "0.2s", "maxBackoff": "3s",
             "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"],

@@ -28,6 +28,7 @@ from rota.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
 
 log = logging.getLogger("rota.agent")
+LEASE_FRACTION = 0.6  # of the node timeout: the launcher's lease expires well before the verdict
 
 
 class Heartbeats:
@@ -119,7 +120,9 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     home = Path(args.home) if args.home else settings.home / "agents" / args.name
     home.mkdir(parents=True, exist_ok=True)
     devices = discover(args.name, args.gpus)
-    table = ProcessTable(args.name, home, home / "lease", settings.node_timeout_s)
+    # A job fences itself strictly before the control plane can call its node dead and
+    # start it elsewhere, so a frozen or partitioned node never leaves two running copies.
+    table = ProcessTable(args.name, home, home / "lease", LEASE_FRACTION * settings.node_timeout_s)
     table.lease_file.touch()
     table.adopt()
     runtime = AgentRuntime(args.name, table, virtual=all(d.virtual for d in devices))

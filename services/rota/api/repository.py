@@ -54,6 +54,9 @@ def submit_job(
     """Stores a validated spec as PENDING. Same request id + same body -> the first job."""
     digest = spec.digest()
     if request_id:
+        # Retries of one request queue here until the first commits, then find its job:
+        # a client that timed out and retried gets the first result, not a conflict.
+        session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(f"{spec.tenant}/{request_id}", 0))))
         existing = find_by_request_id(session, spec.tenant, request_id)
         if existing is not None:
             if existing.spec_hash != digest:

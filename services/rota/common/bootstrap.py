@@ -56,7 +56,7 @@ class ServiceParts:
         self.name = name
         self.settings = settings
         self.tracer = setup_tracing(name, settings.tracing, settings.otlp_endpoint)
-        self.db = Database(make_engine(settings.database_url, pool_size=pool_size))
+        self.db = Database(make_engine(settings.database_url, pool_size=pool_size, name=f"rota-{name}"))
         self.live = LiveState(connect_redis(settings.redis_url), settings.redis_prefix)
         self.agents = AgentClients(settings.admin_token)
 

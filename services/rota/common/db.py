@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -24,14 +25,15 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str, *, pool_size: int = 5) -> Engine:
+def make_engine(url: str, *, pool_size: int = 5, name: str = "rota") -> Engine:
+    """`name` labels the connections in pg_stat_activity as NAME:PID (which process holds what)."""
     return create_engine(
         normalize_url(url),
         pool_size=pool_size,
         max_overflow=5,
         pool_pre_ping=True,
         pool_recycle=300,
-        connect_args={"connect_timeout": 5},
+        connect_args={"connect_timeout": 5, "application_name": f"{name}:{os.getpid()}"[:63]},
     )
 
 

@@ -1,0 +1,273 @@
+"""A real local cluster to break on purpose, and the checks that say nothing broke.
+
+The harness starts `rota up` (two allocator replicas, two nodes) as a subprocess, submits
+short real jobs, and gives each fault case the handles it needs: the leader's process,
+an agent's process, the cluster's Redis keys. The checks read the truth afterwards:
+- lost jobs: submitted jobs that did not end SUCCEEDED (every job restarts on failure);
+- duplicated jobs: launches beyond a job's attempts (each attempt launches at most once),
+  counted from the agents' own job folders;
+- double-booked GPUs: a (node, GPU) held by two job processes at once, sampled from
+  /proc while faults happen, plus placements whose GPUs overlapped in time in Postgres;
+- two running copies: one job's processes alive on two nodes at once;
+- ledger mismatches: GPU-hours by tenant, by job and by GPU disagreeing with each other
+  or with the placements' own busy time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
+
+from rota.client import Client, Job, UnavailableError, load_job_file, spec_from_mapping
+from rota.common.db import normalize_url
+
+REPO = Path(__file__).resolve().parents[3]
+FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+TENANT = "faults"
+LEADER_LOCK_KEY = 0x526F7461  # the allocator's advisory lock (rota.allocator.loop)
+
+
+def job_processes() -> dict[int, dict[str, str]]:
+    """Live job processes on this machine, by pid: their ROTA_* environment."""
+    found: dict[int, dict[str, str]] = {}
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            raw = environ.read_bytes()
+            status = (environ.parent / "stat").read_text().split()[2]
+        except OSError:
+            continue
+        if b"ROTA_JOB_ID=" not in raw or status in ("Z", "X"):
+            continue
+        env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+        found[int(environ.parent.name)] = {k: v for k, v in env.items() if k.startswith("ROTA_")}
+    return found
+
+
+class Watch:
+    """Samples job processes every 0.1 s: GPUs held twice, jobs running on two nodes."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = str(home.resolve())
+        self.double_booked: set[tuple[str, str]] = set()
+        self.two_copies: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            holders: dict[tuple[str, str], set[str]] = {}
+            nodes: dict[str, set[str]] = {}
+            for env in job_processes().values():
+                if not env.get("ROTA_PROGRESS_FILE", "").startswith(self.home):
+                    continue  # another cluster's job on this machine
+                job = env["ROTA_JOB_ID"]
+                nodes.setdefault(job, set()).add(env.get("ROTA_NODE", ""))
+                for gpu in filter(None, env.get("ROTA_GPUS", "").split(",")):
+                    holders.setdefault((env.get("ROTA_NODE", ""), gpu), set()).add(job)
+            self.double_booked |= {slot for slot, jobs in holders.items() if len(jobs) > 1}
+            self.two_copies |= {job for job, where in nodes.items() if len(where) > 1}
+
+
+@dataclass
+class Harness:
+    home: Path
+    database_url: str = ""
+    redis_url: str = ""
+    nodes: int = 2
+    gpus_per_node: int = 2
+    allocators: int = 2
+    process: subprocess.Popen[bytes] | None = None
+    submitted: list[str] = field(default_factory=list)
+    extra_agents: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    # The cluster.
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
+        env.update({"ROTA_SCHEDULE_INTERVAL": "0.2", "ROTA_LEDGER_INTERVAL": "1", "ROTA_PLAN_STEP": "5"})
+        argv = [sys.executable, "-m", "rota.cli.main", "up", "--home", str(self.home), "--nodes", str(self.nodes),
+                "--gpus-per-node", str(self.gpus_per_node), "--allocators", str(self.allocators),
+                "--heartbeat-interval", "0.5"]
+        if self.database_url:
+            argv += ["--database-url", self.database_url]
+        if self.redis_url:
+            argv += ["--redis-url", self.redis_url]
+        self.home.mkdir(parents=True, exist_ok=True)
+        log = (self.home.parent / f"{self.home.name}-up.log").open("wb")
+        self.process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while not (self.home / "cluster.json").exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"rota up failed; see {log.name}")
+            time.sleep(0.2)
+        with self.client() as client:
+            if TENANT not in {t.name for t in client.list_tenants()}:
+                client.create_tenant(TENANT)
+
+    def stop(self) -> None:
+        for agent in self.extra_agents:
+            if agent.poll() is None:
+                agent.send_signal(signal.SIGCONT)
+                agent.terminate()
+                agent.wait(timeout=30)
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return dict(json.loads((self.home / "cluster.json").read_text()))
+
+    @property
+    def token(self) -> str:
+        return (self.home / "admin.token").read_text().strip()
+
+    def client(self, token: str | None = None, timeout_s: float = 20) -> Client:
+        return Client.connect(self.info["endpoint"], token=token or self.token, timeout=timedelta(seconds=timeout_s))
+
+    def sql(self, query: str) -> list[Any]:
+        engine = create_engine(normalize_url(self.info["database_url"]))
+        try:
+            with engine.connect() as conn:
+                return list(conn.execute(text(query)).all())
+        finally:
+            engine.dispose()
+
+    # Jobs.
+    def submit(self, count: int, seconds: float = 1.0) -> list[str]:
+        data = load_job_file(REPO / "examples" / "sleep.yaml")
+        data.update(tenant=TENANT, command=["python", "examples/sleep_job.py", "--seconds", str(seconds),
+                                            "--interval", "0.2"], restart="on-failure", duration=f"{max(1, round(seconds))}s")
+        data["max_retries"] = 20
+        spec = spec_from_mapping(data, base_dir=REPO)
+        with self.client() as client:
+            ids = [self._retrying(lambda: client.submit(spec=spec)).id for _ in range(count)]
+        self.submitted += ids
+        return ids
+
+    def wait_final(self, ids: list[str], timeout_s: float = 180) -> dict[str, Job]:
+        deadline = time.monotonic() + timeout_s
+        done: dict[str, Job] = {}
+        with self.client() as client:
+            while len(done) < len(ids) and time.monotonic() < deadline:
+                for job_id in ids:
+                    if job_id not in done:
+                        job = self._retrying(lambda j=job_id: client.get_job(j))
+                        if job.state in FINAL:
+                            done[job_id] = job
+                time.sleep(0.3)
+            for job_id in ids:  # what did not finish is reported as it stands
+                done.setdefault(job_id, self._retrying(lambda j=job_id: client.get_job(j)))
+        return done
+
+    def wait_running(self, job_id: str) -> Job | None:
+        with self.client() as client:
+            job: Job = self._retrying(lambda: client.get_job(job_id))
+        return job if job.state == "RUNNING" else None
+
+    @staticmethod
+    def _retrying(call: Any, timeout_s: float = 60) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return call()
+            except UnavailableError:  # a service is restarting: a client waits it out
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+    # Handles for the faults.
+    def leader_pid(self) -> int | None:
+        rows = self.sql(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            f"WHERE l.locktype = 'advisory' AND l.objid = {LEADER_LOCK_KEY} AND l.granted"
+        )
+        for (name,) in rows:
+            if name and name.startswith("rota-allocator:"):
+                return int(name.rsplit(":", 1)[1])
+        return None
+
+    def agent_pid(self, node: str) -> int:
+        for agent in self.extra_agents:
+            if agent.poll() is None and agent.args[-1] == node:  # type: ignore[index]
+                return agent.pid
+        return int(self.info["pids"][node])
+
+    def restart_agent(self, node: str) -> None:
+        """A node comes back: a new agent process under the same name (as after a reboot)."""
+        info, spec = self.info, self.info["agents"][node]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
+        env.update({"ROTA_ADMIN_TOKEN": self.token, "ROTA_API_ADDR": info["endpoint"], "ROTA_HOME": str(self.home.resolve()),
+                    "ROTA_HEARTBEAT_INTERVAL": "0.5", "PYTHONUNBUFFERED": "1"})
+        log = (self.home / "logs" / f"{node}.log").open("ab")
+        argv = [sys.executable, "-m", "rota.cli.main", "agent", "--gpus", str(spec["gpus"]), "--listen", spec["address"],
+                "--name", node]
+        self.extra_agents.append(subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
+
+    def node_health(self, node: str) -> str:
+        with self.client() as client:
+            return next(n.health for n in self._retrying(client.nodes) if n.name == node)
+
+    # The checks.
+    def launches(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for folder in (self.home / "agents").glob("*/jobs/*-*"):
+            job_id = folder.name.rsplit("-", 1)[0]
+            counts[job_id] = counts.get(job_id, 0) + 1
+        return counts
+
+    def overlapping_placements(self) -> int:
+        rows = self.sql(
+            """SELECT count(*) FROM placements a JOIN placements b
+               ON a.node = b.node AND a.id < b.id AND a.gpu_indices && b.gpu_indices AND a.job_id <> b.job_id
+               AND b.created_at < COALESCE(a.released_at, now()) AND a.created_at < COALESCE(b.released_at, now())"""
+        )
+        return int(rows[0][0])
+
+    def ledger_mismatches(self, timeout_s: float = 30) -> int:
+        """Pairs of totals that disagree once the collector has caught up (0 when all agree)."""
+        truth = float(self.sql(
+            "SELECT COALESCE(sum(cardinality(p.gpu_indices) * extract(epoch FROM p.released_at - p.created_at)), 0) "
+            f"FROM placements p JOIN jobs j ON j.id = p.job_id WHERE j.tenant = '{TENANT}' AND p.released_at IS NOT NULL"
+        )[0][0]) / 3600
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self.client() as client:
+                totals = [sum(r.gpu_hours for r in client.usage(tenant=TENANT, by=by)) for by in ("tenant", "job", "gpu")]
+            bad = sum(1 for t in totals if abs(t - truth) > 1e-6) + sum(
+                1 for a, b in ((0, 1), (0, 2), (1, 2)) if abs(totals[a] - totals[b]) > 1e-6)
+            if bad == 0 or time.monotonic() > deadline:
+                return bad
+            time.sleep(1)
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+    return {"n": len(ordered), "p50": at(0.5), "p99": at(0.99), "max": round(ordered[-1], 3)}

@@ -1,0 +1,60 @@
+"""Faults injected into a real local cluster, sized for CI: `rota bench faults` runs more rounds.
+
+Whatever crashes (the leading allocator, Redis, an agent killed or frozen) and however a
+client retries, no submitted job is lost or run twice, no GPU is double-booked, no job
+runs on two nodes at once, no GPU-second is lost or counted twice, and hostile calls get
+the status they must.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rota.cli.faults import Harness
+from rota.cli.faults_bench import run_suite
+
+ROUNDS = 10
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url: str) -> Any:
+    url = databases.create()
+    harness = Harness(Path(tmp_path_factory.mktemp("faults")) / "home", url, redis_url)
+    try:
+        harness.start()
+        yield run_suite(harness, ROUNDS)
+    finally:
+        harness.stop()
+        databases.drop(url)
+
+
+def test_no_job_is_lost_or_run_twice(report: Any) -> None:
+    assert report["jobs"] >= 2 * ROUNDS
+    assert report["lost_jobs"] == 0, report["not_succeeded"]
+    assert report["duplicated_jobs"] == 0
+    assert report["cases"]["replayed_submissions"]["duplicates"] == 0
+    assert report["cases"]["replayed_submissions"]["different_body_already_exists"] is True
+
+
+def test_no_gpu_is_double_booked_and_no_job_runs_on_two_nodes(report: Any) -> None:
+    assert report["double_booked_gpus"] == 0
+    assert report["two_running_copies"] == 0
+
+
+def test_every_gpu_second_is_counted_once(report: Any) -> None:
+    assert report["ledger_mismatches"] == 0
+
+
+def test_the_standby_allocator_takes_over_and_state_is_rebuilt(report: Any) -> None:
+    cases = report["cases"]
+    assert cases["allocator_kill"]["takeover_s"]["n"] == ROUNDS
+    assert cases["redis_flush"]["stale_epoch_refused"] is True
+    assert cases["agent_kill_and_freeze"]["dead_after_s"]["n"] >= 2
+
+
+def test_hostile_calls_get_the_status_they_must(report: Any) -> None:
+    checked = {name: r for name, r in report["cases"]["security"].items() if "ok" in r}
+    assert checked and all(r["ok"] for r in checked.values()), checked
