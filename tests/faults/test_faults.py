@@ -58,3 +58,16 @@ def test_the_standby_allocator_takes_over_and_state_is_rebuilt(report: Any) -> N
 def test_hostile_calls_get_the_status_they_must(report: Any) -> None:
     checked = {name: r for name, r in report["cases"]["security"].items() if "ok" in r}
     assert checked and all(r["ok"] for r in checked.values()), checked
+
+
+def test_a_database_outage_reads_as_unavailable_never_internal_and_heals_by_itself(report: Any) -> None:
+    outage = report["cases"]["postgres_outage"]
+    assert outage["internal_errors"] == 0, outage
+    assert set(outage["status_codes_during"]) <= {"OK", "UNAVAILABLE", "DEADLINE_EXCEEDED"}, outage
+    assert outage["recovered_after_s"] < 60
+
+
+def test_jitter_is_no_death_and_a_real_cut_is(report: Any) -> None:
+    partition = report["cases"]["partition"]
+    assert partition["false_dead_samples"] == 0, partition
+    assert partition["cut_dead_after_s"] < 10, partition

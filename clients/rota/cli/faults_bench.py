@@ -3,8 +3,11 @@
 Cases, each over N rounds of short real jobs (numbered as in the reliability issue):
 1. kill -9 the leading allocator at a random point of its cycle; the standby takes over;
 2. the cluster's Redis keys flushed mid-run: live state rebuilt from Postgres and reports;
+3. PostgreSQL unreachable for 10 s (a proxy cuts it off): status codes clients see, recovery;
 4. an agent killed with kill -9, and one frozen with SIGSTOP past the node timeout;
 5. submissions replayed under client timeouts with one request id;
+6. a partition between an agent and the api (a proxy, in place of tc netem): no false
+   death under 200 ms of jitter, a death within the node timeout under a real cut;
 7. security: no token, a bad token, another tenant's job, a body naming another tenant,
    an oversized message.
 Every case ends with the same checks (see `rota.cli.faults`): lost and duplicated jobs,
@@ -30,6 +33,7 @@ import grpc
 import redis
 
 from rota.cli.faults import REPO, TENANT, Harness, Watch, percentiles
+from rota.cli.netproxy import FaultProxy
 from rota.client import RotaError, load_job_file, spec_from_mapping
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
 
@@ -98,6 +102,64 @@ def agent_faults(h: Harness, rounds: int) -> dict[str, Any]:
             os.kill(pid, signal.SIGCONT)  # it wakes up believing in jobs it no longer holds
         wait_for(health_is(h, node, "ALIVE"), 60)
     return {"rounds": rounds, "dead_after_s": percentiles(dead_after)}
+
+
+def postgres_outage(h: Harness, outage_s: float = 10.0) -> dict[str, Any]:
+    """PostgreSQL unreachable for `outage_s` mid-run while a client keeps calling."""
+    assert h.pg_proxy is not None
+    ids = h.submit(4, seconds=1.0)
+    codes: dict[str, int] = {}
+    spec = h_spec()
+    with h.client(timeout_s=3) as client:
+        h.pg_proxy.cut()
+        cut_at = time.monotonic()
+        while time.monotonic() - cut_at < outage_s:
+            try:
+                client.get_job(ids[0])
+                codes["OK"] = codes.get("OK", 0) + 1
+            except RotaError as exc:
+                codes[exc.code] = codes.get(exc.code, 0) + 1
+            time.sleep(0.2)
+        h.pg_proxy.heal()
+        healed = time.monotonic()
+        job = wait_for(lambda: _try_submit(client, spec), 60)
+    h.submitted.append(job)
+    return {"outage_s": outage_s, "status_codes_during": codes, "recovered_after_s": round(time.monotonic() - healed, 3),
+            "internal_errors": codes.get("INTERNAL", 0)}
+
+
+def _try_submit(client: Any, spec: common_pb2.JobSpec) -> str | None:
+    try:
+        return str(client.submit(spec=spec).id)
+    except RotaError:
+        return None
+
+
+def partition(h: Harness, jitter_s: float = 0.2, seconds: float = 8.0) -> dict[str, Any]:
+    """One node reaches the api through a proxy: 200 ms of jitter must not read as death;
+    a real cut must, within the node timeout; healed, the node serves again."""
+    node = sorted(h.info["agents"])[-1]
+    proxy = FaultProxy(h.info["endpoint"], delay_s=jitter_s / 2, jitter_s=jitter_s / 2).start()
+    try:
+        os.kill(h.agent_pid(node), signal.SIGKILL)
+        wait_for(health_is(h, node, "DEAD"), 60)
+        h.restart_agent(node, api_addr=proxy.address)
+        wait_for(health_is(h, node, "ALIVE"), 60)
+        h.submit(2, seconds=2.0)
+        false_dead = 0
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            false_dead += h.node_health(node) == "DEAD"
+            time.sleep(0.2)
+        proxy.cut()
+        cut_at = time.monotonic()
+        wait_for(health_is(h, node, "DEAD"), 60)
+        dead_after = time.monotonic() - cut_at
+        proxy.heal()
+        wait_for(health_is(h, node, "ALIVE"), 60)
+    finally:
+        proxy.delay_s = proxy.jitter_s = 0.0
+    return {"jitter_ms": jitter_s * 1000, "false_dead_samples": false_dead, "cut_dead_after_s": round(dead_after, 3)}
 
 
 def replays(h: Harness, rounds: int) -> dict[str, Any]:
@@ -204,11 +266,11 @@ def run_suite(h: Harness, rounds: int, seed: int = 7) -> dict[str, Any]:
             "redis_flush": redis_flushes(h, max(1, rounds // 5), rng),
             "agent_kill_and_freeze": agent_faults(h, max(2, rounds // 5)),
             "replayed_submissions": replays(h, rounds),
+            "postgres_outage": postgres_outage(h),
+            "partition": partition(h),
         }
         finals = h.wait_final(list(h.submitted))
     cases["security"] = security(h)
-    cases["postgres_outage"] = {"skipped": "needs a PostgreSQL the suite may stop (not the shared one)"}
-    cases["partition"] = {"skipped": "needs network namespaces with tc netem"}
     launches = h.launches()
     return {
         "rounds": rounds,

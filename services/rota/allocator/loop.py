@@ -46,6 +46,7 @@ class Leadership:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._conn: Connection | None = None
+        self.db_errors = 0  # how often the database could not be reached
 
     def ensure(self) -> bool:
         try:
@@ -64,6 +65,7 @@ class Leadership:
             return True
         except Exception as exc:  # noqa: BLE001 - losing the connection means losing the lead
             log.warning("leadership check failed: %s", exc)
+            self.db_errors += 1
             self.release()
             return False
 
@@ -95,6 +97,10 @@ class _Memory:
     last_full: float = field(default_factory=time.time)
     # Jobs that yielded a lease -> the job they yielded to: they wait until it has started.
     yielded_to: dict[str, str] = field(default_factory=dict)
+    # Heartbeats could not be recorded while the database was unreachable: after it
+    # returns, no node is declared dead before a full node timeout has passed.
+    seen_db_errors: int = 0
+    no_deaths_until: float = 0.0
     # What job_forecasts already holds, so a re-plan writes only what changed.
     saved_forecasts: dict[str, Forecast] = field(default_factory=dict)
 
@@ -121,6 +127,7 @@ class SchedulingLoop:
                 await self.cycle()
             except Unavailable as exc:
                 log.warning("cycle skipped: %s", exc)
+                self.leadership.db_errors += 1
             except Exception:  # noqa: BLE001 - the loop must outlive any one bad cycle
                 log.exception("scheduling cycle failed")
             await asyncio.sleep(self.settings.schedule_interval_s)
@@ -134,8 +141,12 @@ class SchedulingLoop:
         report.led = True
         events = Events()
         # 2. Nodes silent past the timeout are dead; their jobs lost and handled. Only while
-        #    the api (which receives heartbeats) is up: its outage must not read as deaths.
-        if await self._api_serving():
+        #    the api (which receives heartbeats) is up and the database has been reachable
+        #    for a node timeout: neither outage may read as deaths.
+        if self.leadership.db_errors != self.memory.seen_db_errors:
+            self.memory.seen_db_errors = self.leadership.db_errors
+            self.memory.no_deaths_until = self.clock() + self.settings.node_timeout_s
+        if self.clock() >= self.memory.no_deaths_until and await self._api_serving():
             dead = await asyncio.to_thread(
                 self.db.run, lambda s: repository.mark_dead_nodes(s, self.settings.node_timeout_s, events)
             )
