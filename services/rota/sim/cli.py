@@ -3,13 +3,15 @@
     rota sim --trace JOBS.csv --tenants TENANTS.csv --gpus N [--gpus-per-node 8]
              [--policy fifo,sjf,las,drf,ftf,fair] [--json] [--lease-s 1800]
              [--checkpoint-s 5] [--resume-s 20] [--renew-s 0] [--starvation-s 14400]
-             [--delay-s 300]
+             [--delay-s 300] [--render DIR]
     rota sim make-trace --out DIR [--seed 0] [--jobs N] [--traces-dir DIR]
 
 The JSON is {"gpus", "gpus_per_node", "config", "policies": {name: {summary figures...,
 "runtime_s", "jobs": [{"id", "tenant", "gpus", "submit_s", "end_s", "intervals"}]}}}.
-Without --json a table of the summary figures is printed. Until the `rota` CLI wires
-it in, run it as `python -m rota.sim.cli ...`.
+Without --json a table of the summary figures is printed. `--render DIR` also writes PNGs
+of per-tenant fairness over time per policy, max F / min F over time and the JCT CDFs
+(`rota.sim.render`; matplotlib is loaded only then), naming the files on stderr. Run it as
+`rota sim ...` or `python -m rota.sim.cli ...`.
 """
 
 from __future__ import annotations
@@ -48,6 +50,13 @@ def _run_parser() -> _Parser:
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--policy", default=",".join(POLICIES), help="comma-separated, from " + ",".join(POLICIES))
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--render",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="write PNGs: per-tenant F over time per policy, max F / min F over time, JCT CDFs",
+    )
     d = FairnessConfig()
     p.add_argument("--lease-s", type=float, default=d.lease_s)
     p.add_argument("--starvation-s", type=float, default=d.starvation_s)
@@ -146,11 +155,28 @@ def main(argv: list[str]) -> int:
             return 0
         args = _run_parser().parse_args(argv)
         result = simulate(args)
+        print(json.dumps(result) if args.json else table(result))
+        if args.render is not None:
+            for path in render_result(result, read_tenants(args.tenants), args.render):
+                print(f"wrote {path}", file=sys.stderr)
     except (TraceError, ValueError, OSError) as e:
         print(f"rota sim: {e}", file=sys.stderr)
         return 1
-    print(json.dumps(result) if args.json else table(result))
     return 0
+
+
+def render_result(result: dict[str, Any], shares: dict[str, float], out_dir: Path) -> list[Path]:
+    """Draw the figures of `rota.sim.render` from a result in the JSON's shape."""
+    from rota.sim import render  # numpy and matplotlib only when pictures are asked for
+
+    runs = {
+        name: [
+            JobRecord(j["id"], j["tenant"], j["gpus"], j["submit_s"], j["end_s"], j["intervals"])
+            for j in p["jobs"]
+        ]
+        for name, p in result["policies"].items()
+    }
+    return render.render(out_dir, runs, shares, result["gpus"])
 
 
 if __name__ == "__main__":
