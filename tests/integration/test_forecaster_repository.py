@@ -85,3 +85,35 @@ def test_every_succeeded_batch_job_is_observed_once_with_its_run_time(db: Databa
     rows = db.run(lambda s: [(r.job_id, r.duration_seconds, r.declared_seconds, r.gpus)
                              for r in s.scalars(select(CompletionRow).where(CompletionRow.job_id.in_([done, serving, failed])))])
     assert rows == [(done, pytest.approx(420.0), 300.0, 2)]
+
+
+def test_a_running_apps_served_counter_becomes_traffic_counted_once(db: Database) -> None:
+    from sqlalchemy import select, update
+    from sqlalchemy.orm import Session
+
+    from rota.common.models import JobRow, TenantRow
+    from rota.forecaster.collector import CompletionCollector
+    from rota.forecaster.models import TrafficRow
+
+    tenant, job_id, app = "t-" + secrets.token_hex(3), "j-" + secrets.token_hex(5), "app-" + secrets.token_hex(3)
+
+    def seed(session: Session) -> None:
+        session.add(TenantRow(name=tenant, share=1.0))
+        session.flush()
+        session.add(JobRow(id=job_id, tenant=tenant, name=app, kind="realtime", priority=9, gpus=1,
+                           spec={"kind": "realtime"}, spec_hash="h", state="RUNNING", progress={"served": 100}))
+
+    def serve(total: int) -> None:
+        db.run(lambda s: s.execute(update(JobRow).where(JobRow.id == job_id).values(progress={"served": total})))
+
+    db.run(seed)
+    now = [1_000_000.0]
+    collector = CompletionCollector(db, 1.0, clock=lambda: now[0])
+    assert db.run(collector.sample_traffic) == 0  # the first sample is the baseline
+    serve(150)
+    now[0] += 10
+    assert db.run(collector.sample_traffic) == 1
+    now[0] += 10
+    assert db.run(collector.sample_traffic) == 0  # nothing served since
+    rows = db.run(lambda s: [(r.app, r.requests, r.at_unix) for r in s.scalars(select(TrafficRow).where(TrafficRow.app == app))])
+    assert rows == [(app, 50.0, 1_000_010)]

@@ -90,3 +90,13 @@ def observe_finished_jobs(session: Session, limit: int = 500) -> int:
             gpus=job.gpus, declared_seconds=spec.get("duration_seconds"), duration_seconds=seconds,
         )
     return recorded
+
+
+def serving_counters(session: Session) -> list[tuple[str, str, float]]:
+    """(job id, app name, requests served so far) of every running realtime app that reports
+    a cumulative `served` counter through `rota.runtime.report`."""
+    rows = session.execute(
+        select(JobRow.id, JobRow.name, JobRow.progress["served"].as_float())
+        .where(JobRow.kind == "realtime", JobRow.state == "RUNNING", JobRow.progress.has_key("served"))
+    ).all()
+    return [(job_id, name, float(served)) for job_id, name, served in rows if served is not None]
