@@ -9,6 +9,11 @@ positions. Seeds are fixed, so a run is reproducible.
 Progress goes through ``rota.runtime.report(step=..., loss=...)`` every ``--report-every``
 steps and at the end (the last report has ``step == --steps``); loss lines go to stdout.
 
+The job can be paused, resumed and migrated: it registers its model, optimizer, LR
+schedule and data generator with ``rota.runtime.Checkpointer`` and calls its safe point
+after every step; a resumed run continues from the image's step, and its losses are
+bit-identical to an uninterrupted run's (``--losses FILE`` appends every step's exact loss).
+
     python examples/train_lm.py --steps 300 --seed 7
 """
 
@@ -84,6 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     p.add_argument("--device", default=None, help="override the device (default: from rota.runtime)")
+    p.add_argument("--losses", default=None, help="append 'step loss' (exact repr) for every step to this file")
+    p.add_argument("--step-delay", type=float, default=0.0, help="sleep this long after each step (demos, tests)")
     args = p.parse_args(argv)
     for name in ("steps", "report_every", "batch_size", "seq_len", "vocab", "max_stride", "threads"):
         if getattr(args, name) < 1:
@@ -117,10 +124,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     gen = torch.Generator().manual_seed(args.seed)
     loss_fn = nn.CrossEntropyLoss()
+    # Everything a resumed run needs to continue exactly where this one stopped.
+    ckpt = rota.runtime.Checkpointer(model=model, optimizer=opt, scheduler=sched, data=gen)
+    start = ckpt.restore()
+    if start:
+        print(f"train_lm: resumed from a checkpoint at step {start}", flush=True)
 
     t0 = time.perf_counter()
     loss_value = float("nan")
-    for step in range(1, args.steps + 1):
+    for step in range(start + 1, args.steps + 1):
         seq = make_batch(gen, args.batch_size, args.seq_len, args.vocab, args.max_stride).to(device)
         inputs, targets = seq[:, :-1], seq[:, 1:]
         logits = model(inputs)
@@ -133,13 +145,20 @@ def main(argv: list[str] | None = None) -> int:
         loss_value = float(loss.item())
         if not math.isfinite(loss_value):
             raise RuntimeError(f"loss is not finite at step {step}: {loss_value}")
+        if args.losses:
+            with open(args.losses, "a", encoding="utf-8") as f:
+                f.write(f"{step} {loss_value!r}\n")
         if step % args.report_every == 0 or step == args.steps:
             rota.runtime.report(step=step, loss=loss_value)
             print(f"step {step}/{args.steps} loss {loss_value:.4f}", flush=True)
+        if args.step_delay:
+            time.sleep(args.step_delay)
+        ckpt.safe_point(step)
 
     elapsed = time.perf_counter() - t0
+    done = args.steps - start
     print(
-        f"done: {args.steps} steps in {elapsed:.1f}s ({args.steps / elapsed:.1f} steps/s), "
+        f"done: {done} steps in {elapsed:.1f}s ({done / max(elapsed, 1e-9):.1f} steps/s), "
         f"final loss {loss_value:.4f} (chance {math.log(args.vocab):.4f})",
         flush=True,
     )

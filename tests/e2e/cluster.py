@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from rota.client import Client, Job, UnavailableError
+from rota.client import TLS, Client, Job, UnavailableError
 
 REPO = Path(__file__).resolve().parents[2]
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -50,7 +50,9 @@ class RunningCluster:
         return json.loads(self.cli(*args, "--json", token=token).stdout)
 
     def client(self, token: str | None = None) -> Client:
-        return Client.connect(self.info["endpoint"], token=token or self.token, timeout=timedelta(seconds=20))
+        info = self.info
+        tls = TLS.from_dict(info["tls"]) if info.get("tls") else None  # `rota up --tls`
+        return Client.connect(info["endpoint"], token=token or self.token, timeout=timedelta(seconds=20), tls=tls)
 
     def wait_job(self, job_id: str, states: tuple[str, ...] = FINAL, timeout_s: float = 120) -> Job:
         deadline = time.monotonic() + timeout_s
@@ -81,7 +83,7 @@ class RunningCluster:
 
 def start_cluster(
     home: Path, database_url: str, redis_url: str, *, nodes: int = 2, gpus_per_node: int = 2,
-    extra_env: dict[str, str] | None = None,
+    extra_env: dict[str, str] | None = None, tls: bool = False,
 ) -> RunningCluster:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
     # Heartbeats every 0.5 s; a node is dead after 3 s of silence.
@@ -90,7 +92,7 @@ def start_cluster(
     process = subprocess.Popen(
         [sys.executable, "-m", "rota.cli.main", "up", "--home", str(home), "--nodes", str(nodes),
          "--gpus-per-node", str(gpus_per_node), "--database-url", database_url, "--redis-url", redis_url,
-         "--heartbeat-interval", "0.5"],
+         "--heartbeat-interval", "0.5", *(["--tls"] if tls else [])],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     cluster = RunningCluster(home, process, database_url)

@@ -111,6 +111,8 @@ def test_launch_runs_the_command_with_rota_env(
         "ROTA_GPUS": "0,1",
         "ROTA_PROGRESS_FILE": str(job.folder / "progress.jsonl"),
         "ROTA_REPLICAS_FILE": str(job.folder / "replicas.json"),
+        "ROTA_ITERATIONS_FILE": str(job.folder / "iterations.jsonl"),
+        "ROTA_CONTROL_DIR": str(job.folder / "control"),
         "CUDA_VISIBLE_DEVICES": "",  # virtual slots hide every real device
         "EXTRA": "1",
     }

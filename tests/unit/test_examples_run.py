@@ -71,6 +71,15 @@ def test_train_lm_is_reproducible(tmp_path: Path) -> None:
     assert read_progress(a) == read_progress(b)
 
 
+def test_train_ddp_runs_two_gloo_ranks(tmp_path: Path) -> None:
+    progress, losses = tmp_path / "progress.jsonl", tmp_path / "losses.txt"
+    proc = run(["examples/train_ddp.py", "--steps", "4", "--ranks", "2", "--report-every", "2",
+                "--losses", str(losses)], progress)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["step"] for r in read_progress(progress)] == [2, 4]  # rank 0 reports, once per step
+    assert [int(line.split()[0]) for line in losses.read_text().splitlines()] == [1, 2, 3, 4]
+
+
 def test_fail_job_exits_non_zero_with_its_message(tmp_path: Path) -> None:
     progress = tmp_path / "progress.jsonl"
     proc = run(["examples/fail_job.py", "--delay", "0"], progress)

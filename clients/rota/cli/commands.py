@@ -13,9 +13,10 @@ from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 
-from rota.cli.localcluster import TOKEN_FILE, LocalCluster, read_info, run_down, run_up
+from rota.cli.localcluster import CLUSTER_FILE, TOKEN_FILE, LocalCluster, read_info, run_down, run_up
 from rota.cli.output import ago, fail, print_json, progress_text, table
 from rota.client import (
+    TLS,
     Client,
     DeadlineExceededError,
     Explanation,
@@ -23,6 +24,7 @@ from rota.client import (
     RotaError,
     UnavailableError,
     UnimplementedError,
+    Verdict,
     load_job_file,
     spec_from_mapping,
 )
@@ -52,15 +54,20 @@ def connect(args: argparse.Namespace) -> Client:
     home = home_of(args)
     endpoint = args.endpoint or os.environ.get("ROTA_ENDPOINT")
     token = args.token or os.environ.get("ROTA_TOKEN")
+    # Mutual TLS: ROTA_TLS_CA/CERT/KEY, else the client certificate `rota up --tls` recorded.
+    tls = TLS.from_env()
+    if tls is None and home is not None and (home / CLUSTER_FILE).exists():
+        recorded = read_info(home).get("tls")
+        tls = TLS.from_dict(recorded) if recorded else None
     if (not endpoint or not token) and home is not None:
         info = read_info(home)
         endpoint = endpoint or info["endpoint"]
         token = token or (home / TOKEN_FILE).read_text().strip()
     if not endpoint:
         raise ValueError("no cluster: set ROTA_HOME (written by `rota up`) or pass --endpoint and --token")
-    if not token:
+    if not token and tls is None:  # with TLS a tenant's client certificate may stand in for a token
         raise ValueError("no token: pass --token or set ROTA_TOKEN")
-    return Client.connect(endpoint, token=token, timeout=timedelta(seconds=30))
+    return Client.connect(endpoint, token=token or "", timeout=timedelta(seconds=30), tls=tls)
 
 
 # Cluster lifecycle.
@@ -70,7 +77,7 @@ def up(args: argparse.Namespace) -> int:
     cluster = LocalCluster(
         home=Path(args.home), nodes=args.nodes, gpus_per_node=args.gpus_per_node,
         database_url=args.database_url, redis_url=args.redis_url, tracing=args.tracing,
-        heartbeat_interval_s=args.heartbeat_interval, allocators=args.allocators,
+        heartbeat_interval_s=args.heartbeat_interval, allocators=args.allocators, tls=args.tls,
     )
     return run_up(cluster)
 
@@ -144,15 +151,20 @@ def job(args: argparse.Namespace) -> int:
     with connect(args) as client:
         found = client.get_job(args.id)
         explained = _explanation(client, args.id)
+        verdicts = _verdicts(client, args.id)
     if args.json:
         out = found.to_dict()
         if explained is not None:
             out["duration"] = {k: v for k, v in asdict(explained).items() if k not in ("job_id", "reason")}
+        if verdicts is not None:
+            out["verdicts"] = [v.to_dict() for v in verdicts]
         print_json(out)
     else:
         _print_job(found)
         if explained is not None and explained.model:
             print(f"  duration: {explained.duration_text()}")
+        for i, v in enumerate(verdicts or []):
+            print(("  verdicts: " if i == 0 else "            ") + v.summary())
     return 0
 
 
@@ -160,6 +172,14 @@ def _explanation(client: Client, job_id: str) -> Explanation | None:
     """The allocator's view of the job; a job still shows when the allocator is unreachable."""
     try:
         return client.explain(job_id)
+    except (UnavailableError, UnimplementedError, DeadlineExceededError):
+        return None
+
+
+def _verdicts(client: Client, job_id: str) -> list[Verdict] | None:
+    """The failure detector's verdicts on the job; a job still shows when the detector is unreachable."""
+    try:
+        return client.verdicts(job_id=job_id)
     except (UnavailableError, UnimplementedError, DeadlineExceededError):
         return None
 
@@ -268,7 +288,8 @@ def migrate(args: argparse.Namespace) -> int:
 def bench(args: argparse.Namespace) -> int:
     targets = {
         "allocator": "rota.allocator.bench", "forecaster": "rota.forecaster.bench", "faults": "rota.cli.faults_bench",
-        "load": "rota.cli.load_bench",
+        "load": "rota.cli.load_bench", "detector": "rota.detector.bench",
+        "checkpoint": "rota.checkpoint.bench",
     }
     if args.target not in targets:
         raise ValueError(f"bench: unknown target {args.target!r}; one of {', '.join(targets)}")

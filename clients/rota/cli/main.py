@@ -16,7 +16,14 @@ from pathlib import Path
 # platformdirs (pulled in by the embedded servers) warns on machines without a login session.
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
-from rota.cli import commands, forecast_commands, ledger_commands, plan_commands  # noqa: E402
+from rota.cli import (  # noqa: E402
+    checkpoint_commands,
+    commands,
+    detector_commands,
+    forecast_commands,
+    ledger_commands,
+    plan_commands,
+)
 from rota.cli.localcluster import SERVICES  # noqa: E402
 
 
@@ -40,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--tracing", default=os.environ.get("ROTA_TRACING", "none"), choices=("none", "console", "otlp"))
     up.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds between agent heartbeats")
     up.add_argument("--allocators", type=int, default=1, help="allocator replicas (one leads, the others stand by)")
+    up.add_argument("--tls", action="store_true", help="mutual TLS everywhere: a local CA and certificates under HOME/tls")
 
     down = sub.add_parser("down", help="stop the local cluster")
     down.add_argument("--home", help="cluster folder (default: $ROTA_HOME)")
@@ -96,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     for ledger_parser in ledger_commands.add_parsers(sub):
         _connection_args(ledger_parser)
     forecast_commands.add_parsers(sub, _connection_args, HANDLERS)
+    checkpoint_commands.add_parsers(sub, _connection_args, HANDLERS)
+    detector_commands.add_parsers(sub, _connection_args, HANDLERS)
 
     tenants = sub.add_parser("tenants", help="manage tenants")
     tsub = tenants.add_subparsers(dest="tenants_command", required=True, metavar="ACTION")
@@ -114,9 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     agent = sub.add_parser("agent", help="run a node agent")
     add_agent_arguments(agent)
 
-    migrate = sub.add_parser("migrate", help="apply database migrations (ROTA_DATABASE_URL)")
+    migrate = sub.add_parser("migrate", help="apply database migrations (ROTA_DATABASE_URL); with JOB: move a job")
     migrate.add_argument("--database-url", default=os.environ.get("ROTA_DATABASE_URL", ""))
     migrate.add_argument("--downgrade", metavar="REVISION", help="downgrade to REVISION instead")
+    checkpoint_commands.extend_migrate(migrate, _connection_args, HANDLERS)
 
     bench = sub.add_parser("bench", help="benchmarks (allocator, ...)")
     bench.add_argument("target", help="what to benchmark")

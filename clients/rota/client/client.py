@@ -17,6 +17,17 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import json_format
 
+from rota.client.checkpoint import (
+    RPC_MARGIN_S,
+    CheckpointResult,
+    JobImages,
+    MigrateResult,
+    PauseResult,
+    ResumeResult,
+)
+from rota.client.checkpoint import stub as checkpoint_stub
+from rota.client.detector import DrainResult, ReplanResult, Verdict, replan_request
+from rota.client.detector import stub as detector_stub
 from rota.client.errors import RotaError, from_rpc_error
 from rota.client.forecast import (
     DemandForecast,
@@ -29,12 +40,15 @@ from rota.client.forecast import (
 from rota.client.forecast import stub as forecast_stub
 from rota.client.ledger import JobFairness, Standings, UsageEntry, to_unix
 from rota.client.plan import CurrentPlan, Explanation, ScenarioPlan, WhatIf
+from rota.client.tls import TLS
 from rota.v1 import (
     allocator_pb2,
     allocator_pb2_grpc,
     api_pb2,
     api_pb2_grpc,
+    checkpoint_pb2,
     common_pb2,
+    detector_pb2,
     ledger_pb2,
     ledger_pb2_grpc,
 )
@@ -181,11 +195,13 @@ class JobEvent:
 
 
 class Client:
-    """Use `Client.connect(target, token=..., timeout=timedelta(seconds=30))`."""
+    """Use `Client.connect(target, token=..., timeout=timedelta(seconds=30))`; against a
+    cluster with mutual TLS add `tls=TLS(ca=..., cert=..., key=...)` (then a tenant's client
+    certificate may stand in for its token: `token=""`)."""
 
     def __init__(self, channel: grpc.Channel, *, token: str, timeout: timedelta) -> None:
         self._channel = channel
-        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self._timeout = timeout.total_seconds()
         self._jobs = api_pb2_grpc.JobServiceStub(channel)
         self._tenants = api_pb2_grpc.TenantServiceStub(channel)
@@ -194,9 +210,13 @@ class Client:
         self._allocator = allocator_pb2_grpc.AllocatorServiceStub(channel)
 
     @classmethod
-    def connect(cls, target: str, *, token: str, timeout: timedelta = timedelta(seconds=30)) -> Client:
+    def connect(
+        cls, target: str, *, token: str, timeout: timedelta = timedelta(seconds=30), tls: TLS | None = None
+    ) -> Client:
         options = [("grpc.service_config", _RETRY_CONFIG), ("grpc.enable_retries", 1)]
-        return cls(grpc.insecure_channel(target, options=options), token=token, timeout=timeout)
+        if tls is None:
+            return cls(grpc.insecure_channel(target, options=options), token=token, timeout=timeout)
+        return cls(grpc.secure_channel(target, tls.credentials(), options=options), token=token, timeout=timeout)
 
     def close(self) -> None:
         self._channel.close()
@@ -281,6 +301,70 @@ class Client:
             scenario_json=json.dumps(scenario), policy=policy, time_limit_seconds=time_limit.total_seconds()
         )
         return ScenarioPlan.from_proto(self._call(self._allocator.Plan, request, timeout=time_limit + timedelta(seconds=30)))
+
+    # Checkpoints.
+    def checkpoint(self, job_id: str, *, timeout: timedelta | None = None, operation_id: str | None = None) -> CheckpointResult:
+        """Copies the running job's state into a new image (its ranks have `timeout` to reach a
+        safe point) and waits until the image is written."""
+        seconds = timeout.total_seconds() if timeout else 0.0
+        request = checkpoint_pb2.CheckpointRequest(job_id=job_id, operation_id=operation_id or str(uuid.uuid4()),
+                                                   timeout_seconds=seconds)
+        reply = self._call(checkpoint_stub(self._channel).Checkpoint, request, self._op_deadline(seconds, 0))
+        return CheckpointResult.from_proto(reply)
+
+    def pause(self, job_id: str, *, timeout: timedelta | None = None, operation_id: str | None = None) -> PauseResult:
+        """Checkpoints the job and stops it: PAUSED, holding no GPU, once this returns."""
+        seconds = timeout.total_seconds() if timeout else 0.0
+        request = checkpoint_pb2.PauseRequest(job_id=job_id, operation_id=operation_id or str(uuid.uuid4()),
+                                              timeout_seconds=seconds)
+        return PauseResult.from_proto(self._call(checkpoint_stub(self._channel).Pause, request, self._op_deadline(seconds, 0)))
+
+    def resume(self, job_id: str, *, node: str = "", wait: timedelta = timedelta(0),
+               operation_id: str | None = None) -> ResumeResult:
+        """A paused job back in the queue with its last image; `node` is a preference. Waits up
+        to `wait` for the allocator to place it."""
+        request = checkpoint_pb2.ResumeRequest(job_id=job_id, operation_id=operation_id or str(uuid.uuid4()), node=node,
+                                               wait_seconds=wait.total_seconds())
+        reply = self._call(checkpoint_stub(self._channel).Resume, request, self._op_deadline(0, wait.total_seconds()))
+        return ResumeResult.from_proto(reply)
+
+    def migrate(self, job_id: str, *, node: str = "", timeout: timedelta | None = None,
+                wait: timedelta = timedelta(seconds=60), operation_id: str | None = None) -> MigrateResult:
+        """Pause, wait for the image, resume (preferring `node`); waits up to `wait` for the placement."""
+        seconds = timeout.total_seconds() if timeout else 0.0
+        request = checkpoint_pb2.MigrateRequest(job_id=job_id, operation_id=operation_id or str(uuid.uuid4()),
+                                                target_node=node, timeout_seconds=seconds, wait_seconds=wait.total_seconds())
+        reply = self._call(checkpoint_stub(self._channel).Migrate, request, self._op_deadline(seconds, wait.total_seconds()))
+        return MigrateResult.from_proto(reply)
+
+    def checkpoints(self, job_id: str) -> JobImages:
+        """The job's images (size, what each added to the store, dedup, durations) and operations."""
+        reply = self._call(checkpoint_stub(self._channel).ListImages, checkpoint_pb2.ListImagesRequest(job_id=job_id))
+        return JobImages.from_proto(job_id, reply)
+
+    def _op_deadline(self, timeout_s: float, wait_s: float) -> timedelta:
+        # The ranks' bounded wait (the coordinator's default when 0), then any placement wait.
+        return timedelta(seconds=self._timeout + max(timeout_s, 30.0) + wait_s + RPC_MARGIN_S)
+
+    # Health.
+    def verdicts(self, *, job_id: str = "", limit: int = 100) -> list[Verdict]:
+        """The failure detector's verdicts, newest first: one job's, or all the caller may see."""
+        reply = self._call(detector_stub(self._channel).Verdicts, detector_pb2.VerdictsRequest(job_id=job_id, limit=limit))
+        return [Verdict.from_proto(v) for v in reply.verdicts]
+
+    def drain(self, node: str, *, undo: bool = False, reason: str = "") -> DrainResult:
+        """Places nothing new on `node` (admin); running jobs go on. `undo` makes it ALIVE again."""
+        reply = self._call(detector_stub(self._channel).Drain, detector_pb2.DrainRequest(node=node, undo=undo, reason=reason))
+        return DrainResult(reply.node, reply.health, reply.running_jobs)
+
+    def replan(
+        self, *, job_id: str = "", tp: int = 0, pp: int = 0, dp: int = 0, speeds: Sequence[float] = (),
+        layers: int = 0, microbatches: int = 0,
+    ) -> ReplanResult:
+        """The 3-D re-plan around slow (speed < 1) and dead (0) devices, with throughput before and
+        after; with only `job_id`, the layout and speeds come from the job's reports and verdicts."""
+        request = replan_request(job_id=job_id, tp=tp, pp=pp, dp=dp, speeds=speeds, layers=layers, microbatches=microbatches)
+        return ReplanResult.from_proto(self._call(detector_stub(self._channel).Replan, request))
 
     # Forecasts.
     def forecast(self, *, spec: common_pb2.JobSpec, quantile: float = 0.5) -> Forecast:

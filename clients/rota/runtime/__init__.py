@@ -1,11 +1,17 @@
-"""What a job imports: progress reports and the job's context.
+"""What a job imports: progress reports, the job's context, and checkpointing.
 
 A job reports with ``rota.runtime.report(step=100, loss=2.31)`` and picks its device with
 ``rota.runtime.job_context().device()``; a realtime app reads its replica set, which
-the allocator scales, with ``rota.runtime.replicas()``.
+the allocator scales, with ``rota.runtime.replicas()``; a job that can be paused, resumed
+and migrated registers its state with ``rota.runtime.Checkpointer(model=..., ...)`` and
+calls its ``safe_point(step)`` once per iteration; a pipeline-parallel job reports its
+iterations to the failure detector with ``rota.runtime.report_iteration(...)``.
 """
 
+from rota.runtime.iterations import heartbeat, report_iteration
 from rota.runtime.progress import JobContext, job_context, report
 from rota.runtime.replicas import Replicas, replicas
+from rota.runtime.state import Checkpointer, Paused
 
-__all__ = ["JobContext", "Replicas", "job_context", "replicas", "report"]
+__all__ = ["Checkpointer", "JobContext", "Paused", "Replicas", "job_context", "replicas", "report",
+           "heartbeat", "report_iteration"]

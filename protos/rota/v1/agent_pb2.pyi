@@ -25,11 +25,17 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class LaunchRequest(_message.Message):
+    """resume_image: the checkpoint image the job restores from (its runtime reads it through
+    ROTA_RESTORE_DIR, materialised by the agent while the process starts); empty: a fresh start.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
+    RESUME_IMAGE_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
+    resume_image: _builtins.str
     @_builtins.property
     def job(self) -> _common_pb2.Job: ...
     def __init__(
@@ -37,10 +43,11 @@ class LaunchRequest(_message.Message):
         *,
         job: _common_pb2.Job | None = ...,
         epoch: _builtins.int = ...,
+        resume_image: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "job", b"job"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "job", b"job", "resume_image", b"resume_image"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -256,17 +263,33 @@ class AgentCheckpointRequest(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
+    IMAGE_ID_FIELD_NUMBER: _builtins.int
+    PAUSE_FIELD_NUMBER: _builtins.int
+    TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    SKIP_UNREGISTERED_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     epoch: _builtins.int
+    image_id: _builtins.str
+    """chosen by the coordinator: the durable record's key"""
+    pause: _builtins.bool
+    """stop the job once the copy is taken"""
+    timeout_seconds: _builtins.float
+    """the bounded wait for every rank's safe point"""
+    skip_unregistered: _builtins.bool
+    """a job that never registered state: answer at once"""
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         epoch: _builtins.int = ...,
+        image_id: _builtins.str = ...,
+        pause: _builtins.bool = ...,
+        timeout_seconds: _builtins.float = ...,
+        skip_unregistered: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "job_id", b"job_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "image_id", b"image_id", "job_id", b"job_id", "pause", b"pause", "skip_unregistered", b"skip_unregistered", "timeout_seconds", b"timeout_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -277,15 +300,37 @@ class AgentCheckpointResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     IMAGE_ID_FIELD_NUMBER: _builtins.int
+    REGISTERED_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    RANKS_FIELD_NUMBER: _builtins.int
+    LOGICAL_BYTES_FIELD_NUMBER: _builtins.int
+    COPY_SECONDS_FIELD_NUMBER: _builtins.int
+    PAUSE_SECONDS_FIELD_NUMBER: _builtins.int
     image_id: _builtins.str
+    registered: _builtins.bool
+    """false: no rank registered state (skip_unregistered)"""
+    step: _builtins.int
+    ranks: _builtins.int
+    logical_bytes: _builtins.int
+    """registered state of all ranks, as copied"""
+    copy_seconds: _builtins.float
+    """request to the last rank's copy taken"""
+    pause_seconds: _builtins.float
+    """request to every rank exited (pause only)"""
     def __init__(
         self,
         *,
         image_id: _builtins.str = ...,
+        registered: _builtins.bool = ...,
+        step: _builtins.int = ...,
+        ranks: _builtins.int = ...,
+        logical_bytes: _builtins.int = ...,
+        copy_seconds: _builtins.float = ...,
+        pause_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["image_id", b"image_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_seconds", b"copy_seconds", "image_id", b"image_id", "logical_bytes", b"logical_bytes", "pause_seconds", b"pause_seconds", "ranks", b"ranks", "registered", b"registered", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -336,3 +381,68 @@ class AgentRestoreResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AgentRestoreResponse: _TypeAlias = AgentRestoreResponse  # noqa: Y015
+
+@_typing.final
+class AgentImageStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IMAGE_ID_FIELD_NUMBER: _builtins.int
+    image_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        image_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["image_id", b"image_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AgentImageStatusRequest: _TypeAlias = AgentImageStatusRequest  # noqa: Y015
+
+@_typing.final
+class AgentImageStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    MANIFEST_JSON_FIELD_NUMBER: _builtins.int
+    LOGICAL_BYTES_FIELD_NUMBER: _builtins.int
+    WRITTEN_BYTES_FIELD_NUMBER: _builtins.int
+    CHUNKS_FIELD_NUMBER: _builtins.int
+    WRITE_SECONDS_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    RANKS_FIELD_NUMBER: _builtins.int
+    state: _builtins.str
+    """writing | complete | failed | unknown"""
+    error: _builtins.str
+    manifest_json: _builtins.bytes
+    """once complete: {"chunk_size", "ranks": [...]}"""
+    logical_bytes: _builtins.int
+    written_bytes: _builtins.int
+    """new bytes this image put in the chunk store"""
+    chunks: _builtins.int
+    write_seconds: _builtins.float
+    step: _builtins.int
+    ranks: _builtins.int
+    def __init__(
+        self,
+        *,
+        state: _builtins.str = ...,
+        error: _builtins.str = ...,
+        manifest_json: _builtins.bytes = ...,
+        logical_bytes: _builtins.int = ...,
+        written_bytes: _builtins.int = ...,
+        chunks: _builtins.int = ...,
+        write_seconds: _builtins.float = ...,
+        step: _builtins.int = ...,
+        ranks: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "error", b"error", "logical_bytes", b"logical_bytes", "manifest_json", b"manifest_json", "ranks", b"ranks", "state", b"state", "step", b"step", "write_seconds", b"write_seconds", "written_bytes", b"written_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AgentImageStatusResponse: _TypeAlias = AgentImageStatusResponse  # noqa: Y015

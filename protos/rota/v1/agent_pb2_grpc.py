@@ -69,6 +69,11 @@ class AgentServiceStub:
                 request_serializer=rota_dot_v1_dot_agent__pb2.AgentRestoreRequest.SerializeToString,
                 response_deserializer=rota_dot_v1_dot_agent__pb2.AgentRestoreResponse.FromString,
                 _registered_method=True)
+        self.ImageStatus = channel.unary_unary(
+                '/rota.v1.AgentService/ImageStatus',
+                request_serializer=rota_dot_v1_dot_agent__pb2.AgentImageStatusRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_agent__pb2.AgentImageStatusResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -113,14 +118,27 @@ class AgentServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Checkpoint(self, request, context):
-        """Checkpoint and restore at a safe point: built by the checkpoint issue (UNIMPLEMENTED now).
+        """Asks every rank of the job to copy its registered state out at its next safe point
+        (rota.runtime), waiting at most timeout_seconds for all of them; then writes the image
+        to the chunk store in the background. With pause, the ranks exit once all have acked
+        (their devices are free when this returns); if any rank fails to ack in time, all of
+        them carry on and the call fails (DEADLINE_EXCEEDED / FAILED_PRECONDITION, with the
+        reason). FAILED_PRECONDITION for a stale epoch or a job not running here.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Restore(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Launch from an image: the same as Launch with resume_image set.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImageStatus(self, request, context):
+        """How the background write of an image goes; its manifest once complete.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -162,6 +180,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.Restore,
                     request_deserializer=rota_dot_v1_dot_agent__pb2.AgentRestoreRequest.FromString,
                     response_serializer=rota_dot_v1_dot_agent__pb2.AgentRestoreResponse.SerializeToString,
+            ),
+            'ImageStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImageStatus,
+                    request_deserializer=rota_dot_v1_dot_agent__pb2.AgentImageStatusRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_agent__pb2.AgentImageStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -353,6 +376,33 @@ class AgentService:
             '/rota.v1.AgentService/Restore',
             rota_dot_v1_dot_agent__pb2.AgentRestoreRequest.SerializeToString,
             rota_dot_v1_dot_agent__pb2.AgentRestoreResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImageStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.AgentService/ImageStatus',
+            rota_dot_v1_dot_agent__pb2.AgentImageStatusRequest.SerializeToString,
+            rota_dot_v1_dot_agent__pb2.AgentImageStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

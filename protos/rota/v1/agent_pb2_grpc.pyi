@@ -50,8 +50,17 @@ class AgentServiceStub:
     ReadLog: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ReadLogRequest, _agent_pb2.ReadLogResponse]
     """Reads the job's log from an offset (bytes)."""
     Checkpoint: _grpc.UnaryUnaryMultiCallable[_agent_pb2.AgentCheckpointRequest, _agent_pb2.AgentCheckpointResponse]
-    """Checkpoint and restore at a safe point: built by the checkpoint issue (UNIMPLEMENTED now)."""
+    """Asks every rank of the job to copy its registered state out at its next safe point
+    (rota.runtime), waiting at most timeout_seconds for all of them; then writes the image
+    to the chunk store in the background. With pause, the ranks exit once all have acked
+    (their devices are free when this returns); if any rank fails to ack in time, all of
+    them carry on and the call fails (DEADLINE_EXCEEDED / FAILED_PRECONDITION, with the
+    reason). FAILED_PRECONDITION for a stale epoch or a job not running here.
+    """
     Restore: _grpc.UnaryUnaryMultiCallable[_agent_pb2.AgentRestoreRequest, _agent_pb2.AgentRestoreResponse]
+    """Launch from an image: the same as Launch with resume_image set."""
+    ImageStatus: _grpc.UnaryUnaryMultiCallable[_agent_pb2.AgentImageStatusRequest, _agent_pb2.AgentImageStatusResponse]
+    """How the background write of an image goes; its manifest once complete."""
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -72,8 +81,17 @@ class AgentServiceAsyncStub(AgentServiceStub):
     ReadLog: _aio.UnaryUnaryMultiCallable[_agent_pb2.ReadLogRequest, _agent_pb2.ReadLogResponse]  # type: ignore[assignment]
     """Reads the job's log from an offset (bytes)."""
     Checkpoint: _aio.UnaryUnaryMultiCallable[_agent_pb2.AgentCheckpointRequest, _agent_pb2.AgentCheckpointResponse]  # type: ignore[assignment]
-    """Checkpoint and restore at a safe point: built by the checkpoint issue (UNIMPLEMENTED now)."""
+    """Asks every rank of the job to copy its registered state out at its next safe point
+    (rota.runtime), waiting at most timeout_seconds for all of them; then writes the image
+    to the chunk store in the background. With pause, the ranks exit once all have acked
+    (their devices are free when this returns); if any rank fails to ack in time, all of
+    them carry on and the call fails (DEADLINE_EXCEEDED / FAILED_PRECONDITION, with the
+    reason). FAILED_PRECONDITION for a stale epoch or a job not running here.
+    """
     Restore: _aio.UnaryUnaryMultiCallable[_agent_pb2.AgentRestoreRequest, _agent_pb2.AgentRestoreResponse]  # type: ignore[assignment]
+    """Launch from an image: the same as Launch with resume_image set."""
+    ImageStatus: _aio.UnaryUnaryMultiCallable[_agent_pb2.AgentImageStatusRequest, _agent_pb2.AgentImageStatusResponse]  # type: ignore[assignment]
+    """How the background write of an image goes; its manifest once complete."""
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -127,13 +145,28 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _agent_pb2.AgentCheckpointRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.AgentCheckpointResponse, _abc.Awaitable[_agent_pb2.AgentCheckpointResponse]]:
-        """Checkpoint and restore at a safe point: built by the checkpoint issue (UNIMPLEMENTED now)."""
+        """Asks every rank of the job to copy its registered state out at its next safe point
+        (rota.runtime), waiting at most timeout_seconds for all of them; then writes the image
+        to the chunk store in the background. With pause, the ranks exit once all have acked
+        (their devices are free when this returns); if any rank fails to ack in time, all of
+        them carry on and the call fails (DEADLINE_EXCEEDED / FAILED_PRECONDITION, with the
+        reason). FAILED_PRECONDITION for a stale epoch or a job not running here.
+        """
 
     @_abc_1.abstractmethod
     def Restore(
         self,
         request: _agent_pb2.AgentRestoreRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_pb2.AgentRestoreResponse, _abc.Awaitable[_agent_pb2.AgentRestoreResponse]]: ...
+    ) -> _typing.Union[_agent_pb2.AgentRestoreResponse, _abc.Awaitable[_agent_pb2.AgentRestoreResponse]]:
+        """Launch from an image: the same as Launch with resume_image set."""
+
+    @_abc_1.abstractmethod
+    def ImageStatus(
+        self,
+        request: _agent_pb2.AgentImageStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.AgentImageStatusResponse, _abc.Awaitable[_agent_pb2.AgentImageStatusResponse]]:
+        """How the background write of an image goes; its manifest once complete."""
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -556,16 +556,20 @@ class Assignment(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_FIELD_NUMBER: _builtins.int
+    RESUME_IMAGE_FIELD_NUMBER: _builtins.int
+    resume_image: _builtins.str
+    """the image a (re)started job restores from, if any"""
     @_builtins.property
     def job(self) -> _common_pb2.Job: ...
     def __init__(
         self,
         *,
         job: _common_pb2.Job | None = ...,
+        resume_image: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "resume_image", b"resume_image"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18rota/v1/checkpoint.proto\x12\x07rota.v1\"9\n\x11\x43heckpointRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\"K\n\x12\x43heckpointResponse\x12\x10\n\x08image_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x15\n\rbytes_written\x18\x03 \x01(\x03\"M\n\x0cPauseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\"!\n\rPauseResponse\x12\x10\n\x08image_id\x18\x01 \x01(\t\"C\n\rResumeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x03 \x01(\t\",\n\x0eResumeResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04gpus\x18\x02 \x03(\x05\"K\n\x0eMigrateRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x13\n\x0btarget_node\x18\x03 \x01(\t\"?\n\x0fMigrateResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04gpus\x18\x02 \x03(\x05\x12\x10\n\x08image_id\x18\x03 \x01(\t2\x8b\x02\n\x11\x43heckpointService\x12\x45\n\nCheckpoint\x12\x1a.rota.v1.CheckpointRequest\x1a\x1b.rota.v1.CheckpointResponse\x12\x36\n\x05Pause\x12\x15.rota.v1.PauseRequest\x1a\x16.rota.v1.PauseResponse\x12\x39\n\x06Resume\x12\x16.rota.v1.ResumeRequest\x1a\x17.rota.v1.ResumeResponse\x12<\n\x07Migrate\x12\x17.rota.v1.MigrateRequest\x1a\x18.rota.v1.MigrateResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18rota/v1/checkpoint.proto\x12\x07rota.v1\"R\n\x11\x43heckpointRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\"\x9e\x01\n\x12\x43heckpointResponse\x12\x10\n\x08image_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x15\n\rbytes_written\x18\x03 \x01(\x03\x12\x15\n\rlogical_bytes\x18\x04 \x01(\x03\x12\x14\n\x0c\x63opy_seconds\x18\x05 \x01(\x01\x12\x15\n\rwrite_seconds\x18\x06 \x01(\x01\x12\r\n\x05ranks\x18\x07 \x01(\x05\"M\n\x0cPauseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\"c\n\rPauseResponse\x12\x10\n\x08image_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x15\n\rpause_seconds\x18\x03 \x01(\x01\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\r\n\x05ranks\x18\x05 \x01(\x05\"Y\n\rResumeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x14\n\x0cwait_seconds\x18\x04 \x01(\x01\"[\n\x0eResumeResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04gpus\x18\x02 \x03(\x05\x12\x10\n\x08image_id\x18\x03 \x01(\t\x12\x0c\n\x04step\x18\x04 \x01(\x03\x12\r\n\x05state\x18\x05 \x01(\t\"z\n\x0eMigrateRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x13\n\x0btarget_node\x18\x03 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\x12\x14\n\x0cwait_seconds\x18\x05 \x01(\x01\"\x90\x01\n\x0fMigrateResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04gpus\x18\x02 \x03(\x05\x12\x10\n\x08image_id\x18\x03 \x01(\t\x12\x0c\n\x04step\x18\x04 \x01(\x03\x12\x11\n\tfrom_node\x18\x05 \x01(\t\x12\x15\n\rpause_seconds\x18\x06 \x01(\x01\x12\x17\n\x0fmigrate_seconds\x18\x07 \x01(\x01\"#\n\x11ListImagesRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xac\x02\n\x0f\x43heckpointImage\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x05\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\r\n\x05state\x18\x05 \x01(\t\x12\x0c\n\x04node\x18\x06 \x01(\t\x12\r\n\x05ranks\x18\x07 \x01(\x05\x12\x0c\n\x04step\x18\x08 \x01(\x03\x12\x15\n\rlogical_bytes\x18\t \x01(\x03\x12\x14\n\x0cstored_bytes\x18\n \x01(\x03\x12\x14\n\x0cunique_bytes\x18\x0b \x01(\x03\x12\x0e\n\x06\x63hunks\x18\x0c \x01(\x05\x12\x14\n\x0c\x63opy_seconds\x18\r \x01(\x01\x12\x15\n\rwrite_seconds\x18\x0e \x01(\x01\x12\x14\n\x0c\x63reated_unix\x18\x0f \x01(\x01\x12\r\n\x05\x65rror\x18\x10 \x01(\t\"\xb7\x01\n\x13\x43heckpointOperation\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x13\n\x0btarget_node\x18\x05 \x01(\t\x12\x10\n\x08image_id\x18\x06 \x01(\t\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x14\n\x0c\x63reated_unix\x18\x08 \x01(\x01\x12\x15\n\rfinished_unix\x18\t \x01(\x01\"p\n\x12ListImagesResponse\x12(\n\x06images\x18\x01 \x03(\x0b\x32\x18.rota.v1.CheckpointImage\x12\x30\n\noperations\x18\x02 \x03(\x0b\x32\x1c.rota.v1.CheckpointOperation2\xd2\x02\n\x11\x43heckpointService\x12\x45\n\nCheckpoint\x12\x1a.rota.v1.CheckpointRequest\x1a\x1b.rota.v1.CheckpointResponse\x12\x36\n\x05Pause\x12\x15.rota.v1.PauseRequest\x1a\x16.rota.v1.PauseResponse\x12\x39\n\x06Resume\x12\x16.rota.v1.ResumeRequest\x1a\x17.rota.v1.ResumeResponse\x12<\n\x07Migrate\x12\x17.rota.v1.MigrateRequest\x1a\x18.rota.v1.MigrateResponse\x12\x45\n\nListImages\x12\x1a.rota.v1.ListImagesRequest\x1a\x1b.rota.v1.ListImagesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,21 +32,29 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rota.v1.checkpoint_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CHECKPOINTREQUEST']._serialized_start=37
-  _globals['_CHECKPOINTREQUEST']._serialized_end=94
-  _globals['_CHECKPOINTRESPONSE']._serialized_start=96
-  _globals['_CHECKPOINTRESPONSE']._serialized_end=171
-  _globals['_PAUSEREQUEST']._serialized_start=173
-  _globals['_PAUSEREQUEST']._serialized_end=250
-  _globals['_PAUSERESPONSE']._serialized_start=252
-  _globals['_PAUSERESPONSE']._serialized_end=285
-  _globals['_RESUMEREQUEST']._serialized_start=287
-  _globals['_RESUMEREQUEST']._serialized_end=354
-  _globals['_RESUMERESPONSE']._serialized_start=356
-  _globals['_RESUMERESPONSE']._serialized_end=400
-  _globals['_MIGRATEREQUEST']._serialized_start=402
-  _globals['_MIGRATEREQUEST']._serialized_end=477
-  _globals['_MIGRATERESPONSE']._serialized_start=479
-  _globals['_MIGRATERESPONSE']._serialized_end=542
-  _globals['_CHECKPOINTSERVICE']._serialized_start=545
-  _globals['_CHECKPOINTSERVICE']._serialized_end=812
+  _globals['_CHECKPOINTREQUEST']._serialized_end=119
+  _globals['_CHECKPOINTRESPONSE']._serialized_start=122
+  _globals['_CHECKPOINTRESPONSE']._serialized_end=280
+  _globals['_PAUSEREQUEST']._serialized_start=282
+  _globals['_PAUSEREQUEST']._serialized_end=359
+  _globals['_PAUSERESPONSE']._serialized_start=361
+  _globals['_PAUSERESPONSE']._serialized_end=460
+  _globals['_RESUMEREQUEST']._serialized_start=462
+  _globals['_RESUMEREQUEST']._serialized_end=551
+  _globals['_RESUMERESPONSE']._serialized_start=553
+  _globals['_RESUMERESPONSE']._serialized_end=644
+  _globals['_MIGRATEREQUEST']._serialized_start=646
+  _globals['_MIGRATEREQUEST']._serialized_end=768
+  _globals['_MIGRATERESPONSE']._serialized_start=771
+  _globals['_MIGRATERESPONSE']._serialized_end=915
+  _globals['_LISTIMAGESREQUEST']._serialized_start=917
+  _globals['_LISTIMAGESREQUEST']._serialized_end=952
+  _globals['_CHECKPOINTIMAGE']._serialized_start=955
+  _globals['_CHECKPOINTIMAGE']._serialized_end=1255
+  _globals['_CHECKPOINTOPERATION']._serialized_start=1258
+  _globals['_CHECKPOINTOPERATION']._serialized_end=1441
+  _globals['_LISTIMAGESRESPONSE']._serialized_start=1443
+  _globals['_LISTIMAGESRESPONSE']._serialized_end=1555
+  _globals['_CHECKPOINTSERVICE']._serialized_start=1558
+  _globals['_CHECKPOINTSERVICE']._serialized_end=1896
 # @@protoc_insertion_point(module_scope)

@@ -54,31 +54,49 @@ class CheckpointServiceStub:
                 request_serializer=rota_dot_v1_dot_checkpoint__pb2.MigrateRequest.SerializeToString,
                 response_deserializer=rota_dot_v1_dot_checkpoint__pb2.MigrateResponse.FromString,
                 _registered_method=True)
+        self.ListImages = channel.unary_unary(
+                '/rota.v1.CheckpointService/ListImages',
+                request_serializer=rota_dot_v1_dot_checkpoint__pb2.ListImagesRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_checkpoint__pb2.ListImagesResponse.FromString,
+                _registered_method=True)
 
 
 class CheckpointServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Checkpoint(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Copies the running job's state into a new image, on demand; waits for the write.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Pause(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Checkpoint, then stop the job: PAUSED, holding no GPU. Returns once the GPUs are free;
+        the image is written in the background (Resume waits for it).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Resume(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A PAUSED job back to PENDING with its last image: the allocator places it anywhere
+        (node is a preference), and it continues from the image's step.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Migrate(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Pause, wait for the image, resume with target_node preferred.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListImages(self, request, context):
+        """A job's images (sizes, dedup, durations) and its recent operations.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -105,6 +123,11 @@ def add_CheckpointServiceServicer_to_server(servicer, server):
                     servicer.Migrate,
                     request_deserializer=rota_dot_v1_dot_checkpoint__pb2.MigrateRequest.FromString,
                     response_serializer=rota_dot_v1_dot_checkpoint__pb2.MigrateResponse.SerializeToString,
+            ),
+            'ListImages': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListImages,
+                    request_deserializer=rota_dot_v1_dot_checkpoint__pb2.ListImagesRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_checkpoint__pb2.ListImagesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -215,6 +238,33 @@ class CheckpointService:
             '/rota.v1.CheckpointService/Migrate',
             rota_dot_v1_dot_checkpoint__pb2.MigrateRequest.SerializeToString,
             rota_dot_v1_dot_checkpoint__pb2.MigrateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListImages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.CheckpointService/ListImages',
+            rota_dot_v1_dot_checkpoint__pb2.ListImagesRequest.SerializeToString,
+            rota_dot_v1_dot_checkpoint__pb2.ListImagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

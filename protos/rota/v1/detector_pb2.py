@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16rota/v1/detector.proto\x12\x07rota.v1\"4\n\x10HeartbeatRequest\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\"%\n\x11HeartbeatResponse\x12\x10\n\x08sequence\x18\x01 \x01(\x03\",\n\x06Layout\x12\n\n\x02tp\x18\x01 \x01(\x05\x12\n\n\x02pp\x18\x02 \x01(\x05\x12\n\n\x02\x64p\x18\x03 \x01(\x05\"\x8c\x01\n\x16ReportIterationRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\titeration\x18\x02 \x01(\x03\x12\x14\n\x0crank_seconds\x18\x03 \x03(\x01\x12\x18\n\x10sequence_lengths\x18\x04 \x03(\x05\x12\x1f\n\x06layout\x18\x05 \x01(\x0b\x32\x0f.rota.v1.Layout\"\x19\n\x17ReportIterationResponse\"I\n\x07Verdict\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05ratio\x18\x03 \x01(\x01\x12\x10\n\x08\x65vidence\x18\x04 \x01(\t\"!\n\x0fVerdictsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"6\n\x10VerdictsResponse\x12\"\n\x08verdicts\x18\x01 \x03(\x0b\x32\x10.rota.v1.Verdict\"G\n\rReplanRequest\x12\x1f\n\x06layout\x18\x01 \x01(\x0b\x32\x0f.rota.v1.Layout\x12\x15\n\rdevice_speeds\x18\x02 \x03(\x01\"\x80\x01\n\x0eReplanResponse\x12\x1f\n\x06layout\x18\x01 \x01(\x0b\x32\x0f.rota.v1.Layout\x12\x18\n\x10layers_per_stage\x18\x02 \x03(\x05\x12\x19\n\x11throughput_before\x18\x03 \x01(\x01\x12\x18\n\x10throughput_after\x18\x04 \x01(\x01\x32\xab\x02\n\x0f\x44\x65tectorService\x12\x46\n\tHeartbeat\x12\x19.rota.v1.HeartbeatRequest\x1a\x1a.rota.v1.HeartbeatResponse(\x01\x30\x01\x12T\n\x0fReportIteration\x12\x1f.rota.v1.ReportIterationRequest\x1a .rota.v1.ReportIterationResponse\x12?\n\x08Verdicts\x12\x18.rota.v1.VerdictsRequest\x1a\x19.rota.v1.VerdictsResponse\x12\x39\n\x06Replan\x12\x16.rota.v1.ReplanRequest\x1a\x17.rota.v1.ReplanResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16rota/v1/detector.proto\x12\x07rota.v1\"{\n\x10HeartbeatRequest\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\x12\x18\n\x10interval_seconds\x18\x06 \x01(\x01\"%\n\x11HeartbeatResponse\x12\x10\n\x08sequence\x18\x01 \x01(\x03\"C\n\x06Layout\x12\n\n\x02tp\x18\x01 \x01(\x05\x12\n\n\x02pp\x18\x02 \x01(\x05\x12\n\n\x02\x64p\x18\x03 \x01(\x05\x12\x15\n\rstage_of_rank\x18\x04 \x03(\x05\"\xd9\x01\n\x16ReportIterationRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\titeration\x18\x02 \x01(\x03\x12\x14\n\x0crank_seconds\x18\x03 \x03(\x01\x12\x18\n\x10sequence_lengths\x18\x04 \x03(\x05\x12\x1f\n\x06layout\x18\x05 \x01(\x0b\x32\x0f.rota.v1.Layout\x12!\n\x19sequences_per_micro_batch\x18\x06 \x03(\x05\x12\x19\n\x11iteration_seconds\x18\x07 \x01(\x01\x12\r\n\x05\x65poch\x18\x08 \x01(\x03\"=\n\x17ReportIterationResponse\x12\"\n\x08verdicts\x18\x01 \x03(\x0b\x32\x10.rota.v1.Verdict\"\xb5\x01\n\x07Verdict\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05ratio\x18\x03 \x01(\x01\x12\x10\n\x08\x65vidence\x18\x04 \x01(\t\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\x0c\n\x04rank\x18\x06 \x01(\x05\x12\x11\n\titeration\x18\x07 \x01(\x03\x12\x0c\n\x04node\x18\x08 \x01(\t\x12\x0b\n\x03gpu\x18\t \x01(\x05\x12\r\n\x05\x65poch\x18\n \x01(\x03\x12\x0f\n\x07\x61t_unix\x18\x0b \x01(\x01\"0\n\x0fVerdictsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"6\n\x10VerdictsResponse\x12\"\n\x08verdicts\x18\x01 \x03(\x0b\x32\x10.rota.v1.Verdict\"}\n\rReplanRequest\x12\x1f\n\x06layout\x18\x01 \x01(\x0b\x32\x0f.rota.v1.Layout\x12\x15\n\rdevice_speeds\x18\x02 \x03(\x01\x12\x0e\n\x06layers\x18\x03 \x01(\x05\x12\x14\n\x0cmicrobatches\x18\x04 \x01(\x05\x12\x0e\n\x06job_id\x18\x05 \x01(\t\"Y\n\tStagePlan\x12\x0f\n\x07replica\x18\x01 \x01(\x05\x12\r\n\x05stage\x18\x02 \x01(\x05\x12\r\n\x05ranks\x18\x03 \x03(\x05\x12\x0e\n\x06layers\x18\x04 \x01(\x05\x12\r\n\x05speed\x18\x05 \x01(\x01\"\x90\x02\n\x0eReplanResponse\x12\x1f\n\x06layout\x18\x01 \x01(\x0b\x32\x0f.rota.v1.Layout\x12\x18\n\x10layers_per_stage\x18\x02 \x03(\x05\x12\x19\n\x11throughput_before\x18\x03 \x01(\x01\x12\x18\n\x10throughput_after\x18\x04 \x01(\x01\x12\x1d\n\x15throughput_drop_group\x18\x05 \x01(\x01\x12\"\n\x06stages\x18\x06 \x03(\x0b\x32\x12.rota.v1.StagePlan\x12 \n\x18microbatches_per_replica\x18\x07 \x03(\x05\x12\x12\n\nidle_ranks\x18\x08 \x03(\x05\x12\x15\n\rdevice_speeds\x18\t \x03(\x01\":\n\x0c\x44rainRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04undo\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\"C\n\rDrainResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0e\n\x06health\x18\x02 \x01(\t\x12\x14\n\x0crunning_jobs\x18\x03 \x01(\x05\x32\xe3\x02\n\x0f\x44\x65tectorService\x12\x46\n\tHeartbeat\x12\x19.rota.v1.HeartbeatRequest\x1a\x1a.rota.v1.HeartbeatResponse(\x01\x30\x01\x12T\n\x0fReportIteration\x12\x1f.rota.v1.ReportIterationRequest\x1a .rota.v1.ReportIterationResponse\x12?\n\x08Verdicts\x12\x18.rota.v1.VerdictsRequest\x1a\x19.rota.v1.VerdictsResponse\x12\x39\n\x06Replan\x12\x16.rota.v1.ReplanRequest\x1a\x17.rota.v1.ReplanResponse\x12\x36\n\x05\x44rain\x12\x15.rota.v1.DrainRequest\x1a\x16.rota.v1.DrainResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,25 +32,31 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rota.v1.detector_pb2', _glo
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_HEARTBEATREQUEST']._serialized_start=35
-  _globals['_HEARTBEATREQUEST']._serialized_end=87
-  _globals['_HEARTBEATRESPONSE']._serialized_start=89
-  _globals['_HEARTBEATRESPONSE']._serialized_end=126
-  _globals['_LAYOUT']._serialized_start=128
-  _globals['_LAYOUT']._serialized_end=172
-  _globals['_REPORTITERATIONREQUEST']._serialized_start=175
-  _globals['_REPORTITERATIONREQUEST']._serialized_end=315
-  _globals['_REPORTITERATIONRESPONSE']._serialized_start=317
-  _globals['_REPORTITERATIONRESPONSE']._serialized_end=342
-  _globals['_VERDICT']._serialized_start=344
-  _globals['_VERDICT']._serialized_end=417
-  _globals['_VERDICTSREQUEST']._serialized_start=419
-  _globals['_VERDICTSREQUEST']._serialized_end=452
-  _globals['_VERDICTSRESPONSE']._serialized_start=454
-  _globals['_VERDICTSRESPONSE']._serialized_end=508
-  _globals['_REPLANREQUEST']._serialized_start=510
-  _globals['_REPLANREQUEST']._serialized_end=581
-  _globals['_REPLANRESPONSE']._serialized_start=584
-  _globals['_REPLANRESPONSE']._serialized_end=712
-  _globals['_DETECTORSERVICE']._serialized_start=715
-  _globals['_DETECTORSERVICE']._serialized_end=1014
+  _globals['_HEARTBEATREQUEST']._serialized_end=158
+  _globals['_HEARTBEATRESPONSE']._serialized_start=160
+  _globals['_HEARTBEATRESPONSE']._serialized_end=197
+  _globals['_LAYOUT']._serialized_start=199
+  _globals['_LAYOUT']._serialized_end=266
+  _globals['_REPORTITERATIONREQUEST']._serialized_start=269
+  _globals['_REPORTITERATIONREQUEST']._serialized_end=486
+  _globals['_REPORTITERATIONRESPONSE']._serialized_start=488
+  _globals['_REPORTITERATIONRESPONSE']._serialized_end=549
+  _globals['_VERDICT']._serialized_start=552
+  _globals['_VERDICT']._serialized_end=733
+  _globals['_VERDICTSREQUEST']._serialized_start=735
+  _globals['_VERDICTSREQUEST']._serialized_end=783
+  _globals['_VERDICTSRESPONSE']._serialized_start=785
+  _globals['_VERDICTSRESPONSE']._serialized_end=839
+  _globals['_REPLANREQUEST']._serialized_start=841
+  _globals['_REPLANREQUEST']._serialized_end=966
+  _globals['_STAGEPLAN']._serialized_start=968
+  _globals['_STAGEPLAN']._serialized_end=1057
+  _globals['_REPLANRESPONSE']._serialized_start=1060
+  _globals['_REPLANRESPONSE']._serialized_end=1332
+  _globals['_DRAINREQUEST']._serialized_start=1334
+  _globals['_DRAINREQUEST']._serialized_end=1392
+  _globals['_DRAINRESPONSE']._serialized_start=1394
+  _globals['_DRAINRESPONSE']._serialized_end=1461
+  _globals['_DETECTORSERVICE']._serialized_start=1464
+  _globals['_DETECTORSERVICE']._serialized_end=1819
 # @@protoc_insertion_point(module_scope)

@@ -54,13 +54,20 @@ class DetectorServiceStub:
                 request_serializer=rota_dot_v1_dot_detector__pb2.ReplanRequest.SerializeToString,
                 response_deserializer=rota_dot_v1_dot_detector__pb2.ReplanResponse.FromString,
                 _registered_method=True)
+        self.Drain = channel.unary_unary(
+                '/rota.v1.DetectorService/Drain',
+                request_serializer=rota_dot_v1_dot_detector__pb2.DrainRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_detector__pb2.DrainResponse.FromString,
+                _registered_method=True)
 
 
 class DetectorServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Heartbeat(self, request_iterator, context):
-        """One stream per agent or rank; silence past the timeout means dead.
+        """One stream per job rank (nodes beat to the api); silence past the timeout means dead.
+        Each request is answered with its sequence. A stream that ends (either way) forgets
+        its source. Client-streaming: dialled on the detector itself, not through the api.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -81,6 +88,13 @@ class DetectorServiceServicer:
 
     def Replan(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Drain(self, request, context):
+        """Marks a node DRAINING: nothing new is placed there; running jobs go on (admin).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -107,6 +121,11 @@ def add_DetectorServiceServicer_to_server(servicer, server):
                     servicer.Replan,
                     request_deserializer=rota_dot_v1_dot_detector__pb2.ReplanRequest.FromString,
                     response_serializer=rota_dot_v1_dot_detector__pb2.ReplanResponse.SerializeToString,
+            ),
+            'Drain': grpc.unary_unary_rpc_method_handler(
+                    servicer.Drain,
+                    request_deserializer=rota_dot_v1_dot_detector__pb2.DrainRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_detector__pb2.DrainResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -217,6 +236,33 @@ class DetectorService:
             '/rota.v1.DetectorService/Replan',
             rota_dot_v1_dot_detector__pb2.ReplanRequest.SerializeToString,
             rota_dot_v1_dot_detector__pb2.ReplanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Drain(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.DetectorService/Drain',
+            rota_dot_v1_dot_detector__pb2.DrainRequest.SerializeToString,
+            rota_dot_v1_dot_detector__pb2.DrainResponse.FromString,
             options,
             channel_credentials,
             insecure,

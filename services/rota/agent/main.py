@@ -17,14 +17,18 @@ from pathlib import Path
 
 import grpc
 
+from rota.agent.checkpoints import AgentCheckpoints
+from rota.agent.detector_link import DetectorLink
 from rota.agent.gpus import discover
 from rota.agent.processes import ProcessTable
 from rota.agent.service import AgentRuntime, AgentService, report_of
+from rota.checkpoint.config import CheckpointSettings
 from rota.common.auth import ADMIN, Identity
 from rota.common.config import Settings
 from rota.common.errors import DomainError
 from rota.common.server import RotaInterceptor, run_server
 from rota.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
+from rota.common.tls import open_aio_channel, tls_files
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
 
 log = logging.getLogger("rota.agent")
@@ -38,7 +42,7 @@ class Heartbeats:
         self.address = address
         self.devices = devices
         self.metadata = (("authorization", f"Bearer {settings.admin_token}"),)
-        self.channel = grpc.aio.insecure_channel(settings.api_addr)
+        self.channel = open_aio_channel(settings.api_addr, tls_files(settings))
         self.cluster = api_pb2_grpc.ClusterServiceStub(self.channel)
         self.registered = False
 
@@ -70,10 +74,13 @@ class Heartbeats:
         )
         finished = [j for j, r in zip(jobs, reports, strict=True) if r.state != common_pb2.JOB_STATE_RUNNING]
         self.runtime.table.acknowledge_finished(finished)
+        for job in finished:
+            self.runtime.checkpoints.forget(job)
         await self.reconcile(reply, sent_at)
 
     async def reconcile(self, reply: api_pb2.NodeHeartbeatResponse, sent_at: float) -> None:
         wanted = {a.job.id: a.job for a in reply.assignments}
+        images = {a.job.id: a.resume_image for a in reply.assignments}
         for job in self.runtime.table.running():
             target = wanted.get(job.job_id)
             launched_after_request = job.started_at > sent_at
@@ -84,7 +91,7 @@ class Heartbeats:
             local = self.runtime.table.jobs.get(job_id)
             if local is None or local.epoch < placed.epoch:
                 try:
-                    await self.runtime.launch(placed, placed.epoch)
+                    await self.runtime.launch(placed, placed.epoch, images[job_id])
                     log.info("launched %s (epoch %d) from reconciliation", job_id, placed.epoch)
                 except DomainError as exc:
                     log.warning("not launching %s: %s", job_id, exc)
@@ -125,7 +132,9 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     table = ProcessTable(args.name, home, home / "lease", LEASE_FRACTION * settings.node_timeout_s)
     table.lease_file.touch()
     table.adopt()
-    runtime = AgentRuntime(args.name, table, virtual=all(d.virtual for d in devices))
+    checkpoints = AgentCheckpoints(args.name, table, home, CheckpointSettings.from_env(settings.home))
+    checkpoints.adopt()
+    runtime = AgentRuntime(args.name, table, virtual=all(d.virtual for d in devices), checkpoints=checkpoints)
     gpus = [common_pb2.Gpu(index=d.index, uuid=d.uuid, model=d.model, virtual=d.virtual) for d in devices]
     heartbeats = Heartbeats(settings, runtime, args.advertise or listen, gpus)
 
@@ -142,6 +151,7 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
         if os.environ.get("ROTA_AGENT_STOP_JOBS_ON_EXIT") == "1":
             await asyncio.to_thread(table.stop_all, "cluster stopping", 5.0)
         await heartbeats.close()
+        checkpoints.close()
         shutdown_tracing()
 
     await run_server(
@@ -150,7 +160,8 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
         register=register,
         interceptor=RotaInterceptor(tracer=tracer, authenticate=admin_only, default_deadline_s=settings.default_deadline_s),
         max_message_bytes=settings.max_message_bytes,
-        background=[heartbeats.run_forever],
+        tls=tls_files(settings),
+        background=[heartbeats.run_forever, DetectorLink(settings, table).run_forever],
         on_stop=on_stop,
     )
 

@@ -20,6 +20,8 @@ from rota.common.errors import FailedPrecondition
 
 ERROR_TAIL_LINES = 20
 REPLICAS_FILE = "replicas.json"
+# Written by the agent before it lets a paused job exit: the exit then reads as PAUSED.
+PAUSED_MARKER = "paused"
 
 
 @dataclass
@@ -54,6 +56,8 @@ class LocalJob:
         code = self.exit_code()
         if code is None:
             return "RUNNING"
+        if (self.folder / PAUSED_MARKER).exists():
+            return "PAUSED"
         return "SUCCEEDED" if code == 0 and not self.stopped_reason else "FAILED"
 
     def progress_json(self) -> str:
@@ -118,7 +122,7 @@ class ProcessTable:
     # 2. Launch, with per-job and per-GPU fencing.
     def launch(
         self, job_id: str, epoch: int, gpus: list[int], command: list[str], workdir: str,
-        env: dict[str, str], virtual: bool,
+        env: dict[str, str], virtual: bool, restore_dir: Path | None = None,
     ) -> LocalJob:
         current = self.jobs.get(job_id)
         if current is not None:
@@ -137,6 +141,8 @@ class ProcessTable:
             raise FailedPrecondition(f"{job_id} already ran under epoch {epoch}")
         folder.mkdir(parents=True, exist_ok=True)
         full_env = self._job_env(job_id, epoch, gpus, env, virtual, folder)
+        if restore_dir is not None:
+            full_env["ROTA_RESTORE_DIR"] = str(restore_dir)
         write_replicas(folder, epoch, gpus)
         cwd = workdir if workdir and Path(workdir).is_dir() else str(self.home)
         launcher = [
@@ -168,6 +174,8 @@ class ProcessTable:
             "ROTA_GPUS": ",".join(str(g) for g in gpus),
             "ROTA_PROGRESS_FILE": str(folder / "progress.jsonl"),
             "ROTA_REPLICAS_FILE": str(folder / REPLICAS_FILE),
+            "ROTA_ITERATIONS_FILE": str(folder / "iterations.jsonl"),  # rota.runtime.report_iteration -> detector
+            "ROTA_CONTROL_DIR": str(folder / "control"),  # checkpoint requests (rota.runtime)
             # Virtual slots run on the CPU: hide any real device from the job.
             "CUDA_VISIBLE_DEVICES": "" if virtual else ",".join(str(g) for g in gpus),
             "PYTHONUNBUFFERED": "1",

@@ -1,11 +1,14 @@
-"""AgentService adapter: Launch, Resize, Stop, Status and ReadLog over the process table."""
+"""AgentService adapter: Launch, Resize, Stop, Status and ReadLog over the process table;
+Checkpoint, Restore and ImageStatus over the agent's checkpoints (`rota.agent.checkpoints`)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import grpc
 
+from rota.agent.checkpoints import AgentCheckpoints, ImageRecord
 from rota.agent.processes import LocalJob, ProcessTable
 from rota.common.auth import current_identity
 from rota.common.errors import InvalidArgument, NotFound
@@ -27,25 +30,44 @@ def report_of(job: LocalJob) -> api_pb2.AgentJobReport:
     )
 
 
+def image_status_of(record: ImageRecord | None) -> agent_pb2.AgentImageStatusResponse:
+    if record is None:
+        return agent_pb2.AgentImageStatusResponse(state="unknown")
+    manifest = json.dumps(record.manifest).encode() if record.manifest is not None else b""
+    return agent_pb2.AgentImageStatusResponse(
+        state=record.state, error=record.error, manifest_json=manifest, logical_bytes=record.logical_bytes,
+        written_bytes=record.written_bytes, chunks=record.chunks, write_seconds=record.write_s,
+        step=record.step, ranks=record.ranks,
+    )
+
+
 class AgentRuntime:
     """The agent's state shared by the gRPC handlers and the heartbeat loop."""
 
-    def __init__(self, node: str, table: ProcessTable, virtual: bool) -> None:
+    def __init__(self, node: str, table: ProcessTable, virtual: bool, checkpoints: AgentCheckpoints) -> None:
         self.node = node
         self.table = table
         self.virtual = virtual
+        self.checkpoints = checkpoints
         # Serialises launches and stops so fencing checks and process starts do not interleave.
         self.lock = asyncio.Lock()
 
-    async def launch(self, job: common_pb2.Job, epoch: int) -> LocalJob:
+    async def launch(self, job: common_pb2.Job, epoch: int, resume_image: str = "") -> LocalJob:
         if not job.id or epoch <= 0:
             raise InvalidArgument("epoch" if job.id else "job.id", "required")
         spec = job.spec
+        restore = self.checkpoints.restore_dir(job.id, epoch) if resume_image else None
         async with self.lock:
-            return await asyncio.to_thread(
+            current = self.table.jobs.get(job.id)
+            fresh = current is None or current.epoch != epoch
+            local = await asyncio.to_thread(
                 self.table.launch, job.id, epoch, list(job.gpus), list(spec.command), spec.workdir,
-                dict(spec.env), self.virtual,
+                dict(spec.env), self.virtual, restore,
             )
+        if restore is not None and fresh:
+            # The image is made ready while the interpreter and torch start up.
+            self.checkpoints.start_restore(restore, resume_image)
+        return local
 
     async def resize(self, job_id: str, epoch: int, gpus: list[int]) -> LocalJob:
         if not job_id or epoch <= 0:
@@ -66,8 +88,33 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
 
     async def Launch(self, request: agent_pb2.LaunchRequest, context: grpc.aio.ServicerContext) -> agent_pb2.LaunchResponse:
         current_identity().require_admin()
-        job = await self.runtime.launch(request.job, request.epoch)
+        job = await self.runtime.launch(request.job, request.epoch, request.resume_image)
         return agent_pb2.LaunchResponse(report=report_of(job))
+
+    async def Restore(self, request: agent_pb2.AgentRestoreRequest, context: grpc.aio.ServicerContext) -> agent_pb2.AgentRestoreResponse:
+        current_identity().require_admin()
+        if not request.image_id:
+            raise InvalidArgument("image_id", "required")
+        job = await self.runtime.launch(request.job, request.epoch, request.image_id)
+        return agent_pb2.AgentRestoreResponse(report=report_of(job))
+
+    async def Checkpoint(self, request: agent_pb2.AgentCheckpointRequest, context: grpc.aio.ServicerContext) -> agent_pb2.AgentCheckpointResponse:
+        current_identity().require_admin()
+        timeout = request.timeout_seconds if request.timeout_seconds > 0 else self.runtime.checkpoints.settings.timeout_s
+        record = await self.runtime.checkpoints.checkpoint(
+            request.job_id, request.epoch, request.image_id, request.pause, timeout, request.skip_unregistered
+        )
+        if record is None:
+            return agent_pb2.AgentCheckpointResponse(image_id=request.image_id, registered=False)
+        return agent_pb2.AgentCheckpointResponse(
+            image_id=record.image_id, registered=True, step=record.step, ranks=record.ranks,
+            logical_bytes=record.logical_bytes, copy_seconds=record.copy_s, pause_seconds=record.pause_s,
+        )
+
+    async def ImageStatus(self, request: agent_pb2.AgentImageStatusRequest, context: grpc.aio.ServicerContext) -> agent_pb2.AgentImageStatusResponse:
+        current_identity().require_admin()
+        record = self.runtime.checkpoints.status(request.image_id)
+        return image_status_of(record)
 
     async def Stop(self, request: agent_pb2.StopRequest, context: grpc.aio.ServicerContext) -> agent_pb2.StopResponse:
         current_identity().require_admin()

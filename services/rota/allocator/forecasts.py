@@ -20,6 +20,7 @@ import grpc
 from rota.allocator.liveplan import Horizon, LiveJob
 from rota.common import convert
 from rota.common.jobspec import JobSpecData
+from rota.common.tls import TLSFiles, open_aio_channel
 from rota.v1 import forecaster_pb2, forecaster_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -41,10 +42,12 @@ class Forecast:
 
 
 class Forecasts:
-    def __init__(self, address: str | None, admin_token: str, quantile: float = 0.5) -> None:
+    def __init__(
+        self, address: str | None, admin_token: str, quantile: float = 0.5, *, tls: TLSFiles | None = None
+    ) -> None:
         self.quantile = quantile
         self._metadata = (("authorization", f"Bearer {admin_token}"),)
-        self._stub = forecaster_pb2_grpc.ForecasterServiceStub(grpc.aio.insecure_channel(address)) if address else None
+        self._stub = forecaster_pb2_grpc.ForecasterServiceStub(open_aio_channel(address, tls)) if address else None
         self._jobs: dict[str, Forecast] = {}
         self._curves: dict[tuple[str, int], tuple[int, ...] | None] = {}
         self._retry_after = 0.0  # after a failure, stop asking for a while

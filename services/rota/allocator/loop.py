@@ -33,6 +33,7 @@ from rota.common.db import Database
 from rota.common.errors import Unavailable
 from rota.common.jobs_repo import Events
 from rota.common.live import LiveState
+from rota.common.tls import open_aio_channel, tls_files
 from rota.ledger import repository as ledger
 from rota.ledger.fairness import FairnessConfig
 from rota.v1 import agent_pb2
@@ -121,7 +122,10 @@ class SchedulingLoop:
         self.clock = clock
         self.leadership = Leadership(db.engine)
         self.memory = _Memory(last_full=clock())
-        self.forecasts = Forecasts(settings.service_addrs.get("forecaster"), settings.admin_token, settings.forecast_quantile)
+        self.forecasts = Forecasts(
+            settings.service_addrs.get("forecaster"), settings.admin_token, settings.forecast_quantile,
+            tls=tls_files(settings),
+        )
         self._api_channel: grpc.aio.Channel | None = None
         self._api_health: health_pb2_grpc.HealthStub | None = None
 
@@ -274,7 +278,7 @@ class SchedulingLoop:
 
     async def _api_serving(self) -> bool:
         if self._api_health is None:
-            self._api_channel = grpc.aio.insecure_channel(self.settings.api_addr)
+            self._api_channel = open_aio_channel(self.settings.api_addr, tls_files(self.settings))
             self._api_health = health_pb2_grpc.HealthStub(self._api_channel)
         try:
             reply = await self._api_health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)

@@ -19,13 +19,14 @@ from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuRow, JobRow, Node
 
 ALIVE = "ALIVE"
 DEAD = "DEAD"
+DRAINING = "DRAINING"  # alive but planned for nothing new; silent, it dies like an ALIVE node
 
 
 def mark_dead_nodes(session: Session, timeout_s: float, events: Events) -> list[str]:
     """Nodes silent past the timeout become DEAD; their jobs LOST, then requeued or failed."""
     cutoff = utcnow() - timedelta(seconds=timeout_s)
     dead = session.scalars(
-        select(NodeRow).where(NodeRow.health == ALIVE, NodeRow.last_heartbeat < cutoff).with_for_update()
+        select(NodeRow).where(NodeRow.health.in_((ALIVE, DRAINING)), NodeRow.last_heartbeat < cutoff).with_for_update()
     ).all()
     for node in dead:
         node.health = DEAD

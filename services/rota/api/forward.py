@@ -4,7 +4,10 @@ A client (the SDK, the CLI) dials one endpoint with one token. The api authentic
 call like any other (its interceptor runs first), then passes the request bytes, the
 caller's token and trace context, and the remaining deadline to the service that owns the
 RPC, and returns that service's answer or status unchanged. The owning service checks
-the token again: forwarding grants nothing. Client-streaming RPCs (agents' heartbeats to
+the token again: forwarding grants nothing. A caller authenticated by a tenant client
+certificate alone (mutual TLS) has no token to pass: the api names that tenant in the
+`rota-on-behalf-of` header, which the owner honours only from a service certificate
+(rota.common.tls). Client-streaming RPCs (agents' heartbeats to
 the detector) are not forwarded: agents dial the detector directly.
 """
 
@@ -16,7 +19,9 @@ from typing import Any
 import grpc
 from google.protobuf.descriptor import FileDescriptor
 
+from rota.common.auth import bearer, current_identity
 from rota.common.config import FORWARDED_SERVICES
+from rota.common.tls import TLSFiles, on_behalf_of, open_aio_channel
 from rota.v1 import allocator_pb2, checkpoint_pb2, detector_pb2, forecaster_pb2, ledger_pb2
 
 SERVICES: dict[str, tuple[FileDescriptor, str]] = {
@@ -32,8 +37,9 @@ PASSED_TRAILERS = ("rota-field",)
 
 
 class Forwarder:
-    def __init__(self, addresses: dict[str, str], default_deadline_s: float) -> None:
+    def __init__(self, addresses: dict[str, str], default_deadline_s: float, *, tls: TLSFiles | None = None) -> None:
         self.addresses = addresses
+        self.tls = tls
         self.default_deadline_s = default_deadline_s
         self.channels: dict[str, grpc.aio.Channel] = {}
 
@@ -41,7 +47,7 @@ class Forwarder:
         out: list[grpc.GenericRpcHandler] = []
         for name, address in self.addresses.items():
             descriptor, service = SERVICES[name]
-            channel = self.channels[name] = grpc.aio.insecure_channel(address)
+            channel = self.channels[name] = open_aio_channel(address, self.tls)
             full = descriptor.services_by_name[service].full_name
             methods: dict[str, grpc.RpcMethodHandler] = {}
             for method in descriptor.services_by_name[service].methods:
@@ -57,6 +63,8 @@ class Forwarder:
 
     def _call_options(self, context: grpc.aio.ServicerContext) -> dict[str, Any]:
         metadata = tuple((k, v) for k, v in context.invocation_metadata() or () if k in PASSED_METADATA)
+        if self.tls is not None and not bearer(metadata):
+            metadata += on_behalf_of(current_identity())  # authenticated here by its certificate
         remaining = context.time_remaining()
         return {"metadata": metadata, "timeout": remaining if remaining is not None else self.default_deadline_s}
 

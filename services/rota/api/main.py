@@ -17,7 +17,7 @@ from rota.v1 import api_pb2, api_pb2_grpc
 
 
 def restart_grace(session: Session) -> None:
-    session.execute(update(NodeRow).where(NodeRow.health == "ALIVE").values(last_heartbeat=func.now()))
+    session.execute(update(NodeRow).where(NodeRow.health.in_(("ALIVE", "DRAINING"))).values(last_heartbeat=func.now()))
 
 
 async def serve(settings: Settings) -> None:
@@ -27,7 +27,7 @@ async def serve(settings: Settings) -> None:
     # timeout from now before the allocator may call it dead.
     await asyncio.to_thread(parts.db.run, restart_grace)
     # The other services' RPCs, reachable through this one endpoint (ROTA_<SERVICE>_ADDR).
-    forwarder = Forwarder(settings.service_addrs, settings.default_deadline_s)
+    forwarder = Forwarder(settings.service_addrs, settings.default_deadline_s, tls=parts.tls)
 
     def register(server: grpc.aio.Server) -> list[str]:
         api_pb2_grpc.add_JobServiceServicer_to_server(JobService(ctx), server)

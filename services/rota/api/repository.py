@@ -11,12 +11,22 @@ from sqlalchemy.orm import Session
 
 from rota.common import jobstate
 from rota.common.errors import AlreadyExists, InvalidArgument, NotFound
-from rota.common.jobs_repo import Events, get_job, new_job_id, release, requeue_or_fail, transition, utcnow
+from rota.common.jobs_repo import (
+    Events,
+    get_job,
+    new_job_id,
+    pause,
+    release,
+    requeue_or_fail,
+    transition,
+    utcnow,
+)
 from rota.common.jobspec import JobSpecData
 from rota.common.models import GpuClaimRow, GpuRow, JobRow, NodeRow, TenantRow
 
 ALIVE = "ALIVE"
 DEAD = "DEAD"
+DRAINING = "DRAINING"  # set by `rota drain`: alive, takes no new jobs
 
 
 # Tenants.
@@ -122,7 +132,9 @@ def register_node(session: Session, name: str, address: str, gpus: Sequence[GpuR
         node = NodeRow(name=name, address=address, health=ALIVE, last_heartbeat=now)
         session.add(node)
     else:
-        node.address, node.health, node.last_heartbeat = address, ALIVE, now
+        # A restarted agent re-registers: a drain outlives that, a death does not.
+        health = DRAINING if node.health == DRAINING else ALIVE
+        node.address, node.health, node.last_heartbeat = address, health, now
     session.flush()
     existing = {g.index: g for g in session.scalars(select(GpuRow).where(GpuRow.node == name))}
     for gpu in gpus:
@@ -186,12 +198,16 @@ def _apply_report(session: Session, job: JobRow, report: JobReport, events: Even
     if report.progress is not None and report.progress != job.progress:
         job.progress = report.progress
         events.add(job, "progress")
-    if job.state == jobstate.SCHEDULED and report.state in (jobstate.RUNNING, jobstate.SUCCEEDED, jobstate.FAILED):
+    if job.state == jobstate.SCHEDULED and report.state in (jobstate.RUNNING, jobstate.SUCCEEDED, jobstate.FAILED, jobstate.PAUSED):
         transition(session, job, jobstate.RUNNING, f"started on {job.node} GPUs {list(job.gpu_indices)}", events)
     if report.state == jobstate.SUCCEEDED:
         job.exit_code = report.exit_code
         release(session, job, "succeeded")
         transition(session, job, jobstate.SUCCEEDED, "exit code 0", events)
+    elif report.state == jobstate.PAUSED:
+        # The job exited at a safe point after every rank's state was copied out: the
+        # checkpoint coordinator records the image; the GPUs are free from now on.
+        pause(session, job, f"paused at step {job.progress.get('step', '?')}: exited at a safe point", events)
     elif report.state == jobstate.FAILED:
         job.exit_code = report.exit_code
         job.error = report.error

@@ -16,6 +16,7 @@ import grpc
 from sqlalchemy.orm import Session
 
 from rota.api import repository
+from rota.checkpoint.repository import resume_image
 from rota.common import convert, jobstate
 from rota.common.agents import AgentClients
 from rota.common.auth import Identity, current_identity, hash_token, new_token
@@ -104,7 +105,7 @@ class JobService(api_pb2_grpc.JobServiceServicer):
     async def ListJobs(self, request: api_pb2.ListJobsRequest, context: grpc.aio.ServicerContext) -> api_pb2.ListJobsResponse:
         identity = current_identity()
         tenant = request.tenant if identity.is_admin else identity.tenant
-        states = [convert.state_name(s) for s in request.states]
+        states = [convert.state_name(s, f"states[{i}]") for i, s in enumerate(request.states)]
         limit = request.limit if 0 < request.limit <= MAX_LIST else MAX_LIST
 
         def read(session: Session) -> list[common_pb2.Job]:
@@ -277,19 +278,24 @@ class ClusterService(api_pb2_grpc.ClusterServiceServicer):
             repository.JobReport(
                 job_id=r.job_id,
                 epoch=r.epoch,
-                state=convert.state_name(r.state),
+                state=convert.state_name(r.state, f"jobs[{i}].state"),
                 exit_code=r.exit_code,
                 error=r.error[-8192:],
                 progress=convert.progress_from_json(r.progress_json),
             )
-            for r in request.jobs
+            for i, r in enumerate(request.jobs)
         ]
         events = Events()
 
         def beat(session: Session) -> api_pb2.NodeHeartbeatResponse:
             node, assigned = repository.heartbeat(session, request.node, reports, events)
             return api_pb2.NodeHeartbeatResponse(
-                assignments=[api_pb2.Assignment(job=convert.job_to_proto(j)) for j in assigned],
+                assignments=[
+                    # A job not yet started restores from its last image, as the allocator's launch.
+                    api_pb2.Assignment(job=convert.job_to_proto(j), resume_image=(
+                        (resume_image(session, j.id) or "") if j.state == jobstate.SCHEDULED else ""))
+                    for j in assigned
+                ],
                 health=convert.health_value(node.health),
             )
 

@@ -1,25 +1,59 @@
-"""Composition root of the checkpoint service.
+"""Composition root of the checkpoint coordinator: CheckpointService, recovery of the
+operations a previous coordinator left unfinished, periodic checkpoints, and GC.
 
-Its RPCs are built by a later issue; until then each answers UNIMPLEMENTED, while the
-process already has health, reflection, auth, deadlines, tracing and graceful stop.
+Settings: see `rota.checkpoint.config` (ROTA_CHUNK_STORE, ROTA_CHECKPOINT_* variables).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
-from rota.common.bootstrap import serve_unimplemented
+import grpc
+
+from rota.checkpoint import gc
+from rota.checkpoint.config import CheckpointSettings
+from rota.checkpoint.coordinator import Coordinator, GrpcAgents
+from rota.checkpoint.service import CheckpointService
+from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
+from rota.common.jobs_repo import Events
 from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc
+
+log = logging.getLogger("rota.checkpoint")
+
+
+async def serve(settings: Settings) -> None:
+    parts = ServiceParts("checkpoint", settings)
+    config = CheckpointSettings.from_env(settings.home)
+    store = config.store()
+
+    def publish(events: Events) -> None:
+        try:
+            for job_id, event, payload in events.items:
+                parts.live.publish_job_event(job_id, event, payload)
+        except Exception as exc:  # noqa: BLE001 - Redis is a cache; Postgres has it all
+            log.warning("publishing job events failed: %s", exc)
+
+    coordinator = Coordinator(parts.db, GrpcAgents(parts.agents), config, publish)
+
+    def register(server: grpc.aio.Server) -> list[str]:
+        checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(parts.db, coordinator), server)
+        return [checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name]
+
+    async def recover() -> None:
+        # The recovered operations go on as the coordinator's own tasks.
+        count = await coordinator.recover()
+        if count:
+            log.info("finishing or rolling back %d unfinished checkpoint operations", count)
+
+    await parts.serve(register, background=[
+        recover, coordinator.run_periodic_forever, lambda: gc.run_forever(parts.db, store, config),
+    ])
 
 
 def main() -> None:
-    asyncio.run(
-        serve_unimplemented(
-            "checkpoint", Settings.from_env(), checkpoint_pb2.DESCRIPTOR, "CheckpointService",
-            checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server, checkpoint_pb2_grpc.CheckpointServiceServicer,
-        )
-    )
+    asyncio.run(serve(Settings.from_env()))
 
 
 if __name__ == "__main__":

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import grpc
 
+from rota.common.tls import TLSFiles, open_aio_channel
 from rota.v1 import agent_pb2_grpc
 
 
 class AgentClients:
-    def __init__(self, admin_token: str) -> None:
+    def __init__(self, admin_token: str, *, tls: TLSFiles | None = None) -> None:
+        self._tls = tls
         self._metadata = (("authorization", f"Bearer {admin_token}"),)
         self._channels: dict[str, grpc.aio.Channel] = {}
 
@@ -19,7 +21,7 @@ class AgentClients:
     def stub(self, address: str) -> agent_pb2_grpc.AgentServiceStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address)
+            channel = open_aio_channel(address, self._tls)
             self._channels[address] = channel
         return agent_pb2_grpc.AgentServiceStub(channel)
 

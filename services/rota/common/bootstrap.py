@@ -19,6 +19,7 @@ from rota.common.live import LiveState, connect_redis
 from rota.common.models import TenantRow
 from rota.common.server import RotaInterceptor, run_server
 from rota.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
+from rota.common.tls import tls_files
 
 TOKEN_CACHE_S = 5.0
 
@@ -58,7 +59,8 @@ class ServiceParts:
         self.tracer = setup_tracing(name, settings.tracing, settings.otlp_endpoint)
         self.db = Database(make_engine(settings.database_url, pool_size=pool_size, name=f"rota-{name}"))
         self.live = LiveState(connect_redis(settings.redis_url), settings.redis_prefix)
-        self.agents = AgentClients(settings.admin_token)
+        self.tls = tls_files(settings)
+        self.agents = AgentClients(settings.admin_token, tls=self.tls)
 
     async def serve(
         self,
@@ -83,6 +85,7 @@ class ServiceParts:
             max_message_bytes=self.settings.max_message_bytes,
             background=background,
             on_stop=on_stop,
+            tls=self.tls,
         )
 
 

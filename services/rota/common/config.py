@@ -43,6 +43,20 @@ def _env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+TLS_VARIABLES = ("ROTA_TLS_CERT", "ROTA_TLS_KEY", "ROTA_TLS_CA")
+
+
+def _env_tls() -> tuple[str, str, str]:
+    """(cert, key, ca) PEM paths: all three or none, so a half-configured TLS fails at start."""
+    values = tuple(os.environ.get(name, "") for name in TLS_VARIABLES)
+    if any(values) and not all(values):
+        given = ", ".join(n for n, v in zip(TLS_VARIABLES, values, strict=True) if v)
+        missing = next(n for n, v in zip(TLS_VARIABLES, values, strict=True) if not v)
+        raise ValueError(f"{missing}: required when {given} is set (TLS needs {', '.join(TLS_VARIABLES)}, or none)")
+    cert, key, ca = values
+    return cert, key, ca
+
+
 # Services whose RPCs the api forwards (ROTA_<NAME>_ADDR says where each one listens).
 FORWARDED_SERVICES = ("allocator", "forecaster", "ledger", "checkpoint", "detector")
 
@@ -79,10 +93,16 @@ class Settings:
     fair_delay_s: float = 300.0
     # Where the api forwards each service's RPCs: the api is the one front door.
     service_addrs: dict[str, str] = field(default_factory=dict)
+    # Mutual TLS (rota.common.tls): PEM paths of this process's certificate, its key and the
+    # CA that signs every peer; all empty means plaintext.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
 
     @staticmethod
     def from_env() -> Settings:
         interval = _env_float("ROTA_HEARTBEAT_INTERVAL", 1.0)
+        tls_cert, tls_key, tls_ca = _env_tls()
         return Settings(
             database_url=os.environ.get("ROTA_DATABASE_URL", ""),
             redis_url=os.environ.get("ROTA_REDIS_URL", ""),
@@ -112,6 +132,9 @@ class Settings:
                 for name in FORWARDED_SERVICES
                 if os.environ.get(f"ROTA_{name.upper()}_ADDR")
             },
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_ca=tls_ca,
         )
 
     def require(self, *names: str) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
+from rota.common.errors import InvalidArgument
 from rota.common.jobspec import JobSpecData
 from rota.common.models import GpuClaimRow, GpuRow, JobRow, JobTransitionRow, NodeRow, TenantRow
 from rota.v1 import common_pb2
@@ -33,8 +34,12 @@ def state_value(state: str) -> common_pb2.JobState.ValueType:
     return common_pb2.JobState.Value("JOB_STATE_" + state)
 
 
-def state_name(value: int) -> str:
-    return common_pb2.JobState.Name(value).removeprefix("JOB_STATE_")  # type: ignore[arg-type]
+def state_name(value: int, field: str = "state") -> str:
+    """The state's name; InvalidArgument naming `field` for a number no version defines."""
+    try:
+        return common_pb2.JobState.Name(value).removeprefix("JOB_STATE_")  # type: ignore[arg-type]
+    except ValueError:
+        raise InvalidArgument(field, f"unknown job state {value}") from None
 
 
 def health_value(health: str) -> common_pb2.NodeHealth.ValueType:

@@ -95,3 +95,11 @@ def requeue_or_fail(session: Session, job: JobRow, why: str, events: Events) -> 
         job.gpu_indices = []
     else:
         transition(session, job, jobstate.FAILED, why, events)
+
+
+def pause(session: Session, job: JobRow, reason: str, events: Events) -> None:
+    """A running job stopped at a checkpoint: GPUs freed (its lease closes, so the ledger
+    charges running time only), PAUSED until resumed from its image."""
+    release(session, job, "paused")
+    transition(session, job, jobstate.PAUSED, reason, events)
+    job.node, job.gpu_indices = None, []

@@ -1,7 +1,8 @@
 """gRPC server bootstrap shared by every service's `main.py`.
 
 One interceptor wraps each handler in four steps: (1) continue the caller's trace and
-open a span, (2) authenticate the bearer token into an `Identity`, (3) bound the call by
+open a span, (2) authenticate the bearer token (or, without one, a verified client
+certificate naming a tenant: rota.common.tls) into an `Identity`, (3) bound the call by
 its deadline (or the default one), (4) map domain and database errors to status codes,
 so no traceback ever reaches a client and a database outage reads UNAVAILABLE.
 """
@@ -12,16 +13,19 @@ import asyncio
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry import propagate, trace
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 
 from rota.common.auth import Identity, bearer, set_identity
 from rota.common.errors import DomainError, Unauthenticated, Unavailable
+from rota.common.tls import TLSFiles, bind, certificate_identity
+from rota.common.wire import reject_nul
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,11 @@ async def _abort_for(exc: BaseException, context: grpc.aio.ServicerContext, meth
         isinstance(exc, DBAPIError) and exc.connection_invalidated
     ):
         await context.abort(grpc.StatusCode.UNAVAILABLE, f"dependency unavailable: {exc}")
+    if isinstance(exc, DataError):
+        # A value the schema cannot hold that no handler check caught (too long, out of
+        # range): the caller's input, not a crash. Handlers name fields; this is the net.
+        context.set_trailing_metadata((("rota-field", "request"),))
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: a value is out of range ({exc.orig})")
     if isinstance(exc, NotImplementedError):
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method}: not implemented yet")
     if isinstance(exc, asyncio.TimeoutError):
@@ -103,7 +112,12 @@ class RotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return
         token = bearer(tuple(context.invocation_metadata() or ()))  # type: ignore[arg-type]
         if not token:
-            raise Unauthenticated("missing bearer token (authorization metadata)")
+            # Mutual TLS: a client certificate naming a tenant stands in for its token.
+            from_certificate = certificate_identity(context)
+            if from_certificate is None:
+                raise Unauthenticated("missing bearer token (authorization metadata)")
+            set_identity(from_certificate)
+            return
         identity = await self._authenticate(token)
         if identity is None:
             raise Unauthenticated("unknown or revoked token")
@@ -125,6 +139,7 @@ class RotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             with self._span(method, context):
                 try:
                     await self._enter(context)
+                    reject_nul(request)
                     return await asyncio.wait_for(behavior(request, context), self._timeout(context))
                 except (grpc.aio.AbortError, asyncio.CancelledError):
                     raise
@@ -139,6 +154,7 @@ class RotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             with self._span(method, context):
                 try:
                     await self._enter(context)
+                    reject_nul(request)
                     async for item in behavior(request, context):
                         yield item
                 except (grpc.aio.AbortError, asyncio.CancelledError):
@@ -157,6 +173,36 @@ def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
+@dataclass
+class Serving:
+    server: grpc.aio.Server
+    health: Any
+    service_names: list[str]
+    port: int
+
+
+async def start_server(
+    *,
+    listen: str,
+    register: Callable[[grpc.aio.Server], list[str]],
+    interceptor: RotaInterceptor,
+    max_message_bytes: int,
+    tls: TLSFiles | None = None,
+) -> Serving:
+    """A started server: the services `register` adds, health, reflection, one port
+    (mutual TLS only when `tls` is given), every service SERVING."""
+    server = grpc.aio.server(interceptors=[interceptor], options=server_options(max_message_bytes))  # type: ignore[attr-defined]
+    service_names = register(server)
+    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection([*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    port = bind(server, listen, tls)
+    await server.start()
+    for service in ["", *service_names]:
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    return Serving(server, health_servicer, service_names, port)
+
+
 async def run_server(
     *,
     name: str,
@@ -167,20 +213,17 @@ async def run_server(
     background: list[Callable[[], Awaitable[None]]] | None = None,
     on_stop: Callable[[], Awaitable[None]] | None = None,
     grace_s: float = 5.0,
+    tls: TLSFiles | None = None,
 ) -> None:
-    """Serves until SIGTERM/SIGINT, then stops gracefully: health NOT_SERVING, drain, exit."""
-    server = grpc.aio.server(interceptors=[interceptor], options=server_options(max_message_bytes))  # type: ignore[attr-defined]
-    service_names = register(server)
-    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection([*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    port = server.add_insecure_port(listen)
-    if port == 0:
-        raise RuntimeError(f"ROTA_LISTEN: cannot bind {listen}")
-    await server.start()
-    for service in ["", *service_names]:
-        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    log.info("%s serving on %s (port %d)", name, listen, port)
+    """Serves until SIGTERM/SIGINT, then stops gracefully: health NOT_SERVING, drain, exit.
+
+    With `tls` the port speaks mutual TLS only: plaintext clients and clients without a
+    certificate signed by the CA fail the handshake."""
+    serving = await start_server(
+        listen=listen, register=register, interceptor=interceptor, max_message_bytes=max_message_bytes, tls=tls
+    )
+    server, health_servicer, service_names = serving.server, serving.health, serving.service_names
+    log.info("%s serving on %s (port %d%s)", name, listen, serving.port, ", mutual TLS" if tls else "")
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -146,6 +146,8 @@ class ForecasterService(forecaster_pb2_grpc.ForecasterServiceServicer):
             return forecaster_pb2.ObserveResponse(recorded=recorded)
         if not request.job_id:
             raise InvalidArgument("job_id", "give job_id (a completion) or app (a traffic sample)")
+        if len(request.job_id) > 32:
+            raise InvalidArgument("job_id", "longer than 32 characters")
         identity.require_admin()
         seconds = _finite(request.duration_seconds, "duration_seconds", 1e-3)
         imported = convert.spec_from_proto(request.spec).to_dict() if request.HasField("spec") else None

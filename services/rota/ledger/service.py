@@ -45,8 +45,8 @@ def record_from_proto(r: ledger_pb2.RecordUsageRequest) -> UsageRecord:
         raise InvalidArgument("sequence", f"must not be negative, got {r.sequence}")
     if not r.gpus or len(set(r.gpus)) != len(r.gpus) or min(r.gpus) < 0:
         raise InvalidArgument("gpus", "one or more distinct GPU indices are required")
-    if r.start_unix_ms <= 0:
-        raise InvalidArgument("start_unix_ms", "required (milliseconds since the epoch)")
+    if not 0 < r.start_unix_ms <= MAX_UNIX * 1000 - MS_PER_HOUR:
+        raise InvalidArgument("start_unix_ms", "required (milliseconds since the epoch, before the year 9999)")
     if r.end_unix_ms < r.start_unix_ms:
         raise InvalidArgument("end_unix_ms", "must not be before start_unix_ms")
     if r.end_unix_ms > (r.start_unix_ms // MS_PER_HOUR + 1) * MS_PER_HOUR:
@@ -56,10 +56,13 @@ def record_from_proto(r: ledger_pb2.RecordUsageRequest) -> UsageRecord:
     return UsageRecord(r.lease_id, r.sequence, r.job_id, r.tenant, r.node, list(r.gpus), start, end)
 
 
+MAX_UNIX = 253402300799  # 9999-12-31T23:59:59Z, the last time a datetime holds
+
+
 def _window(since_unix: int, until_unix: int) -> tuple[datetime | None, datetime | None]:
-    if since_unix < 0:
-        raise InvalidArgument("since_unix", f"must not be negative, got {since_unix}")
-    if until_unix < 0 or (until_unix and until_unix <= since_unix):
+    if not 0 <= since_unix <= MAX_UNIX:
+        raise InvalidArgument("since_unix", f"must be a time between 1970 and 9999, got {since_unix}")
+    if not 0 <= until_unix <= MAX_UNIX or (until_unix and until_unix <= since_unix):
         raise InvalidArgument("until_unix", "must be after since_unix (or 0: unbounded)")
     since = datetime.fromtimestamp(since_unix, UTC) if since_unix else None
     until = datetime.fromtimestamp(until_unix, UTC) if until_unix else None

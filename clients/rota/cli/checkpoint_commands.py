@@ -1,0 +1,137 @@
+"""`rota pause|resume|migrate|checkpoint JOB [--to NODE]` and `rota checkpoints JOB` (SPEC §6).
+
+    rota checkpoint JOB [--timeout S]                 a new image of the running job
+    rota pause JOB [--timeout S]                      image it, stop it: PAUSED, GPUs free
+    rota resume JOB [--to NODE] [--wait S]            back in the queue from its last image
+    rota migrate JOB [--to NODE] [--timeout S] [--wait S]
+    rota checkpoints JOB                              images, sizes, dedup, how long each took
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import timedelta
+
+from rota.cli.commands import connect
+from rota.cli.commands import migrate as migrate_database
+from rota.cli.output import ago, print_json, table
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def ratio(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else "all reused"
+
+
+def _timeout(args: argparse.Namespace) -> timedelta | None:
+    return timedelta(seconds=args.timeout) if args.timeout else None
+
+
+def checkpoint(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        r = client.checkpoint(args.job, timeout=_timeout(args))
+    if args.json:
+        print_json(asdict(r))
+        return 0
+    print(f"{args.job}: image {r.image_id} at step {r.step} ({r.ranks} rank{'s' if r.ranks != 1 else ''}, "
+          f"{size(r.logical_bytes)}; {size(r.bytes_written)} new in the store); copy {r.copy_seconds:.2f}s, "
+          f"write {r.write_seconds:.2f}s")
+    return 0
+
+
+def pause(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        r = client.pause(args.job, timeout=_timeout(args))
+    if args.json:
+        print_json(asdict(r))
+        return 0
+    print(f"{args.job}: PAUSED at step {r.step} on {r.node}; GPUs released {r.pause_seconds:.2f}s after the request "
+          f"(image {r.image_id} is written in the background)")
+    return 0
+
+
+def resume(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        r = client.resume(args.job, node=args.to or "", wait=timedelta(seconds=args.wait))
+    if args.json:
+        print_json(asdict(r))
+        return 0
+    source = f"image {r.image_id} (step {r.step})" if r.image_id else "the start (no image)"
+    where = f"{r.state} on {r.node} GPUs {r.gpus}" if r.node else f"{r.state}: waiting for GPUs"
+    print(f"{args.job}: resumed from {source}; {where}")
+    return 0
+
+
+def migrate(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        r = client.migrate(args.job, node=args.to or "", timeout=_timeout(args), wait=timedelta(seconds=args.wait))
+    if args.json:
+        print_json(asdict(r))
+        return 0
+    to = f"{r.node} GPUs {r.gpus} in {r.migrate_seconds:.2f}s" if r.node else "the queue (not placed yet)"
+    print(f"{args.job}: moved from {r.from_node} at step {r.step} to {to}; paused in {r.pause_seconds:.2f}s "
+          f"(image {r.image_id})")
+    return 0
+
+
+def checkpoints(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        found = client.checkpoints(args.job)
+    if args.json:
+        print_json(found.to_dict())
+        return 0
+    if not found.images:
+        print(f"{args.job}: no checkpoint images")
+        return 0
+    rows = [
+        (i.id, i.sequence, i.kind, i.state, i.step, i.ranks, size(i.logical_bytes), size(i.stored_bytes),
+         ratio(i.dedup_ratio) if i.state == "complete" else "-", f"{i.copy_seconds:.2f}s", f"{i.write_seconds:.2f}s",
+         ago(i.created_at), i.error[:60])
+        for i in found.images
+    ]
+    print(table(("IMAGE", "SEQ", "KIND", "STATE", "STEP", "RANKS", "SIZE", "STORED", "DEDUP", "COPY", "WRITE", "AGE", "ERROR"),
+                rows))
+    print(f"total: {size(found.logical_bytes)} of state in {size(found.stored_bytes)} stored "
+          f"(dedup {ratio(found.dedup_ratio)})")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction, connection: Callable[[argparse.ArgumentParser], None],  # type: ignore[type-arg]
+                handlers: dict[str, Handler]) -> None:
+    """Adds the checkpoint commands to the CLI, with the connection flags, and their handlers."""
+    for name, help_text in (("checkpoint", "copy a running job's state into a new image"),
+                            ("pause", "checkpoint a running job and stop it (PAUSED, GPUs free)")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("job")
+        p.add_argument("--timeout", type=float, default=0, help="seconds every rank has to reach a safe point")
+        connection(p)
+    r = sub.add_parser("resume", help="put a paused job back in the queue from its last image")
+    r.add_argument("job")
+    r.add_argument("--to", metavar="NODE", help="preferred node")
+    r.add_argument("--wait", type=float, default=30, help="wait this long for its placement (default 30)")
+    connection(r)
+    c = sub.add_parser("checkpoints", help="a job's checkpoint images: sizes, dedup, how long each took")
+    c.add_argument("job")
+    connection(c)
+    handlers.update({"checkpoint": checkpoint, "pause": pause, "resume": resume, "checkpoints": checkpoints})
+
+
+def extend_migrate(parser: argparse.ArgumentParser, connection: Callable[[argparse.ArgumentParser], None],
+                   handlers: dict[str, Handler]) -> None:
+    """`rota migrate` applies database migrations; `rota migrate JOB [--to NODE]` moves a job."""
+    parser.add_argument("job", nargs="?", help="a running job to move (without it: database migrations)")
+    parser.add_argument("--to", metavar="NODE", help="preferred node")
+    parser.add_argument("--timeout", type=float, default=0, help="seconds every rank has to reach a safe point")
+    parser.add_argument("--wait", type=float, default=60, help="wait this long for its placement (default 60)")
+    connection(parser)
+    handlers["migrate"] = lambda args: migrate(args) if args.job else migrate_database(args)

@@ -1,0 +1,250 @@
+"""Checkpointing from inside a job: register the state once, call a safe point every iteration.
+
+    ckpt = rota.runtime.Checkpointer(model=model, optimizer=opt, scheduler=sched, data=gen)
+    start = ckpt.restore()                  # 0 on a fresh start; the step to continue after
+    for step in range(start + 1, steps + 1):
+        ...one iteration...
+        ckpt.safe_point(step, cursor=...)   # serves the agent's checkpoint and pause requests
+
+Registered objects are anything with ``state_dict()``/``load_state_dict()`` (modules,
+optimizers, LR schedulers) and ``torch.Generator``s; the RNG states of Python, NumPy and
+torch (CPU and CUDA) are always taken; ``ckpt.extra`` holds any other picklable values.
+``replicated=("model", "optimizer")`` declares objects identical on every rank (data
+parallel): each rank then copies only a 1/world share of them, so a pause copies the
+replicas once in all, and a restore gives every rank the whole of them.
+A restored job continues from the same step with the same RNG streams, so its losses are
+bit-identical to an uninterrupted run's.
+
+A request arrives through the control channel (:mod:`rota.runtime.control`) and is served
+at the next safe point: the registered tensors are copied into the staging folder (tmpfs),
+the rank acknowledges, and, for a pause, waits a bounded time for the agent's decision:
+on commit the process exits (:class:`Paused`, exit status 0) and its devices are free; on
+abort, or when no decision comes in time, it trains on as if nothing happened. A paused
+process skips the interpreter's teardown (``fast_exit=False`` keeps it): stdio and logging
+are flushed, then it exits at once, since only its exit frees the devices. Ranks of a
+``torch.distributed`` job agree on which request to serve and on the decision through two
+tiny collectives, so they stop at the same step or not at all: never half of them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rota.runtime import control, imagefmt
+
+ENV_RESTORE_TIMEOUT = "ROTA_RESTORE_TIMEOUT"
+# How long past a request's deadline a paused rank waits for the agent's decision before
+# it decides "abort" itself: the agent decides the moment the last rank acknowledges.
+DECISION_GRACE_S = 10.0
+
+
+class Paused(SystemExit):  # noqa: N818 - it is an exit, like SystemExit
+    """Raised by a safe point once a pause is committed: the process exits with status 0."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(0)
+        self.step = step
+
+
+def _exit_now() -> None:
+    """Ends a paused process without the interpreter's teardown of torch (about a second
+    here), which would only delay freeing the devices: the state is already copied out."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
+
+
+def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    dist = _dist()
+    if dist is not None:
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _dist() -> Any:
+    """torch.distributed when a process group of more than one rank is up, else None."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist
+    return None
+
+
+class Checkpointer:
+    def __init__(self, *, rank: int | None = None, world_size: int | None = None, fast_exit: bool = True,
+                 replicated: tuple[str, ...] = (), **objects: Any) -> None:
+        for name, obj in objects.items():
+            if not (_is_generator(obj) or (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict"))):
+                raise TypeError(f"{name}: needs state_dict()/load_state_dict() or to be a torch.Generator")
+        unknown = sorted(set(replicated) - set(objects))
+        if unknown:
+            raise ValueError(f"replicated: {unknown} are not registered objects ({sorted(objects)})")
+        self.objects = objects
+        self.fast_exit = fast_exit
+        # Objects identical on every rank (data parallel): each rank copies a share of them.
+        self.replicated = frozenset(f"object:{name}" for name in replicated)
+        self._cleanup: Path | None = None
+        self.rank, self.world_size = _rank_and_world(rank, world_size)
+        self.step = 0
+        self.cursor: Any = None
+        self.extra: dict[str, Any] = {}
+        self.served = 0  # the newest request seq this rank has answered
+        control_dir = os.environ.get(control.ENV_CONTROL_DIR)
+        self.control = Path(control_dir) if control_dir else None
+        if self.control is not None:
+            control.register(self.control, self.rank, self.world_size)
+
+    # Restore.
+    def restore(self) -> int:
+        """Loads the image named by the agent (ROTA_RESTORE_DIR), if any; returns its step."""
+        folder = os.environ.get(control.ENV_RESTORE_DIR)
+        if not folder:
+            return 0
+        path = Path(folder)
+        _wait_ready(path, float(os.environ.get(ENV_RESTORE_TIMEOUT, "600")))
+        index, state = imagefmt.load(path, self.rank)
+        if index["world_size"] != self.world_size:
+            raise RuntimeError(f"the image has {index['world_size']} ranks; this job runs {self.world_size}")
+        self._apply(state)
+        # Free the tmpfs copy as soon as no rank needs it: other ranks may read this one's
+        # share of replicated state, so then only once every rank has loaded.
+        if any(imagefmt.uses_other_ranks(imagefmt.read_index(path, r)) for r in range(self.world_size)):
+            (path / f"loaded-{self.rank}").touch()
+            self._cleanup = path
+            self._clean_restore()
+        else:
+            self._drop_restore(path)
+        return self.step
+
+    def _clean_restore(self) -> None:
+        assert self._cleanup is not None
+        if all((self._cleanup / f"loaded-{r}").exists() for r in range(self.world_size)):
+            self._drop_restore(self._cleanup)
+            self._cleanup = None
+
+    def _drop_restore(self, path: Path) -> None:
+        for p in (imagefmt.blob_path(path, self.rank), imagefmt.index_path(path, self.rank)):
+            p.unlink(missing_ok=True)
+
+    def _apply(self, state: dict[str, Any]) -> None:
+        import numpy as np
+        import torch
+
+        for name, obj in self.objects.items():
+            saved = state.get(f"object:{name}")
+            if saved is None:
+                names = sorted(k.removeprefix("object:") for k in state if k.startswith("object:"))
+                raise RuntimeError(f"the image has no state for {name!r} (it has {names})")
+            if _is_generator(obj):
+                obj.set_state(saved)
+            else:
+                obj.load_state_dict(saved)
+        rng = state["rng"]
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+        if rng.get("cuda") is not None and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        self.step, self.cursor, self.extra = state["step"], state["cursor"], state["extra"]
+
+    def snapshot(self) -> dict[str, Any]:
+        """The live state as one structure (tensors shared, not copied)."""
+        import numpy as np
+        import torch
+
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(), "cuda": cuda}
+        # One top-level entry per registered object: the image packs each one apart, so
+        # what data-parallel ranks share (model, optimizer) is stored once.
+        state: dict[str, Any] = {f"object:{n}": (o.get_state() if _is_generator(o) else o.state_dict())
+                                 for n, o in self.objects.items()}
+        return {**state, "rng": rng, "step": self.step, "cursor": self.cursor, "extra": self.extra}
+
+    # The safe point.
+    def safe_point(self, step: int, cursor: Any = None) -> None:
+        """Call once per iteration, where the state is consistent: serves a pending request."""
+        self.step, self.cursor = step, cursor
+        if self._cleanup is not None:
+            self._clean_restore()
+        if self.control is None:
+            return
+        request = control.read_request(self.control)
+        seen = request.seq if request is not None and request.seq > self.served and time.time() < request.deadline else 0
+        dist = _dist()
+        if dist is not None:
+            seen = _all_reduce(dist, seen, "max")
+            if seen and (request is None or request.seq != seen):
+                request = control.read_request(self.control)  # another rank saw it first
+        if not seen:
+            return
+        self.served = seen
+        if request is None or request.seq != seen:
+            request = None  # replaced meanwhile: this rank takes part in the vote, as "abort"
+        decision = self._serve(request) if request is not None else control.ABORT
+        if dist is not None:
+            decision = control.COMMIT if _all_reduce(dist, int(decision == control.COMMIT), "min") else control.ABORT
+        if decision == control.COMMIT and request is not None and request.kind == control.PAUSE:
+            if self.fast_exit:
+                # Runs first at exit (atexit is last-in, first-out), after the job's own
+                # `finally` blocks have run on the way out.
+                atexit.register(_exit_now)
+            raise Paused(step)
+
+    def _serve(self, request: control.Request) -> str:
+        assert self.control is not None
+        try:
+            logical, copy_s = imagefmt.stage(Path(request.staging), self.rank, self.world_size, self.step,
+                                             self.snapshot(), self.replicated)
+        except Exception as exc:  # noqa: BLE001 - the failure is the agent's answer, not the job's end
+            control.write_ack(self.control, request.seq, self.rank, ok=False, step=self.step, error=f"{type(exc).__name__}: {exc}")
+            shutil.rmtree(request.staging, ignore_errors=True)
+            return control.ABORT
+        control.write_ack(self.control, request.seq, self.rank, ok=True, step=self.step, bytes=logical, copy_s=copy_s)
+        if request.kind != control.PAUSE:
+            return control.COMMIT  # a checkpoint's copy is taken: train on at once
+        return control.wait_decision(self.control, request.seq, request.deadline + DECISION_GRACE_S)
+
+
+def _is_generator(obj: Any) -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return isinstance(obj, torch.Generator)
+
+
+def _all_reduce(dist: Any, value: int, op: str) -> int:
+    import torch
+
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.MIN)
+    return int(t.item())
+
+
+def _wait_ready(folder: Path, timeout_s: float) -> None:
+    """The agent prepares the image while the job starts; wait for it, boundedly."""
+    deadline = time.monotonic() + timeout_s
+    while not (folder / control.READY).exists():
+        failed = folder / control.FAILED
+        if failed.exists():
+            raise RuntimeError(f"restore failed: {failed.read_text().strip()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"restore: the image in {folder} was not ready within {timeout_s:g}s")
+        time.sleep(0.01)

@@ -1,0 +1,281 @@
+"""The agent's half of checkpoints: the two-phase request to a job's ranks, background image
+writes, and materialising images for restores.
+
+Pause, step by step: (1) write a request into the job's control folder; (2) wait, at most
+the timeout, for every registered rank to acknowledge with its copy taken (at its next
+safe point, into a tmpfs staging folder); (3a) all acked: mark the job folder "paused"
+(so an exit reads as PAUSED, never SUCCEEDED or FAILED), write "commit", wait for the
+ranks to exit: the devices are free; (3b) any rank missing or failed: write "abort",
+every rank trains on, the call fails with the reason; (4) write the image from the staged
+copy to the chunk store in the background. Every image has a record file under
+`images/`, so a restarted agent finishes (or fails) the writes it had started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rota.agent.processes import PAUSED_MARKER, LocalJob, ProcessTable
+from rota.checkpoint import images
+from rota.checkpoint.config import EXIT_GRACE_S, CheckpointSettings, default_staging_root
+from rota.common.errors import FailedPrecondition, InvalidArgument
+from rota.runtime import control, imagefmt
+
+log = logging.getLogger(__name__)
+POLL_S = 0.002  # the agent's polls of the control folder: a stat per poll
+WRITING, COMPLETE, FAILED = "writing", "complete", "failed"
+
+
+@dataclass
+class ImageRecord:
+    image_id: str
+    job_id: str
+    staging: str
+    ranks: int
+    step: int
+    pause: bool
+    logical_bytes: int
+    copy_s: float
+    pause_s: float
+    state: str = WRITING
+    error: str = ""
+    written_bytes: int = 0
+    chunks: int = 0
+    write_s: float = 0.0
+    manifest: dict[str, Any] | None = field(default=None, repr=False)
+    created: float = field(default_factory=time.time)
+
+
+class AgentCheckpoints:
+    def __init__(self, node: str, table: ProcessTable, home: Path, settings: CheckpointSettings) -> None:
+        self.table = table
+        self.settings = settings
+        self.store = settings.store()
+        self.staging_root = settings.staging_root or default_staging_root(node)
+        self.records_dir = home / "images"
+        self.records_dir.mkdir(parents=True, exist_ok=True)
+        self.records: dict[str, ImageRecord] = {}
+        self._records_lock = threading.Lock()
+        # One background write at a time: it competes with training for the same cores.
+        self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-writer")
+        # Restores must not queue behind a long background write: a pool of their own.
+        self.restorer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-restore")
+        self._job_locks: dict[str, asyncio.Lock] = {}
+
+    def staging_of(self, job_id: str, epoch: int) -> Path:
+        return self.staging_root / f"{job_id}-{epoch}"
+
+    def restore_dir(self, job_id: str, epoch: int) -> Path:
+        return self.staging_of(job_id, epoch) / "restore"
+
+    # Adoption after a restart: finish the writes whose staged copy survived.
+    def adopt(self, max_age_s: float = 86400.0) -> None:
+        for path in self.records_dir.glob("*.json"):
+            record = ImageRecord(**json.loads(path.read_text()))
+            if record.state != WRITING and time.time() - record.created > max_age_s:
+                path.unlink(missing_ok=True)
+                continue
+            self.records[record.image_id] = record
+            if record.state == WRITING:
+                if all(imagefmt.index_path(Path(record.staging), r).exists() for r in range(record.ranks)):
+                    self.writer.submit(self._write, record)
+                else:
+                    self._finish(record, FAILED, error="the agent restarted and the staged copy is gone")
+
+    # Checkpoint and pause.
+    async def checkpoint(self, job_id: str, epoch: int, image_id: str, pause: bool, timeout_s: float,
+                         skip_unregistered: bool) -> ImageRecord | None:
+        if not job_id or not image_id:
+            raise InvalidArgument("job_id" if not job_id else "image_id", "required")
+        known = self.records.get(image_id)
+        if known is not None:
+            return known  # a retried request: the copy was taken already
+        job = self.table.jobs.get(job_id)
+        if job is None or job.exit_code() is not None:
+            raise FailedPrecondition(f"{job_id} is not running on {self.table.node}")
+        if epoch and job.epoch != epoch:
+            raise FailedPrecondition(f"stale epoch {epoch} for {job_id}: this node runs epoch {job.epoch}")
+        lock = self._job_locks.setdefault(job_id, asyncio.Lock())
+        async with lock:
+            # A thread, not a task: once asked, the ranks always get a decision, even when
+            # the caller gives up or is cancelled half-way.
+            return await asyncio.to_thread(self._quiesce, job, image_id, pause, timeout_s, skip_unregistered)
+
+    def _quiesce(self, job: LocalJob, image_id: str, pause: bool, timeout_s: float,
+                 skip_unregistered: bool) -> ImageRecord | None:
+        folder = job.folder / "control"
+        started = time.time()
+        deadline = started + timeout_s
+        world = self._wait_registered(job, folder, deadline, skip_unregistered)
+        if world == 0:
+            return None
+        last = control.read_request(folder)
+        seq = last.seq + 1 if last is not None else 1
+        staging = self.staging_of(job.job_id, job.epoch) / f"ckpt-{seq}"
+        kind = control.PAUSE if pause else control.CHECKPOINT
+        control.write_request(folder, control.Request(seq, kind, deadline, str(staging)))
+        acks = self._wait_acks(job, folder, seq, world, deadline)
+        failed = {r: a for r, a in acks.items() if not a.get("ok")}
+        missing = sorted(set(range(world)) - set(acks))
+        if failed or missing:
+            control.write_decision(folder, seq, control.ABORT)
+            shutil.rmtree(staging, ignore_errors=True)
+            raise FailedPrecondition(_why(job, world, timeout_s, failed, missing) + "; every rank carries on")
+        copy_s = time.time() - started
+        pause_s = 0.0
+        if pause:
+            (job.folder / PAUSED_MARKER).write_text(image_id)
+            control.write_decision(folder, seq, control.COMMIT)
+            pids = [int(r["pid"]) for r in control.registrations(folder).values()]
+            if not self._wait_exit(job, pids, EXIT_GRACE_S):
+                (job.folder / PAUSED_MARKER).unlink(missing_ok=True)
+                shutil.rmtree(staging, ignore_errors=True)
+                raise FailedPrecondition(f"{job.job_id} acknowledged the pause but did not exit within {EXIT_GRACE_S:g}s")
+            pause_s = time.time() - started
+        else:
+            control.write_decision(folder, seq, control.COMMIT)
+        steps = sorted({int(a["step"]) for a in acks.values()})
+        record = ImageRecord(
+            image_id=image_id, job_id=job.job_id, staging=str(staging), ranks=world, step=steps[0], pause=pause,
+            logical_bytes=sum(int(a.get("bytes", 0)) for a in acks.values()), copy_s=copy_s, pause_s=pause_s,
+        )
+        self._save(record)
+        self.writer.submit(self._write, record)
+        return record
+
+    def _wait_registered(self, job: LocalJob, folder: Path, deadline: float, skip: bool) -> int:
+        while True:
+            regs = control.registrations(folder)
+            world = max((int(r["world_size"]) for r in regs.values()), default=0)
+            if world and len(regs) >= world:
+                return world
+            if skip and not regs:
+                return 0
+            if time.time() >= deadline or job.exit_code() is not None:
+                if not regs:
+                    raise FailedPrecondition(
+                        f"{job.job_id} has not registered its state with rota.runtime (no Checkpointer, "
+                        "or it did not start in time): it cannot be checkpointed"
+                    )
+                raise FailedPrecondition(f"only ranks {sorted(regs)} of {world} registered with rota.runtime in time")
+            time.sleep(POLL_S * 4)
+
+    def _wait_acks(self, job: LocalJob, folder: Path, seq: int, world: int, deadline: float) -> dict[int, dict[str, Any]]:
+        while True:
+            acks = control.read_acks(folder, seq)
+            if len(acks) >= world or any(not a.get("ok") for a in acks.values()):
+                return acks
+            if time.time() >= deadline or job.exit_code() is not None:
+                return acks
+            time.sleep(POLL_S)
+
+    @staticmethod
+    def _wait_exit(job: LocalJob, pids: list[int], grace_s: float) -> bool:
+        """Until every rank process is gone: their exit frees the devices (a launcher
+        such as mp.spawn's parent may take a moment longer; it holds no device)."""
+        until = time.monotonic() + grace_s
+        while job.exit_code() is None and any(_alive(pid) for pid in pids):
+            if time.monotonic() > until:
+                return False
+            time.sleep(POLL_S)
+        return True
+
+    # The background write.
+    def _write(self, record: ImageRecord) -> None:
+        staging = Path(record.staging)
+        try:
+            result = images.write_staged(self.store, staging, record.ranks, self.settings.chunk_size)
+            self.store.put_manifest(record.image_id, json.dumps(result.manifest).encode())
+            record.manifest = result.manifest
+            record.written_bytes, record.chunks, record.write_s = result.written_bytes, result.chunks, result.seconds
+            record.logical_bytes = result.logical_bytes
+            self._finish(record, COMPLETE)
+        except Exception as exc:  # noqa: BLE001 - recorded for the coordinator
+            log.exception("writing image %s failed", record.image_id)
+            self._finish(record, FAILED, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            try:
+                staging.parent.rmdir()  # the launch's staging folder, once nothing else is in it
+            except OSError:
+                pass
+
+    def _finish(self, record: ImageRecord, state: str, error: str = "") -> None:
+        record.state, record.error = state, error
+        self._save(record)
+
+    def _save(self, record: ImageRecord) -> None:
+        with self._records_lock:
+            self.records[record.image_id] = record
+            path = self.records_dir / f"{record.image_id}.json"
+            control.write_atomic(path, json.dumps(asdict(record)))
+
+    def status(self, image_id: str) -> ImageRecord | None:
+        return self.records.get(image_id)
+
+    # Restores.
+    def start_restore(self, folder: Path, image_id: str) -> None:
+        """Prepares the image beside the starting job (its runtime waits for READY)."""
+        self.restorer.submit(self._materialize, folder, image_id)
+
+    def _materialize(self, folder: Path, image_id: str) -> None:
+        try:
+            manifest = json.loads(self.store.get_manifest(image_id))
+            # Chunks in local files are read in place by the job; otherwise copied here first.
+            if not images.link(self.store, manifest, folder, verify=self.settings.verify):
+                images.materialize(self.store, manifest, folder, verify=self.settings.verify)
+        except Exception as exc:  # noqa: BLE001 - the job reads the reason and fails with it
+            log.exception("materialising image %s failed", image_id)
+            folder.mkdir(parents=True, exist_ok=True)
+            control.write_atomic(folder / control.FAILED, f"image {image_id}: {type(exc).__name__}: {exc}")
+
+    def forget(self, job: LocalJob) -> None:
+        """A finished launch's tmpfs leftovers: a restore it never loaded, a copy a late rank
+        staged after its request was aborted. Copies still being written stay."""
+        folder = self.staging_of(job.job_id, job.epoch)
+        pending = {r.staging for r in self.records.values() if r.state == WRITING}
+        for child in folder.glob("*"):
+            if str(child) not in pending:
+                shutil.rmtree(child, ignore_errors=True)
+        if not pending & {str(c) for c in folder.glob("*")}:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def close(self) -> None:
+        self.writer.shutdown(wait=False)
+        self.restorer.shutdown(wait=False)
+
+
+def _alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie (exited, not yet reaped)."""
+    if not Path("/proc/self").exists():  # no procfs: existence is all we can tell
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _why(job: LocalJob, world: int, timeout_s: float, failed: dict[int, dict[str, Any]], missing: list[int]) -> str:
+    if failed:
+        rank, ack = next(iter(sorted(failed.items())))
+        return f"rank {rank} of {world} failed to copy its state: {ack.get('error', 'unknown error')}"
+    if job.exit_code() is not None:
+        return f"{job.job_id} exited (code {job.exit_code()}) before ranks {missing} of {world} reached a safe point"
+    return f"ranks {missing} of {world} did not reach a safe point within {timeout_s:g}s"

@@ -1,0 +1,84 @@
+"""Checkpoint settings, read from ROTA_* variables by the coordinator and the agents.
+
+    ROTA_CHUNK_STORE            chunk store directory (default ROTA_HOME/chunks: shared by
+                                every agent of a local cluster; a shared mount elsewhere)
+    ROTA_CHUNK_SIZE_MB          fixed chunk size (default 4; see bench/checkpoint/README.md)
+    ROTA_CHECKPOINT_FSYNC       1 (default): a chunk is on disk before its image is complete
+    ROTA_CHECKPOINT_VERIFY      1: a restore checks every chunk's digest first (default 0: about
+                                a second per 2 GB here; chunks are written once, atomically)
+    ROTA_STAGING_ROOT           where ranks copy their state (default a tmpfs: /dev/shm)
+    ROTA_CHECKPOINT_TIMEOUT     seconds every rank has to reach a safe point (default 10)
+    ROTA_CHECKPOINT_INTERVAL    periodic checkpoints of running jobs, seconds (0: off; default 0)
+    ROTA_CHECKPOINT_KEEP        complete images kept per job (default 3)
+    ROTA_CHECKPOINT_GC_INTERVAL seconds between retention + garbage collection runs (default 300)
+    ROTA_CHECKPOINT_GC_GRACE    a chunk younger than this is never collected (default 600)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from rota.checkpoint.images import DEFAULT_CHUNK_SIZE, MIB
+from rota.checkpoint.store import FileChunkStore
+
+# After "commit", how long a paused job's ranks have to exit (they skip the interpreter's
+# teardown, so a fraction of a second); a pause's time is this plus the safe-point wait,
+# and both fit in a service call's default deadline (30 s).
+EXIT_GRACE_S = 10.0
+
+
+def _float(name: str, default: float, minimum: float = 0.0) -> float:
+    raw = os.environ.get(name, "")
+    try:
+        value = float(raw) if raw else default
+    except ValueError as exc:
+        raise ValueError(f"{name}: not a number: {raw!r}") from exc
+    if value < minimum:
+        raise ValueError(f"{name}: must be at least {minimum:g}, got {value:g}")
+    return value
+
+
+def _flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "")
+    return default if not raw else raw not in ("0", "false", "no", "off")
+
+
+def default_staging_root(node: str) -> Path:
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(os.environ.get("TMPDIR", "/tmp"))
+    return base / f"rota-{os.getuid()}" / node
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    store_dir: Path
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    fsync: bool = True
+    verify: bool = False
+    staging_root: Path | None = None
+    timeout_s: float = 10.0
+    interval_s: float = 0.0
+    keep: int = 3
+    gc_interval_s: float = 300.0
+    gc_grace_s: float = 600.0
+
+    @staticmethod
+    def from_env(home: Path) -> CheckpointSettings:
+        staging = os.environ.get("ROTA_STAGING_ROOT")
+        return CheckpointSettings(
+            store_dir=Path(os.environ.get("ROTA_CHUNK_STORE") or home / "chunks"),
+            chunk_size=int(_float("ROTA_CHUNK_SIZE_MB", DEFAULT_CHUNK_SIZE / MIB, 1 / 1024) * MIB),
+            fsync=_flag("ROTA_CHECKPOINT_FSYNC", True),
+            verify=_flag("ROTA_CHECKPOINT_VERIFY", False),
+            staging_root=Path(staging) if staging else None,
+            timeout_s=_float("ROTA_CHECKPOINT_TIMEOUT", 10.0, 0.1),
+            interval_s=_float("ROTA_CHECKPOINT_INTERVAL", 0.0),
+            keep=int(_float("ROTA_CHECKPOINT_KEEP", 3, 1)),
+            gc_interval_s=_float("ROTA_CHECKPOINT_GC_INTERVAL", 300.0, 0.1),
+            gc_grace_s=_float("ROTA_CHECKPOINT_GC_GRACE", 600.0),
+        )
+
+    def store(self) -> FileChunkStore:
+        return FileChunkStore(self.store_dir, fsync=self.fsync)

@@ -1,0 +1,277 @@
+"""DetectorService: heartbeat streams, iteration reports, verdicts, re-plans and drains.
+
+Each job gets one normalised fail-slow detector in memory, fed by its reports in order
+(a new placement epoch or layout starts a fresh one, which warms up again). Rank heartbeat
+streams feed one monitor; a watcher task turns silence into `stop` verdicts and hands the
+job to its restart policy. Verdicts are committed to Postgres before anyone is told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+from sqlalchemy.orm import Session
+
+from rota.common.auth import Identity, current_identity
+from rota.common.db import Database
+from rota.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from rota.common.jobs_repo import Events
+from rota.common.live import LiveState
+from rota.detector import repository
+from rota.detector.failslow import JOB, SLOW, STOP, DetectorConfig, FailSlowDetector, Verdict
+from rota.detector.failstop import HeartbeatMonitor, Silent
+from rota.detector.layout import IterationReport, Layout, unflatten
+from rota.detector.models import VerdictRow
+from rota.detector.replan import replan
+from rota.v1 import detector_pb2, detector_pb2_grpc
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+MAX_LIMIT = 1000
+JOB_IDLE_S = 3600.0  # a job's detector is dropped after this long without a report (it warms up again)
+DEFAULT_LAYERS = 32
+DEFAULT_MICROBATCHES = 8
+RankKey = tuple[str, int, int]  # (job id, epoch, rank)
+
+
+@dataclass
+class JobWatch:
+    epoch: int
+    detector: FailSlowDetector
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    microbatches: int = DEFAULT_MICROBATCHES
+    seen: float = 0.0  # the service clock at its last report
+
+
+def layout_from_proto(msg: detector_pb2.Layout) -> Layout:
+    return Layout(msg.tp, msg.pp, msg.dp, tuple(msg.stage_of_rank))
+
+
+def layout_to_proto(layout: Layout) -> detector_pb2.Layout:
+    return detector_pb2.Layout(tp=layout.tp, pp=layout.pp, dp=layout.dp, stage_of_rank=list(layout.stages))
+
+
+def verdict_to_proto(row: VerdictRow) -> detector_pb2.Verdict:
+    return detector_pb2.Verdict(
+        subject=f"job/{row.job_id}/rank/{row.rank}", kind=row.kind, ratio=row.ratio, evidence=json.dumps(row.evidence),
+        job_id=row.job_id, rank=row.rank, iteration=row.iteration, node=row.node or "",
+        gpu=row.gpu if row.gpu is not None else -1, epoch=row.epoch,
+        at_unix=row.created_at.timestamp() if row.created_at else 0.0,
+    )
+
+
+def report_from_proto(request: detector_pb2.ReportIterationRequest) -> IterationReport:
+    if not request.HasField("layout"):
+        raise InvalidArgument("layout", "is required (tp, pp, dp)")
+    layout = layout_from_proto(request.layout)
+    seconds = tuple(None if s < 0 else s for s in request.rank_seconds)
+    if any(s is not None and not math.isfinite(s) for s in seconds):
+        raise InvalidArgument("rank_seconds", "a time is not a finite number")
+    micro = unflatten(list(request.sequence_lengths), list(request.sequences_per_micro_batch), layout.dp)
+    return IterationReport(request.iteration, layout, seconds, micro, request.iteration_seconds)
+
+
+class DetectorService(detector_pb2_grpc.DetectorServiceServicer):
+    def __init__(
+        self, db: Database, live: LiveState | None = None, *, config: DetectorConfig | None = None,
+        heartbeat_interval_s: float = 1.0, now: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.live = live
+        self.config = config or DetectorConfig()
+        self.now = now
+        self.monitor = HeartbeatMonitor(default_interval_s=heartbeat_interval_s)
+        self.jobs: dict[str, JobWatch] = {}
+
+    async def tx(self, fn: Callable[[Session], T]) -> T:
+        return await asyncio.to_thread(self.db.run, fn)
+
+    async def _visible(self, job_id: str, identity: Identity) -> repository.Placement:
+        repository.check_name("job_id", job_id, 32)
+        where = await self.tx(lambda s: repository.placement(s, job_id))
+        if where is None or not identity.may_access(where.tenant):  # another tenant's job reads as missing
+            raise NotFound(f"job {job_id} not found")
+        return where
+
+    # Heartbeats.
+    async def Heartbeat(self, request_iterator: AsyncIterator[detector_pb2.HeartbeatRequest],
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[detector_pb2.HeartbeatResponse]:
+        identity = current_identity()
+        known: set[RankKey] = set()
+        try:
+            async for beat in request_iterator:
+                if not beat.job_id:
+                    raise InvalidArgument("job_id", "a heartbeat stream is a job rank's (nodes beat to the api)")
+                if not beat.interval_seconds >= 0 or not math.isfinite(beat.interval_seconds):
+                    raise InvalidArgument("interval_seconds", "must be a finite number of at least 0")
+                key = (beat.job_id, beat.epoch, beat.rank)
+                if key not in known:
+                    key = await self._rank_source(beat, identity)
+                    known.add(key)
+                self.monitor.beat(key, self.now(), beat.interval_seconds or None)
+                yield detector_pb2.HeartbeatResponse(sequence=beat.sequence)
+        finally:
+            for key in known:  # the stream ended: its ranks said goodbye (or their agent went away)
+                self.monitor.end(key)
+
+    async def _rank_source(self, beat: detector_pb2.HeartbeatRequest, identity: Identity) -> RankKey:
+        where = await self._visible(beat.job_id, identity)
+        epoch = beat.epoch or where.epoch
+        if epoch != where.epoch or not where.holding:
+            raise FailedPrecondition(f"job {beat.job_id} does not run under epoch {epoch} (now {where.state}, "
+                                     f"epoch {where.epoch}): stop this copy")
+        if beat.rank < 0:
+            raise InvalidArgument("rank", f"must be at least 0 (got {beat.rank})")
+        return beat.job_id, epoch, beat.rank
+
+    async def watch_forever(self, period_s: float | None = None) -> None:
+        """Turns silence into verdicts; runs beside the server."""
+        while True:
+            try:
+                await self.check_silence()
+            except Exception:  # noqa: BLE001 - the watcher must outlive any one failure
+                log.exception("silence check failed")
+            await asyncio.sleep(period_s or self.monitor.default_interval_s / 2)
+
+    async def check_silence(self) -> list[Silent]:
+        now = self.now()
+        for job_id in [j for j, w in self.jobs.items() if now - w.seen > JOB_IDLE_S]:  # finished or gone
+            del self.jobs[job_id]
+        silent = self.monitor.expired(now)
+        for s in silent:
+            await self._rank_silent(s)
+        return silent
+
+    async def _rank_silent(self, s: Silent) -> None:
+        key: RankKey = s.source  # type: ignore[assignment]
+        job_id, epoch, rank = key
+        watch = self.jobs.get(job_id)
+        iteration = watch.detector.last_iteration if watch is not None and watch.epoch == epoch else -1
+        why = f"rank {rank} missed heartbeats for {s.silent_s:.1f}s (timeout {s.timeout_s:g}s)"
+        verdict = Verdict(rank, STOP, iteration, s.silent_s / s.timeout_s, {
+            "silent_s": round(s.silent_s, 3), "timeout_s": s.timeout_s, "last_beat_unix": s.last_beat, "why": why,
+        })
+        events = Events()
+
+        def record(session: Session) -> bool:
+            where = repository.placement(session, job_id)
+            if where is None:
+                return False
+            repository.record_verdict(session, where, epoch, verdict, {})
+            return repository.rank_lost(session, job_id, epoch, why, events)
+
+        handled = await self.tx(record)
+        log.warning("job %s: %s%s", job_id, why, "; handed to its restart policy" if handled else "")
+        await self._publish(events)
+
+    async def _publish(self, events: Events) -> None:
+        if self.live is None or not events.items:
+            return
+        live = self.live
+
+        def send() -> None:
+            for job_id, event, snapshot in events.items:
+                live.publish_job_event(job_id, event, snapshot)
+
+        try:
+            await asyncio.to_thread(send)
+        except Exception as exc:  # noqa: BLE001 - Redis is a cache; Postgres has the change
+            log.warning("could not publish %d job events: %s", len(events.items), exc)
+
+    # Iteration reports.
+    async def ReportIteration(self, request: detector_pb2.ReportIterationRequest,
+                              context: grpc.aio.ServicerContext) -> detector_pb2.ReportIterationResponse:
+        identity = current_identity()
+        where = await self._visible(request.job_id, identity)
+        epoch = request.epoch or where.epoch
+        if epoch != where.epoch:
+            raise FailedPrecondition(f"job {request.job_id} runs under epoch {where.epoch}, not {epoch}")
+        report = report_from_proto(request)
+        watch = self.jobs.get(where.job_id)
+        if watch is None or watch.epoch != epoch or watch.detector.layout != report.layout:
+            watch = self.jobs[where.job_id] = JobWatch(epoch, FailSlowDetector(report.layout, self.config), seen=self.now())
+        async with watch.lock:
+            watch.microbatches, watch.seen = len(report.micro_batches[0]), self.now()
+            found = await asyncio.to_thread(watch.detector.observe, report)
+            if not found:
+                return detector_pb2.ReportIterationResponse()
+            extra = {"layout": {**report.layout.as_dict(), "stages": list(report.layout.stages)},
+                     "microbatches": watch.microbatches}
+            rows = await self.tx(lambda s: [r for v in found if (r := repository.record_verdict(s, where, epoch, v, extra))])
+        for v in found:
+            log.warning("job %s: rank %d %s at iteration %d (ratio %.3f)", where.job_id, v.rank, v.kind, v.iteration, v.ratio)
+        return detector_pb2.ReportIterationResponse(verdicts=[verdict_to_proto(r) for r in rows])
+
+    # Reading verdicts.
+    async def Verdicts(self, request: detector_pb2.VerdictsRequest,
+                       context: grpc.aio.ServicerContext) -> detector_pb2.VerdictsResponse:
+        identity = current_identity()
+        limit = request.limit or 100
+        if not 1 <= limit <= MAX_LIMIT:
+            raise InvalidArgument("limit", f"must be 1..{MAX_LIMIT} (got {limit})")
+        if request.job_id:
+            await self._visible(request.job_id, identity)
+        tenant = "" if identity.is_admin else identity.tenant
+        rows = await self.tx(lambda s: repository.verdicts(s, job_id=request.job_id, tenant=tenant, limit=limit))
+        return detector_pb2.VerdictsResponse(verdicts=[verdict_to_proto(r) for r in rows])
+
+    # Re-plans.
+    async def Replan(self, request: detector_pb2.ReplanRequest, context: grpc.aio.ServicerContext) -> detector_pb2.ReplanResponse:
+        identity = current_identity()
+        layers = request.layers or DEFAULT_LAYERS
+        microbatches = request.microbatches or DEFAULT_MICROBATCHES
+        speeds = list(request.device_speeds)
+        layout = layout_from_proto(request.layout) if request.HasField("layout") else None
+        if request.job_id:
+            layout, speeds, microbatches = await self._job_replan_inputs(request, identity, layout, speeds, microbatches)
+        if layout is None:
+            raise InvalidArgument("layout", "is required (or give job_id of a job that reported iterations)")
+        if not speeds:
+            raise InvalidArgument("device_speeds", "give one speed per rank (1 nominal, 0 dead), or a job_id")
+        plan = await asyncio.to_thread(replan, layout, speeds, layers=layers, microbatches=microbatches)
+        return detector_pb2.ReplanResponse(
+            layout=layout_to_proto(plan.layout), layers_per_stage=plan.layers_per_stage,
+            throughput_before=plan.throughput_before, throughput_after=plan.throughput_after,
+            throughput_drop_group=plan.throughput_drop_group,
+            stages=[detector_pb2.StagePlan(replica=s.replica, stage=s.stage, ranks=list(s.ranks), layers=s.layers, speed=s.speed)
+                    for s in plan.stages],
+            microbatches_per_replica=list(plan.microbatches), idle_ranks=list(plan.idle), device_speeds=speeds,
+        )
+
+    async def _job_replan_inputs(
+        self, request: detector_pb2.ReplanRequest, identity: Identity, layout: Layout | None, speeds: list[float],
+        microbatches: int,
+    ) -> tuple[Layout | None, list[float], int]:
+        """The job's layout (from its reports) and speeds (from its verdicts of the current epoch)."""
+        where = await self._visible(request.job_id, identity)
+        rows = await self.tx(lambda s: repository.verdicts(s, job_id=where.job_id, limit=MAX_LIMIT))
+        rows = [r for r in rows if r.epoch == where.epoch and r.rank != JOB]
+        watch = self.jobs.get(where.job_id)
+        if layout is None and watch is not None and watch.epoch == where.epoch:
+            layout, microbatches = watch.detector.layout, request.microbatches or watch.microbatches
+        if layout is None and rows and "layout" in rows[0].evidence:
+            saved: dict[str, Any] = rows[0].evidence["layout"]
+            layout = Layout(int(saved["tp"]), int(saved["pp"]), int(saved["dp"]), tuple(saved.get("stages") or ()))
+            microbatches = request.microbatches or int(rows[0].evidence.get("microbatches") or microbatches)
+        if layout is not None and not speeds:
+            speeds = [1.0] * layout.ranks
+            for r in rows:
+                if 0 <= r.rank < layout.ranks:
+                    speeds[r.rank] = 0.0 if r.kind == STOP else min(speeds[r.rank], 1 / r.ratio if r.kind == SLOW and r.ratio > 0 else 1.0)
+        return layout, speeds, microbatches
+
+    # Draining.
+    async def Drain(self, request: detector_pb2.DrainRequest, context: grpc.aio.ServicerContext) -> detector_pb2.DrainResponse:
+        current_identity().require_admin()
+        health, running = await self.tx(lambda s: repository.drain(s, request.node, request.undo))
+        log.info("node %s is %s (%d jobs still running there)%s", request.node, health, running,
+                 f": {request.reason}" if request.reason else "")
+        return detector_pb2.DrainResponse(node=request.node, health=health, running_jobs=running)

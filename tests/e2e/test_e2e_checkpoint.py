@@ -1,0 +1,152 @@
+"""Pause, resume and migrate on a real local cluster (two nodes of one GPU slot each).
+
+A paused job is PAUSED and holds no GPU; resumed on the same node and then on the other
+one it continues from its image's step, and its losses are bit-identical to an
+uninterrupted run's with the same seed: for the example LM, and for a two-rank gloo job
+paused, resumed and then migrated.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import REPO, RunningCluster, processes_of, start_cluster
+
+from rota.client import FailedPreconditionError, spec_from_mapping
+
+pytestmark = pytest.mark.e2e
+
+LM = ["python", "examples/train_lm.py", "--steps", "60", "--seed", "5", "--report-every", "5"]
+DDP = ["python", "examples/train_ddp.py", "--steps", "50", "--seed", "3", "--ranks", "2", "--report-every", "5"]
+DELAY = ["--step-delay", "0.1"]  # slow enough to pause mid-run, short enough for CI
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url: str) -> Iterator[RunningCluster]:
+    url = databases.create()
+    home = tmp_path_factory.mktemp("ckpt") / "home"
+    # Chunks land in the cluster's own store; tmpfs staging is per-node under it.
+    running = start_cluster(home, url, redis_url, nodes=2, gpus_per_node=1,
+                            extra_env={"ROTA_STAGING_ROOT": str(home.parent / "staging")})
+    try:
+        running.cli("tenants", "add", "demo")
+        yield running
+    finally:
+        running.stop()
+        databases.drop(url)
+
+
+def reference(command: list[str], out: Path) -> list[str]:
+    """The same job run straight through, outside Rota: the losses to match."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
+    subprocess.run([sys.executable, *command[1:], "--losses", str(out)], cwd=REPO, env=env, check=True,
+                   capture_output=True, timeout=300)
+    return out.read_text().splitlines()
+
+
+def submit(cluster: RunningCluster, name: str, command: list[str]) -> str:
+    spec = spec_from_mapping({"name": name, "tenant": "demo", "kind": "training", "gpus": 1, "command": command,
+                              "preemptible": True}, base_dir=REPO)
+    with cluster.client() as client:
+        return client.submit(spec=spec).id
+
+
+def wait_lines(path: Path, at_least: int, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() or len(path.read_text().splitlines()) < at_least:
+        assert time.monotonic() < deadline, f"{path} has too few lines"
+        time.sleep(0.1)
+
+
+def gpu_holders(cluster: RunningCluster) -> dict[str, str | None]:
+    return {n["name"]: n["gpus"][0]["job"] for n in cluster.cli_json("nodes")}
+
+
+def pause(cluster: RunningCluster, job_id: str) -> dict[str, Any]:
+    paused: dict[str, Any] = cluster.cli_json("pause", job_id, "--timeout", "15")
+    job = cluster.wait_job(job_id, ("PAUSED",), timeout_s=10)
+    assert job.node == "" and job.gpus == [], job
+    assert job_id not in gpu_holders(cluster).values()
+    deadline = time.monotonic() + 10
+    while processes_of(job_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_of(job_id) == []
+    return paused
+
+
+def test_a_paused_job_resumes_on_its_node_and_on_another_with_identical_losses(
+    cluster: RunningCluster, tmp_path: Path
+) -> None:
+    losses = tmp_path / "lm.txt"
+    job_id = submit(cluster, "lm", [*LM, *DELAY, "--losses", str(losses)])
+    first = cluster.wait_job(job_id, ("RUNNING",)).node
+    filler = submit(cluster, "filler", ["python", "examples/sleep_job.py", "--seconds", "300"])
+    other = cluster.wait_job(filler, ("RUNNING",)).node
+    assert {first, other} == {"node-1", "node-2"}
+    want = reference(LM, tmp_path / "ref.txt")
+
+    # A job that never registered state cannot be paused: a clear reason, and it runs on.
+    with cluster.client() as client, pytest.raises(FailedPreconditionError, match="rota.runtime"):
+        client.pause(filler, timeout=timedelta(seconds=2))
+    assert cluster.wait_job(filler, ("RUNNING",)).node == other
+
+    wait_lines(losses, 8)
+    paused = pause(cluster, job_id)
+    assert paused["step"] >= 8 and paused["pause_seconds"] > 0
+    resumed = cluster.cli_json("resume", job_id, "--wait", "60")
+    assert resumed["node"] == first and resumed["step"] == paused["step"]  # the only free GPU
+
+    wait_lines(losses, paused["step"] + 8)
+    again = pause(cluster, job_id)
+    assert again["step"] > paused["step"]
+    blocker = submit(cluster, "blocker", ["python", "examples/sleep_job.py", "--seconds", "300"])
+    assert cluster.wait_job(blocker, ("RUNNING",)).node == first
+    cluster.cli("cancel", filler)
+    moved = cluster.cli_json("resume", job_id, "--wait", "60")
+    assert moved["node"] == other and moved["step"] == again["step"]
+
+    done = cluster.wait_job(job_id, timeout_s=180)
+    cluster.cli("cancel", blocker)
+    assert done.state == "SUCCEEDED", done.reason
+    assert losses.read_text().splitlines() == want
+    states = [h.to_state for h in done.history]
+    assert states.count("PAUSED") == 2 and states[-1] == "SUCCEEDED"
+    images = cluster.cli_json("checkpoints", job_id)
+    assert [i["step"] for i in images["images"] if i["state"] == "complete"] == [paused["step"], again["step"]]
+
+
+def test_a_two_rank_gloo_job_pauses_and_resumes_with_identical_losses_and_dedup(
+    cluster: RunningCluster, tmp_path: Path
+) -> None:
+    losses = tmp_path / "ddp.txt"
+    job_id = submit(cluster, "ddp", [*DDP, *DELAY, "--losses", str(losses)])
+    cluster.wait_job(job_id, ("RUNNING",))
+    want = reference(DDP, tmp_path / "ref.txt")
+    wait_lines(losses, 6)
+    paused = pause(cluster, job_id)
+    assert paused["ranks"] == 2
+    resumed = cluster.cli_json("resume", job_id, "--wait", "60")
+    wait_lines(losses, paused["step"] + 6)
+    moved = cluster.cli_json("migrate", job_id, "--wait", "60")  # pause, write, resume: one call
+    assert moved["from_node"] == resumed["node"] and moved["step"] > paused["step"] and moved["node"]
+    done = cluster.wait_job(job_id, timeout_s=180)
+    assert done.state == "SUCCEEDED", done.reason
+    assert losses.read_text().splitlines() == want
+
+    images = cluster.cli_json("checkpoints", job_id)
+    assert [i["step"] for i in images["images"]] == [paused["step"], moved["step"]]
+    image = images["images"][0]
+    assert image["state"] == "complete" and image["ranks"] == 2 and image["step"] == paused["step"]
+    # The ranks' model and optimizer are replicas: stored once, so well under twice one rank.
+    assert image["stored_bytes"] < 0.7 * image["logical_bytes"]
+    assert image["dedup_ratio"] > 1.4
+    table = cluster.cli("checkpoints", job_id).stdout
+    assert image["id"] in table and "dedup" in table

@@ -1,0 +1,96 @@
+"""The failure detector on a real local cluster: a job's iteration reports become verdicts
+(`rota health`, `rota job ID`), a hung job's silent ranks stop it, and a drained node
+takes no new job while its running one goes on."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from cluster import REPO, RunningCluster, start_cluster
+
+from rota.client import load_job_file, spec_from_mapping
+
+SLOW_RANK, SLOW_FROM = 5, 60
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url: str) -> Iterator[RunningCluster]:
+    url = databases.create()
+    running = start_cluster(tmp_path_factory.mktemp("detector") / "home", url, redis_url,
+                            extra_env={"ROTA_DETECTOR_WARMUP": "30"})
+    try:
+        running.cli("tenants", "add", "demo")
+        yield running
+    finally:
+        running.stop()
+        databases.drop(url)
+
+
+def _spec(file: str, **changes: Any) -> Any:
+    return spec_from_mapping({**load_job_file(REPO / "examples" / file), **changes}, base_dir=REPO)
+
+
+def _until(what: Callable[[], Any], timeout_s: float, why: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = what()
+        if found:
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {why}")
+
+
+def test_a_report_stream_reaches_verdicts_and_a_hung_job_is_stopped(cluster: RunningCluster) -> None:
+    command = ["python", "examples/pipeline_job.py", "--iterations", "400", "--slow-rank", str(SLOW_RANK),
+               "--slow-factor", "1.3", "--slow-from", str(SLOW_FROM), "--hang-at", "120", "--pace", "0.02"]
+    with cluster.client() as client:
+        job = client.submit(spec=_spec("pipeline.yaml", command=command))
+    # 1. Fail-slow: the slow rank, and only it, in `rota health` and `rota job ID`.
+    slow = _until(lambda: [v for v in cluster.cli_json("health", "--job", job.id)["verdicts"] if v["kind"] == "slow"],
+                  90, "a slow verdict")
+    assert [(v["rank"], v["job_id"]) for v in slow] == [(SLOW_RANK, job.id)]
+    assert slow[0]["iteration"] >= SLOW_FROM and slow[0]["ratio"] == pytest.approx(1.3, rel=0.05)
+    assert slow[0]["evidence"]["stage"] == 2 and len(slow[0]["evidence"]["rank_ratios"]) == 5
+    shown = cluster.cli_json("job", job.id)
+    assert any(v["kind"] == "slow" and v["rank"] == SLOW_RANK for v in shown["verdicts"])
+    text = cluster.cli("job", job.id).stdout
+    assert f"rank {SLOW_RANK} (stage 2, replica 0) slow: 1.3" in text
+    # 2. Fail-stop: after iteration 120 the job goes quiet; its ranks are declared dead and
+    #    the job (restart: never) fails with the reason, and its process is stopped.
+    failed = cluster.wait_job(job.id, ("FAILED",), timeout_s=60)
+    assert "missed heartbeats" in failed.reason
+    kinds = {v["kind"] for v in cluster.cli_json("job", job.id)["verdicts"]}
+    assert kinds == {"slow", "stop"}
+    health_text = cluster.cli("health").stdout
+    assert job.id in health_text and "missed heartbeats" in health_text
+
+
+def test_a_drained_node_takes_no_new_job_while_its_running_job_goes_on(cluster: RunningCluster) -> None:
+    sleep = ["python", "examples/sleep_job.py", "--seconds", "120"]
+    with cluster.client() as client:
+        first = client.submit(spec=_spec("sleep.yaml", gpus=2, command=sleep))
+        node = cluster.wait_job(first.id, ("RUNNING",), timeout_s=60).node
+        drained = cluster.cli_json("drain", node)
+        assert (drained["health"], drained["running_jobs"]) == ("DRAINING", 1)
+        assert {n["name"]: n["health"] for n in cluster.cli_json("nodes")}[node] == "DRAINING"
+        second = client.submit(spec=_spec("sleep.yaml", gpus=2, command=sleep))
+        other = cluster.wait_job(second.id, ("RUNNING",), timeout_s=60).node
+        assert other != node
+        third = client.submit(spec=_spec("sleep.yaml", gpus=2, command=sleep))
+        time.sleep(3)  # many scheduling cycles: the drained node has no free GPUs for it either way,
+        assert client.get_job(third.id).state == "PENDING"
+        client.cancel(second.id)  # ... so free the other node: the third job goes there, not to the drained one
+        assert cluster.wait_job(third.id, ("RUNNING",), timeout_s=60).node == other
+        assert client.get_job(first.id).state == "RUNNING" and client.get_job(first.id).node == node
+        client.cancel(first.id)
+        time.sleep(2)  # the drained node is now empty and still gets nothing
+        fourth = client.submit(spec=_spec("sleep.yaml", gpus=2, command=sleep))
+        time.sleep(3)
+        assert client.get_job(fourth.id).state == "PENDING"
+        assert cluster.cli_json("drain", node, "--undo")["health"] == "ALIVE"
+        assert cluster.wait_job(fourth.id, ("RUNNING",), timeout_s=60).node == node
+        for j in (third, fourth):
+            client.cancel(j.id)

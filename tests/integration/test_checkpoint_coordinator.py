@@ -1,0 +1,270 @@
+"""The checkpoint coordinator on a real PostgreSQL, with a scripted agent: manifests and
+chunk references, durable operations, a coordinator restarted mid-operation, retention and
+garbage collection, and what the allocator and the api read from it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from sqlalchemy import select, update
+
+from rota.allocator import repository as alloc
+from rota.allocator.liveplan import Start
+from rota.allocator.loop import SchedulingLoop
+from rota.api import repository as api
+from rota.checkpoint import gc
+from rota.checkpoint import repository as repo
+from rota.checkpoint.config import CheckpointSettings
+from rota.checkpoint.coordinator import AgentCallFailed, Coordinator
+from rota.checkpoint.images import chunk_digests, digest_of, materialize, write_staged
+from rota.checkpoint.models import ImageRow, ManifestRow, OperationRow
+from rota.checkpoint.store import FileChunkStore
+from rota.common import jobstate as js
+from rota.common.db import Database
+from rota.common.jobs_repo import Events, get_job
+from rota.common.jobspec import JobSpecData, validate
+from rota.common.models import GpuClaimRow, GpuRow, PlacementRow
+from rota.runtime import imagefmt
+from rota.v1 import agent_pb2
+
+
+class ScriptedAgent:
+    """Answers as an agent would: takes a real two-rank copy into a real chunk store."""
+
+    def __init__(self, store: FileChunkStore, work: Path) -> None:
+        self.store = store
+        self.work = work
+        self.images: dict[str, agent_pb2.AgentImageStatusResponse] = {}
+        self.error: AgentCallFailed | None = None
+        self.step = 0
+        self.seed = secrets.randbits(48)
+
+    def take(self, image_id: str) -> agent_pb2.AgentImageStatusResponse:
+        self.step += 10
+        gen = torch.Generator().manual_seed(self.seed + self.step)  # bytes of this test's own
+        state = {"object:model": torch.randn(200_000, generator=gen), "rng": torch.randn(10, generator=gen)}
+        folder = self.work / image_id
+        for rank in range(2):  # replicated model, per-rank RNG
+            imagefmt.stage(folder, rank, 2, self.step, {**state, "rng": torch.full((10,), float(rank))})
+        written = write_staged(self.store, folder, 2, 64 * 1024)
+        self.store.put_manifest(image_id, b"{}")
+        status = agent_pb2.AgentImageStatusResponse(
+            state="complete", manifest_json=json.dumps(written.manifest).encode(), logical_bytes=written.logical_bytes,
+            written_bytes=written.written_bytes, chunks=written.chunks, write_seconds=written.seconds,
+            step=self.step, ranks=2,
+        )
+        self.images[image_id] = status
+        return status
+
+    async def checkpoint(self, address: str, request: agent_pb2.AgentCheckpointRequest,
+                         timeout_s: float) -> agent_pb2.AgentCheckpointResponse:
+        if self.error is not None:
+            raise self.error
+        status = self.take(request.image_id)
+        return agent_pb2.AgentCheckpointResponse(
+            image_id=request.image_id, registered=True, step=status.step, ranks=2, logical_bytes=status.logical_bytes,
+            copy_seconds=0.01, pause_seconds=0.02 if request.pause else 0.0,
+        )
+
+    async def image_status(self, address: str, image_id: str) -> agent_pb2.AgentImageStatusResponse:
+        return self.images.get(image_id, agent_pb2.AgentImageStatusResponse(state="unknown"))
+
+
+@pytest.fixture(scope="module")
+def db(databases: Any) -> Iterator[Database]:
+    with databases.migrated() as database:  # retention and GC read every image: a database of our own
+        yield database
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> ScriptedAgent:
+    return ScriptedAgent(FileChunkStore(tmp_path / "chunks", fsync=False), tmp_path / "staged")
+
+
+def coordinator(db: Database, agent: ScriptedAgent) -> Coordinator:
+    return Coordinator(db, agent, CheckpointSettings(store_dir=agent.store.root, timeout_s=1.0), poll_s=0.01)
+
+
+def running_job(db: Database) -> str:
+    tenant, node = "t-" + secrets.token_hex(4), "n-" + secrets.token_hex(4)
+    db.run(lambda s: api.create_tenant(s, tenant, 1.0, secrets.token_hex(32)))
+    gpus = [GpuRow(node=node, index=i, uuid=f"{node}-{i}", model="virtual", virtual=True) for i in range(2)]
+    db.run(lambda s: api.register_node(s, node, "127.0.0.1:1", gpus))
+    spec = validate(JobSpecData(name="ft", tenant=tenant, kind="training", priority=5, gpus=1, command=["true"]),
+                    max_gpus_per_node=0)
+    job, _ = db.run(lambda s: api.submit_job(s, spec, "", Events()))
+    placed = db.run(lambda s: alloc.commit_decision(s, Start(job.id, node, (1,)), Events()))
+    assert placed is not None
+    report = api.JobReport(job.id, placed.epoch, js.RUNNING, 0, "", {"step": 1})
+    db.run(lambda s: api.heartbeat(s, node, [report], Events()))
+    return str(job.id)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def settled(c: Coordinator, coro: Any) -> Any:
+    """The call's answer, once every task it left behind (the background write) is done."""
+    result = await coro
+    while c.tasks:
+        await asyncio.gather(*list(c.tasks))
+    return result
+
+
+def claims(db: Database, job_id: str) -> list[GpuClaimRow]:
+    return list(db.run(lambda s: s.scalars(select(GpuClaimRow).where(GpuClaimRow.job_id == job_id)).all()))
+
+
+def test_pause_frees_the_gpus_records_a_deduplicated_image_and_resume_restores_from_it(
+    db: Database, agent: ScriptedAgent
+) -> None:
+    job_id = running_job(db)
+    c = coordinator(db, agent)
+    op = run(settled(c, c.pause(job_id)))
+    assert op.state == repo.WRITING  # returned once the GPUs were free; the write went on
+    job = db.run(lambda s: get_job(s, job_id))
+    assert job is not None and job.state == js.PAUSED and job.node is None and "paused at step 10" in job.reason
+    assert claims(db, job_id) == []
+    placements = db.run(lambda s: s.scalars(select(PlacementRow).where(PlacementRow.job_id == job_id)).all())
+    assert all(p.released_at is not None for p in placements)  # the ledger charges running time only
+    image = db.run(lambda s: repo.latest_image(s, job_id))
+    assert image is not None and image.state == repo.COMPLETE and image.ranks == 2 and image.step == 10
+    assert db.run(lambda s: s.get(OperationRow, op.id)).state == repo.DONE
+    manifests = db.run(lambda s: s.scalars(select(ManifestRow).where(ManifestRow.image_id == image.id)).all())
+    assert sorted(m.rank for m in manifests) == [0, 1]
+    assert image.stored_bytes < 0.6 * image.logical_bytes  # the replicated model is stored once
+    cost = db.run(lambda s: repo.checkpoint_costs(s, [job_id]))[job_id]
+    assert cost.pause_s == 0.02 and cost.pauses == 1 and cost.logical_bytes == image.logical_bytes
+
+    resumed, placed = run(settled(c, c.resume(job_id, node="n-target")))
+    assert resumed.state == repo.DONE and placed.state == js.PENDING
+    job = db.run(lambda s: get_job(s, job_id))
+    assert job.state == js.PENDING and image.id in job.reason and "step 10" in job.reason
+    assert db.run(lambda s: repo.resume_image(s, job_id)) == image.id
+    assert db.run(lambda s: repo.resume_target(s, job_id)) == "n-target"
+
+    # The allocator's launch carries the image to the agent.
+    node = placements[0].node
+    request = db.run(lambda s: SchedulingLoop._commit_start(s, Start(job_id, node, (0,)), Events()))
+    assert request.resume_image == image.id
+
+
+def test_a_pause_no_rank_acknowledges_fails_and_the_job_runs_on_with_its_last_image(
+    db: Database, agent: ScriptedAgent
+) -> None:
+    job_id = running_job(db)
+    c = coordinator(db, agent)
+    good = run(settled(c, c.checkpoint(job_id)))
+    assert good.state == repo.DONE
+    agent.error = AgentCallFailed("ranks [1] of 2 did not reach a safe point within 1s; every rank carries on")
+    op = run(settled(c, c.pause(job_id)))
+    assert op.state == repo.FAILED and "ranks [1] of 2" in op.error and good.image_id in op.error
+    job = db.run(lambda s: get_job(s, job_id))
+    assert job.state == js.RUNNING and len(claims(db, job_id)) == 1
+    assert db.run(lambda s: s.get(ImageRow, op.image_id)).state == repo.FAILED
+    assert db.run(lambda s: repo.resume_image(s, job_id)) == good.image_id
+
+
+def start_op(db: Database, c: Coordinator, job_id: str, kind: str, state: str) -> OperationRow:
+    op, _ = db.run(lambda s: c._start(s, job_id, kind, "", "", 0.2))
+    db.run(lambda s: repo.set_operation(s, op.id, state))
+    return op
+
+
+def test_a_restarted_coordinator_finishes_a_pause_the_agent_had_taken(db: Database, agent: ScriptedAgent) -> None:
+    job_id = running_job(db)
+    op = start_op(db, coordinator(db, agent), job_id, "pause", repo.COPYING)
+    agent.take(op.image_id)  # the agent took the copy; the coordinator died before hearing it
+    fresh = coordinator(db, agent)
+    assert run(settled(fresh, fresh.recover())) == 1
+    assert db.run(lambda s: s.get(OperationRow, op.id)).state == repo.DONE
+    assert db.run(lambda s: get_job(s, job_id)).state == js.PAUSED and claims(db, job_id) == []
+    assert db.run(lambda s: repo.resume_image(s, job_id)) == op.image_id
+
+
+def test_a_restarted_coordinator_rolls_back_a_copy_the_agent_never_took(db: Database, agent: ScriptedAgent) -> None:
+    job_id, other = running_job(db), running_job(db)
+    c = coordinator(db, agent)
+    good = run(settled(c, c.checkpoint(job_id)))
+    copying = start_op(db, c, job_id, "pause", repo.COPYING)
+    requested = start_op(db, c, other, "checkpoint", repo.REQUESTED)
+    db.run(lambda s: s.execute(update(OperationRow).where(OperationRow.id == copying.id)
+                               .values(updated_at=repo.utcnow() - timedelta(minutes=5))))
+    fresh = coordinator(db, agent)
+    assert run(settled(fresh, fresh.recover())) == 2
+    for op in (copying, requested):
+        row = db.run(lambda s, op=op: s.get(OperationRow, op.id))
+        assert row.state == repo.FAILED and "rolled back" in row.error
+        assert db.run(lambda s, op=op: s.get(ImageRow, op.image_id)).state == repo.FAILED
+    for job in (job_id, other):
+        assert db.run(lambda s, job=job: get_job(s, job)).state == js.RUNNING and len(claims(db, job)) == 1
+    assert db.run(lambda s: repo.resume_image(s, job_id)) == good.image_id
+
+
+def test_a_write_that_fails_after_a_restart_keeps_the_last_good_image(db: Database, agent: ScriptedAgent) -> None:
+    job_id = running_job(db)
+    c = coordinator(db, agent)
+    good = run(settled(c, c.checkpoint(job_id)))
+    op = start_op(db, c, job_id, "pause", repo.COPYING)
+    agent.images[op.image_id] = agent_pb2.AgentImageStatusResponse(state="writing", step=20, ranks=2)
+    run(c._adopt_copy(op))  # the copy was taken: the job is PAUSED, the write goes on
+    assert db.run(lambda s: get_job(s, job_id)).state == js.PAUSED
+    agent.images[op.image_id] = agent_pb2.AgentImageStatusResponse(state="failed", error="disk full")
+    fresh = coordinator(db, agent)
+    run(settled(fresh, fresh.recover()))
+    row = db.run(lambda s: s.get(OperationRow, op.id))
+    assert row.state == repo.FAILED and "disk full" in row.error and good.image_id in row.error
+    assert db.run(lambda s: repo.resume_image(s, job_id)) == good.image_id
+    _, placed = run(settled(fresh, fresh.resume(job_id)))
+    assert placed.state == js.PENDING  # resumes from the last good image
+
+
+def test_retention_and_gc_free_what_no_kept_image_names_and_spare_a_write_in_flight(
+    db: Database, agent: ScriptedAgent, tmp_path: Path
+) -> None:
+    job_id = running_job(db)
+    c = coordinator(db, agent)
+    ops = [run(settled(c, c.checkpoint(job_id))) for _ in range(5)]
+    images = {op.image_id: agent.images[op.image_id] for op in ops}
+    chunks = {i: set(chunk_digests(json.loads(s.manifest_json))) for i, s in images.items()}
+    store = agent.store
+    old = time.time() - 7200
+    for chunk in store.chunks():
+        os.utime(store.path(chunk.digest), (old, old))
+    in_flight = os.urandom(1000)  # written by a checkpoint not yet recorded: recent
+    store.put(digest_of(in_flight), in_flight)
+
+    report = gc.collect(db, store, keep=3, grace=timedelta(minutes=10), finished_for=timedelta(hours=1))
+    kept = [op.image_id for op in ops[2:]]
+    assert report.images == 2
+    remaining = {v.image.id for v in db.run(lambda s: repo.list_images(s, job_id))}
+    assert remaining == set(kept)
+    live = {ch.digest for ch in store.chunks()}
+    needed = set().union(*(chunks[i] for i in kept))
+    assert needed <= live
+    assert not (chunks[ops[0].image_id] - needed) & live  # the deleted images' own chunks are gone
+    assert digest_of(in_flight) in live
+    assert report.chunks == len((chunks[ops[0].image_id] | chunks[ops[1].image_id]) - needed)
+    manifest = json.loads(images[kept[-1]].manifest_json)
+    materialize(store, manifest, tmp_path / "restore")  # the newest image is whole
+    assert (tmp_path / "restore" / "READY").exists()
+
+
+def test_an_agent_report_of_a_paused_exit_makes_the_job_paused_not_failed(db: Database) -> None:
+    job_id = running_job(db)
+    job = db.run(lambda s: get_job(s, job_id))
+    report = api.JobReport(job_id, job.epoch, js.PAUSED, 0, "", {"step": 42})
+    db.run(lambda s: api.heartbeat(s, job.node, [report], Events()))
+    job = db.run(lambda s: get_job(s, job_id))
+    assert job.state == js.PAUSED and "paused at step 42" in job.reason and claims(db, job_id) == []
