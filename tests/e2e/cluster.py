@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -122,3 +123,17 @@ def job_processes() -> dict[str, dict[str, str]]:
 
 def processes_of(job_id: str) -> list[str]:
     return [pid for pid, env in job_processes().items() if env.get("ROTA_JOB_ID") == job_id]
+
+
+def own_cluster(
+    tmp_path_factory: Any, databases: Any, redis_url: str, name: str, **options: Any
+) -> Iterator[RunningCluster]:
+    """A module's own cluster on its own database, with tenant `demo`; stopped and dropped after."""
+    url = databases.create()
+    running = start_cluster(tmp_path_factory.mktemp(name) / "home", url, redis_url, **options)
+    try:
+        running.cli("tenants", "add", "demo")
+        yield running
+    finally:
+        running.stop()
+        databases.drop(url)

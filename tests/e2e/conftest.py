@@ -9,16 +9,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from cluster import RunningCluster, start_cluster  # noqa: E402
+from cluster import RunningCluster, own_cluster  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url: str) -> Iterator[RunningCluster]:
-    url = databases.create()
-    running = start_cluster(tmp_path_factory.mktemp("cluster") / "home", url, redis_url)
-    try:
-        running.cli("tenants", "add", "demo")
-        yield running
-    finally:
-        running.stop()
-        databases.drop(url)
+    yield from own_cluster(tmp_path_factory, databases, redis_url, "cluster")

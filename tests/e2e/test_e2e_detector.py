@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from cluster import REPO, RunningCluster, start_cluster
+from cluster import REPO, RunningCluster, own_cluster
 
 from rota.client import load_job_file, spec_from_mapping
 
@@ -18,15 +18,7 @@ SLOW_RANK, SLOW_FROM = 5, 60
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url: str) -> Iterator[RunningCluster]:
-    url = databases.create()
-    running = start_cluster(tmp_path_factory.mktemp("detector") / "home", url, redis_url,
-                            extra_env={"ROTA_DETECTOR_WARMUP": "30"})
-    try:
-        running.cli("tenants", "add", "demo")
-        yield running
-    finally:
-        running.stop()
-        databases.drop(url)
+    yield from own_cluster(tmp_path_factory, databases, redis_url, "detector", extra_env={"ROTA_DETECTOR_WARMUP": "30"})
 
 
 def _spec(file: str, **changes: Any) -> Any:

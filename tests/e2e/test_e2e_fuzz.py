@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster import RunningCluster, start_cluster
+from cluster import RunningCluster, own_cluster
 from fuzzing import messages
 from google.protobuf import symbol_database
 from google.protobuf.descriptor import MethodDescriptor
@@ -32,14 +32,7 @@ METHODS: list[MethodDescriptor] = [
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url: str) -> Iterator[RunningCluster]:
-    url = databases.create()
-    running = start_cluster(tmp_path_factory.mktemp("fuzz") / "home", url, redis_url)
-    try:
-        running.cli("tenants", "add", "demo")
-        yield running
-    finally:
-        running.stop()
-        databases.drop(url)
+    yield from own_cluster(tmp_path_factory, databases, redis_url, "fuzz")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import REPO, RunningCluster, start_cluster
+from cluster import REPO, RunningCluster, own_cluster
 
 from rota.client import load_job_file, spec_from_mapping
 
@@ -16,15 +16,7 @@ STEP_S = 3  # short plan steps, so a demand curve changes within the test
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url: str) -> Iterator[RunningCluster]:
-    url = databases.create()
-    running = start_cluster(tmp_path_factory.mktemp("plan") / "home", url, redis_url,
-                            extra_env={"ROTA_PLAN_STEP": str(STEP_S)})
-    try:
-        running.cli("tenants", "add", "demo")
-        yield running
-    finally:
-        running.stop()
-        databases.drop(url)
+    yield from own_cluster(tmp_path_factory, databases, redis_url, "plan", extra_env={"ROTA_PLAN_STEP": str(STEP_S)})
 
 
 def _spec(file: str, **changes: Any) -> Any:

@@ -39,7 +39,9 @@ def _status(code_name: str) -> grpc.StatusCode:
 async def _abort_for(exc: BaseException, context: grpc.aio.ServicerContext, method: str) -> None:
     if isinstance(exc, DomainError):
         if exc.field:
-            context.set_trailing_metadata((("rota-field", exc.field),))
+            # Metadata values must be printable ASCII; a field path may carry a caller's map key.
+            field = "".join(c if " " <= c <= "~" else "?" for c in exc.field)[:256]
+            context.set_trailing_metadata((("rota-field", field),))
         await context.abort(_status(exc.code_name), str(exc))
     if isinstance(exc, OperationalError | Unavailable) or (
         isinstance(exc, DBAPIError) and exc.connection_invalidated
