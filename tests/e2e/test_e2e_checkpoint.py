@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 
 LM = ["python", "examples/train_lm.py", "--steps", "60", "--seed", "5", "--report-every", "5"]
 DDP = ["python", "examples/train_ddp.py", "--steps", "50", "--seed", "3", "--ranks", "2", "--report-every", "5"]
-DELAY = ["--step-delay", "0.1"]  # slow enough to pause mid-run, short enough for CI
+DELAY = ["--step-delay", "0.2"]  # slow enough to pause mid-run on a busy machine, short enough for CI
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +85,15 @@ def pause(cluster: RunningCluster, job_id: str) -> dict[str, Any]:
 def test_a_paused_job_resumes_on_its_node_and_on_another_with_identical_losses(
     cluster: RunningCluster, tmp_path: Path
 ) -> None:
+    # The reference runs first: beside the job, on two busy cores, it would let the job
+    # finish before it could be paused.
+    want = reference(LM, tmp_path / "ref.txt")
     losses = tmp_path / "lm.txt"
     job_id = submit(cluster, "lm", [*LM, *DELAY, "--losses", str(losses)])
     first = cluster.wait_job(job_id, ("RUNNING",)).node
     filler = submit(cluster, "filler", ["python", "examples/sleep_job.py", "--seconds", "300"])
     other = cluster.wait_job(filler, ("RUNNING",)).node
     assert {first, other} == {"node-1", "node-2"}
-    want = reference(LM, tmp_path / "ref.txt")
 
     # A job that never registered state cannot be paused: a clear reason, and it runs on.
     with cluster.client() as client, pytest.raises(FailedPreconditionError, match="rota.runtime"):
@@ -126,10 +128,10 @@ def test_a_paused_job_resumes_on_its_node_and_on_another_with_identical_losses(
 def test_a_two_rank_gloo_job_pauses_and_resumes_with_identical_losses_and_dedup(
     cluster: RunningCluster, tmp_path: Path
 ) -> None:
+    want = reference(DDP, tmp_path / "ref.txt")
     losses = tmp_path / "ddp.txt"
     job_id = submit(cluster, "ddp", [*DDP, *DELAY, "--losses", str(losses)])
     cluster.wait_job(job_id, ("RUNNING",))
-    want = reference(DDP, tmp_path / "ref.txt")
     wait_lines(losses, 6)
     paused = pause(cluster, job_id)
     assert paused["ranks"] == 2
