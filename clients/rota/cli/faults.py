@@ -32,6 +32,7 @@ from sqlalchemy import create_engine, make_url, text
 from rota.cli.netproxy import FaultProxy
 from rota.client import Client, Job, UnavailableError, load_job_file, spec_from_mapping
 from rota.common.db import normalize_url
+from rota.v1 import common_pb2
 
 REPO = Path(__file__).resolve().parents[3]
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -181,11 +182,8 @@ class Harness:
 
     # Jobs.
     def submit(self, count: int, seconds: float = 1.0) -> list[str]:
-        data = load_job_file(REPO / "examples" / "sleep.yaml")
-        data.update(tenant=TENANT, command=["python", "examples/sleep_job.py", "--seconds", str(seconds),
-                                            "--interval", "0.2"], restart="on-failure", duration=f"{max(1, round(seconds))}s")
-        data["max_retries"] = 20
-        spec = spec_from_mapping(data, base_dir=REPO)
+        spec = sleep_spec(seconds, interval=0.2, restart="on-failure", max_retries=20,
+                          duration=f"{max(1, round(seconds))}s")
         with self.client() as client:
             ids = [self._retrying(lambda: client.submit(spec=spec)).id for _ in range(count)]
         self.submitted += ids
@@ -287,6 +285,14 @@ class Harness:
             if bad == 0 or time.monotonic() > deadline:
                 return bad
             time.sleep(1)
+
+
+def sleep_spec(seconds: float, *, interval: float, **fields: Any) -> common_pb2.JobSpec:
+    """`examples/sleep.yaml` for the suite's tenant, running `seconds`, with `fields` changed."""
+    data = load_job_file(REPO / "examples" / "sleep.yaml")
+    data.update(tenant=TENANT, command=["python", "examples/sleep_job.py", "--seconds", str(seconds),
+                                        "--interval", str(interval)], **fields)
+    return spec_from_mapping(data, base_dir=REPO)
 
 
 def percentiles(values: list[float]) -> dict[str, float]:

@@ -32,10 +32,10 @@ from typing import Any
 import grpc
 import redis
 
-from rota.cli.faults import REPO, TENANT, Harness, Watch, percentiles
+from rota.cli.faults import TENANT, Harness, Watch, percentiles, sleep_spec
 from rota.cli.netproxy import FaultProxy
 from rota.cli.tls_probe import tls_cases
-from rota.client import RotaError, load_job_file, spec_from_mapping
+from rota.client import RotaError
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
 
 
@@ -110,7 +110,7 @@ def postgres_outage(h: Harness, outage_s: float = 10.0) -> dict[str, Any]:
     assert h.pg_proxy is not None
     ids = h.submit(4, seconds=1.0)
     codes: dict[str, int] = {}
-    spec = h_spec()
+    spec = short_job_spec()
     with h.client(timeout_s=3) as client:
         h.pg_proxy.cut()
         cut_at = time.monotonic()
@@ -165,7 +165,7 @@ def partition(h: Harness, jitter_s: float = 0.2, seconds: float = 8.0) -> dict[s
 
 def replays(h: Harness, rounds: int) -> dict[str, Any]:
     """Each submission sent three times under a client timeout too short to see the answer."""
-    spec = h_spec()
+    spec = short_job_spec()
     conflict_refused = True
     with h.client() as client:
         channel = grpc.insecure_channel(h.info["endpoint"])
@@ -194,10 +194,8 @@ def replays(h: Harness, rounds: int) -> dict[str, Any]:
     return {"rounds": rounds, "duplicates": len(by_request), "different_body_already_exists": conflict_refused}
 
 
-def h_spec() -> common_pb2.JobSpec:
-    data = load_job_file(REPO / "examples" / "sleep.yaml")
-    data.update(tenant=TENANT, command=["python", "examples/sleep_job.py", "--seconds", "0.5", "--interval", "0.1"])
-    return spec_from_mapping(data, base_dir=REPO)
+def short_job_spec() -> common_pb2.JobSpec:
+    return sleep_spec(0.5, interval=0.1)
 
 
 def security(h: Harness) -> dict[str, Any]:
@@ -223,10 +221,10 @@ def security(h: Harness) -> dict[str, Any]:
            lambda: jobs.GetJob(get, timeout=10, metadata=(("authorization", "Bearer rt_forged"),)))
     as_other = (("authorization", f"Bearer {other_token}"),)
     expect("other_tenants_job", grpc.StatusCode.NOT_FOUND, lambda: jobs.GetJob(get, timeout=10, metadata=as_other))
-    foreign = api_pb2.SubmitJobRequest(spec=h_spec())
+    foreign = api_pb2.SubmitJobRequest(spec=short_job_spec())
     expect("body_names_another_tenant", grpc.StatusCode.INVALID_ARGUMENT,
            lambda: jobs.SubmitJob(foreign, timeout=10, metadata=as_other))
-    huge = api_pb2.SubmitJobRequest(spec=h_spec(), request_id="x")
+    huge = api_pb2.SubmitJobRequest(spec=short_job_spec(), request_id="x")
     huge.spec.env["PAD"] = "x" * (5 * 1024 * 1024)
     expect("oversized_message", grpc.StatusCode.RESOURCE_EXHAUSTED,
            lambda: jobs.SubmitJob(huge, timeout=10, metadata=(("authorization", f"Bearer {h.token}"),)))

@@ -21,16 +21,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from rota.cli.faults import REPO, TENANT, Harness, percentiles
-from rota.client import Client, load_job_file, spec_from_mapping
+from rota.cli.faults import TENANT, Harness, percentiles, sleep_spec
+from rota.client import Client
 from rota.v1 import common_pb2
 
 
 def _spec(priority: int = 1) -> common_pb2.JobSpec:
-    data = load_job_file(REPO / "examples" / "sleep.yaml")
-    data.update(tenant=TENANT, priority=priority, restart="never",
-                command=["python", "examples/sleep_job.py", "--seconds", "0.2", "--interval", "0.1"])
-    return spec_from_mapping(data, base_dir=REPO)
+    return sleep_spec(0.2, interval=0.1, priority=priority, restart="never")
 
 
 def sustained(h: Harness, seconds: float, threads: int) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rota.allocator.grid import Grid, cells_by_job
 from rota.allocator.metrics import measure
@@ -281,8 +281,7 @@ def figures(ls: LiveScenario, grid: Grid) -> dict[str, float | int]:
     """The SPEC §3 figures of a live plan, over real GPUs only (reservations left out)."""
     s = ls.scenario
     real = [j for j in s.batch if not j.id.startswith(RESERVED_PREFIX)]
-    clean = Scenario(s.name, s.gpus, s.horizon, s.gpus_per_node, s.step_seconds, s.decay, s.realtime_penalty,
-                     tuple(real), s.realtime, s.order)
+    clean = replace(s, batch=tuple(real))
     clean_grid = [[c if c and not c.startswith(RESERVED_PREFIX) else None for c in row] for row in grid]
     m = measure(clean, clean_grid)
     real_gpus = sum(n.gpus for n in ls.layout.nodes)
