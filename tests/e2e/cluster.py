@@ -137,3 +137,18 @@ def own_cluster(
     finally:
         running.stop()
         databases.drop(url)
+
+
+def reference(command: list[str], out: Path) -> list[str]:
+    """The same job run straight through, outside Rota: the losses to match."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
+    subprocess.run([sys.executable, *command[1:], "--losses", str(out)], cwd=REPO, env=env, check=True,
+                   capture_output=True, timeout=300)
+    return out.read_text().splitlines()
+
+
+def wait_lines(path: Path, at_least: int, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() or len(path.read_text().splitlines()) < at_least:
+        assert time.monotonic() < deadline, f"{path} has too few lines"
+        time.sleep(0.1)

@@ -8,9 +8,6 @@ paused, resumed and then migrated.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -18,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import REPO, RunningCluster, processes_of, start_cluster
+from cluster import REPO, RunningCluster, processes_of, reference, start_cluster, wait_lines
 
 from rota.client import FailedPreconditionError, spec_from_mapping
 
@@ -44,26 +41,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url:
         databases.drop(url)
 
 
-def reference(command: list[str], out: Path) -> list[str]:
-    """The same job run straight through, outside Rota: the losses to match."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
-    subprocess.run([sys.executable, *command[1:], "--losses", str(out)], cwd=REPO, env=env, check=True,
-                   capture_output=True, timeout=300)
-    return out.read_text().splitlines()
-
-
-def submit(cluster: RunningCluster, name: str, command: list[str]) -> str:
+def submit(cluster: RunningCluster, name: str, command: list[str], **fields: Any) -> str:
     spec = spec_from_mapping({"name": name, "tenant": "demo", "kind": "training", "gpus": 1, "command": command,
-                              "preemptible": True}, base_dir=REPO)
+                              "preemptible": True, **fields}, base_dir=REPO)
     with cluster.client() as client:
         return client.submit(spec=spec).id
-
-
-def wait_lines(path: Path, at_least: int, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists() or len(path.read_text().splitlines()) < at_least:
-        assert time.monotonic() < deadline, f"{path} has too few lines"
-        time.sleep(0.1)
 
 
 def gpu_holders(cluster: RunningCluster) -> dict[str, str | None]:
@@ -152,3 +134,58 @@ def test_a_two_rank_gloo_job_pauses_and_resumes_with_identical_losses_and_dedup(
     assert image["dedup_ratio"] > 1.4
     table = cluster.cli("checkpoints", job_id).stdout
     assert image["id"] in table and "dedup" in table
+
+
+def test_the_allocator_pauses_a_preemptible_job_for_higher_priority_work_and_resumes_it_without_loss(
+    cluster: RunningCluster, tmp_path: Path
+) -> None:
+    slow = [*LM, "--step-delay", "0.4"]  # long enough to be preempted mid-run
+    want = reference(LM, tmp_path / "ref.txt")
+    losses = tmp_path / "low.txt"
+    low = submit(cluster, "low", [*slow, "--losses", str(losses)], priority=1)
+    home = cluster.wait_job(low, ("RUNNING",)).node
+    filler = submit(cluster, "filler", ["python", "examples/sleep_job.py", "--seconds", "300"], preemptible=False)
+    cluster.wait_job(filler, ("RUNNING",))
+    wait_lines(losses, 5)
+    cluster.cli("checkpoint", low)  # a measured cost: a job without an image is never preempted
+
+    high = submit(cluster, "high", ["python", "examples/sleep_job.py", "--seconds", "2"], priority=9,
+                  preemptible=False)
+    paused = cluster.wait_job(low, ("PAUSED", "PENDING"), timeout_s=60)
+    assert f"paused for {high}" in " ".join(h.reason for h in paused.history), paused.history
+    ran = cluster.wait_job(high)
+    assert ran.state == "SUCCEEDED" and placed_on(ran) == home  # on the GPU the pause freed
+
+    done = cluster.wait_job(low, timeout_s=180)
+    cluster.cli("cancel", filler)
+    assert done.state == "SUCCEEDED", done.reason
+    assert losses.read_text().splitlines() == want  # no step lost, none run twice
+    assert [h.to_state for h in done.history].count("PAUSED") == 1
+
+
+def test_a_job_resumed_to_a_busy_node_waits_for_that_node_then_runs_there(cluster: RunningCluster, tmp_path: Path) -> None:
+    losses = tmp_path / "lm.txt"
+    job_id = submit(cluster, "pinned", [*LM, *DELAY, "--losses", str(losses)])
+    first = cluster.wait_job(job_id, ("RUNNING",)).node
+    wait_lines(losses, 5)
+    pause(cluster, job_id)
+    blocker = submit(cluster, "blocker", ["python", "examples/sleep_job.py", "--seconds", "300"], preemptible=False)
+    target = cluster.wait_job(blocker, ("RUNNING",)).node  # the busy node; the other one is free
+    cluster.cli("resume", job_id, "--to", target)
+    deadline = time.monotonic() + 30
+    while True:  # the other node is free, yet the job waits for the one it asked for
+        job = cluster.wait_job(job_id, ("PENDING",))
+        if f"asked to run on {target}" in job.reason:
+            break
+        assert time.monotonic() < deadline, job.reason
+        time.sleep(0.2)
+    assert job.node == "" and first in ("node-1", "node-2")
+    cluster.cli("cancel", blocker)
+    done = cluster.wait_job(job_id, timeout_s=180)
+    assert done.state == "SUCCEEDED" and placed_on(done) == target
+
+
+def placed_on(job: Any) -> str:
+    """The node of the job's last placement, from its history ("placed on NODE GPUs ...")."""
+    reason = [h.reason for h in job.history if h.to_state == "SCHEDULED"][-1]
+    return str(reason.split()[2])

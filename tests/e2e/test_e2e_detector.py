@@ -1,11 +1,15 @@
 """The failure detector on a real local cluster: a job's iteration reports become verdicts
-(`rota health`, `rota job ID`), a hung job's silent ranks stop it, and a drained node
-takes no new job while its running one goes on."""
+(`rota health`, `rota job ID`), a hung job's silent ranks stop it and take their GPUs out
+of the plan until cleared, a drained node takes no new job while its running one goes on,
+and an applied re-plan checkpoints a job that restarts with the new layout (ROTA_LAYOUT)
+from its step."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -58,6 +62,24 @@ def test_a_report_stream_reaches_verdicts_and_a_hung_job_is_stopped(cluster: Run
     assert kinds == {"slow", "stop"}
     health_text = cluster.cli("health").stdout
     assert job.id in health_text and "missed heartbeats" in health_text
+    # 3. The dead ranks' GPUs (ranks 0 and 1 ran on the job's two) leave the plan: a 2-GPU
+    #    job goes to the other node, the next one waits, and runs there once they are cleared.
+    bad = cluster.cli_json("health")["bad_devices"]
+    assert sorted((d["node"], d["gpu"], d["job_id"]) for d in bad) == [(failed.node, 0, job.id), (failed.node, 1, job.id)]
+    assert "Out of the plan until cleared" in cluster.cli("health").stdout
+    sleep = ["python", "examples/sleep_job.py", "--seconds", "120"]
+    with cluster.client() as client:
+        first = client.submit(spec=_spec("sleep.yaml", gpus=2, command=sleep))
+        assert cluster.wait_job(first.id, ("RUNNING",), timeout_s=60).node != failed.node
+        second = client.submit(spec=_spec("sleep.yaml", gpus=2, command=sleep))
+        time.sleep(3)  # many scheduling cycles: the only free GPUs are the bad ones
+        assert client.get_job(second.id).state == "PENDING"
+        cleared = cluster.cli_json("health", "--clear", f"{failed.node}:0", "--clear", f"{failed.node}:1",
+                                   "--reason", "checked")["cleared"]
+        assert sorted(d["gpu"] for d in cleared) == [0, 1] and cluster.cli_json("health")["bad_devices"] == []
+        assert cluster.wait_job(second.id, ("RUNNING",), timeout_s=60).node == failed.node
+        for j in (first, second):
+            client.cancel(j.id)
 
 
 def test_a_drained_node_takes_no_new_job_while_its_running_job_goes_on(cluster: RunningCluster) -> None:
@@ -86,3 +108,38 @@ def test_a_drained_node_takes_no_new_job_while_its_running_job_goes_on(cluster: 
         assert cluster.wait_job(fourth.id, ("RUNNING",), timeout_s=60).node == node
         for j in (third, fourth):
             client.cancel(j.id)
+
+
+def test_an_applied_replan_restarts_the_job_from_its_step_with_the_new_layout(
+    cluster: RunningCluster, tmp_path: Path,
+) -> None:
+    starts = tmp_path / "starts.jsonl"
+    command = ["python", "examples/pipeline_job.py", "--iterations", "400", "--slow-rank", str(SLOW_RANK),
+               "--slow-factor", "1.3", "--slow-from", "40", "--pace", "0.05", "--checkpoint", "--layout-out", str(starts)]
+    with cluster.client() as client:
+        refused = client.submit(spec=_spec("pipeline.yaml", command=command[:8]))
+        job = client.submit(spec=_spec("pipeline.yaml", command=command, accepts_layout_changes=True))
+    # A job that did not declare it accepts layout changes keeps its layout; the refusal names the flag.
+    cluster.wait_job(refused.id, ("RUNNING",), timeout_s=60)
+    no = cluster.cli("replan", refused.id, "--apply", check=False)
+    assert no.returncode != 0 and "accepts_layout_changes" in no.stderr
+    cluster.cli("cancel", refused.id)
+    _until(lambda: [v for v in cluster.cli_json("health", "--job", job.id)["verdicts"] if v["kind"] == "slow"],
+           90, "a slow verdict")
+    applied = cluster.cli_json("replan", job.id, "--apply", "--wait", "60")
+    assert applied["applied"] and applied["step"] > 40 and applied["image_id"] and applied["node"]
+    layout = applied["applied_layout"]
+    assert layout["layers_per_stage"] == applied["layers_per_stage"] and layout["device_speeds"][SLOW_RANK] < 0.9
+    slow_stage = next(st for st in layout["stages"] if SLOW_RANK in st["ranks"])
+    assert slow_stage["layers"] < layout["layers"] // layout["pp"]  # the slow rank's stage sheds layers
+    # The restarted job read ROTA_LAYOUT (exactly what the detector stored) and went on from its step.
+    seen = _until(lambda: len(lines := starts.read_text().splitlines()) >= 2 and [json.loads(x) for x in lines], 60,
+                  "the restart")
+    first, restarted = seen[0], seen[1]
+    assert (first["start"], first["layout"]) == (0, None)
+    assert restarted["start"] == applied["step"] and restarted["layout"] == layout
+    assert restarted["epoch"] > first["epoch"] and layout["from_epoch"] == first["epoch"]
+    done = cluster.wait_job(job.id, timeout_s=180)
+    assert done.state == "SUCCEEDED", done.reason
+    assert [h.to_state for h in done.history].count("PAUSED") == 1
+    assert any(i["step"] == applied["step"] for i in cluster.cli_json("checkpoints", job.id)["images"])

@@ -305,3 +305,14 @@ def test_resize_moves_a_running_app_to_new_gpus_under_a_newer_epoch_and_refuses_
         assert table.jobs["j-app"].epoch == 6
     finally:
         table.stop("j-app", 0, "test over", grace_s=2)
+
+
+def test_a_relaid_out_job_gets_its_layout_and_others_get_none(table: ProcessTable, tmp_path: Path) -> None:
+    dump = "import json, os; json.dump(os.environ.get('ROTA_LAYOUT'), open('layout.json', 'w'))"
+    layout = json.dumps({"tp": 2, "pp": 2, "dp": 1, "layers_per_stage": [10, 6]})
+    for job_id, given in (("j-relaid", layout), ("j-plain", "")):
+        workdir = tmp_path / job_id
+        workdir.mkdir()
+        job = table.launch(job_id, 3, [0], [PY, "-c", dump], str(workdir), {}, True, None, given)
+        assert wait_exit(job) == 0
+        assert json.loads((workdir / "layout.json").read_text()) == (given or None)

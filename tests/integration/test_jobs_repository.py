@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from rota.allocator import repository as alloc
 from rota.allocator.liveplan import Start
 from rota.api import repository as api
+from rota.checkpoint import repository as ckpt
 from rota.common import jobstate as js
 from rota.common.db import Database, make_engine
 from rota.common.errors import AlreadyExists, InvalidArgument, NotFound
@@ -361,6 +362,50 @@ def test_silent_node_goes_dead_and_its_jobs_are_lost_then_handled(db: Database, 
     assert node not in db.run(lambda s: alloc.mark_dead_nodes(s, 60, Events()))
     node_row, _ = db.run(lambda s: api.heartbeat(s, node, [], Events()))
     assert node_row.health == api.ALIVE
+
+
+def _complete_image(db: Database, job_id: str, node: str, step: int) -> str:
+    manifest = {"ranks": [{"rank": 0, "logical_bytes": 10, "segments": [{"length": 10, "chunks": [[secrets.token_hex(32), 10]]}]}]}
+
+    def write(s: Any) -> str:
+        image = ckpt.begin_image(s, job_id, "checkpoint", node)
+        ckpt.complete_image(s, image.id, manifest, step=step, copy_s=0.5, write_s=1.5)
+        return image.id
+
+    return db.run(write)
+
+
+def test_a_dead_nodes_job_with_an_image_is_restored_elsewhere_whatever_its_restart_policy(
+    db: Database, tenant: str, node: str
+) -> None:
+    imaged = submit(db, tenant, restart="never")
+    bare = submit(db, tenant, restart="never")
+    report(db, node, place(db, imaged, node, (0,)), js.RUNNING)
+    report(db, node, place(db, bare, node, (1,)), js.RUNNING)
+    image = _complete_image(db, imaged, node, step=40)
+    _silence(db, node, 600)
+    assert node in db.run(lambda s: alloc.mark_dead_nodes(s, 60, Events()))
+    restored, failed = load(db, imaged), load(db, bare)
+    assert (restored.state, restored.node, restored.gpu_indices) == (js.PENDING, None, [])
+    assert f"restored from its last image {image}" in transitions(db, imaged)[-1][2]
+    assert failed.state == js.FAILED  # no image, restart: never
+    # Its next placement restores from that image.
+    assert db.run(lambda s: ckpt.resume_image(s, imaged)) == image
+
+
+def test_move_inputs_price_jobs_with_images_and_read_the_node_a_pending_job_asked_for(
+    db: Database, tenant: str, node: str
+) -> None:
+    imaged = submit(db, tenant, preemptible=True)
+    bare = submit(db, tenant, preemptible=True)
+    report(db, node, place(db, imaged, node, (0,)), js.RUNNING)
+    _complete_image(db, imaged, node, step=3)
+    asked = submit(db, tenant)
+    db.run(lambda s: ckpt.create_operation(s, asked, "resume", "", target_node=node))
+    found = db.run(lambda s: alloc.move_inputs(s, [imaged, bare]))
+    assert set(found.costs) == {imaged}  # no image: its cost is unknown, it is never moved
+    assert found.costs[imaged].restore_s == 1.5 and found.costs[imaged].pause_s == pytest.approx(0.5 + alloc.PAUSE_EXIT_S)
+    assert found.targets == {asked: node}
 
 
 # Cancellation.

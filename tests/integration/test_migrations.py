@@ -11,7 +11,8 @@ from rota.common.schema import metadata
 TABLES = {"tenants", "jobs", "job_transitions", "nodes", "gpus", "placements", "gpu_claims", "plan_steps",
           "ledger_usage", "ledger_collected", "forecast_completions", "forecast_traffic",
           "job_forecasts", "checkpoint_chunks", "checkpoint_images", "checkpoint_manifests",
-          "checkpoint_image_chunks", "checkpoint_operations", "detector_verdicts"}
+          "checkpoint_image_chunks", "checkpoint_operations", "detector_verdicts",
+          "job_layouts", "device_health"}
 
 
 def _tables(url: str) -> set[str]:

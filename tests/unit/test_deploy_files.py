@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from rota.common.config import FORWARDED_SERVICES
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
@@ -27,6 +29,7 @@ K8S = ROOT / "deploy" / "k8s"
 OTEL = ROOT / "deploy" / "otel-collector.yaml"
 
 CONTROL_PLANE = ("api", "allocator", "forecaster", "ledger", "checkpoint", "detector")
+
 COMMON_ENV = ("ROTA_DATABASE_URL", "ROTA_REDIS_URL", "ROTA_ADMIN_TOKEN", "ROTA_API_ADDR")
 
 
@@ -198,6 +201,37 @@ def test_dockerfile() -> None:
 
 
 # --- deploy/k8s ------------------------------------------------------------------------------
+
+
+def test_compose_names_every_service_address_the_api_and_allocator_reach() -> None:
+    env = rota_services()["api"]["environment"]
+    for name in FORWARDED_SERVICES:
+        host, _, port = env[f"ROTA_{name.upper()}_ADDR"].rpartition(":")
+        assert host == name and rota_services()[name]["environment"]["ROTA_LISTEN"].endswith(f":{port}")
+
+
+def test_compose_agents_and_the_checkpoint_service_share_one_chunk_store() -> None:
+    store = rota_services()["checkpoint"]["environment"]["ROTA_CHUNK_STORE"]
+    sharing = [n for n, svc in rota_services().items() if f"chunks:{store}" in svc.get("volumes", [])]
+    agents = [n for n in rota_services() if n.startswith("agent")]
+    assert agents and set(sharing) == {"checkpoint", *agents}
+    assert "chunks" in load_compose()["volumes"]
+
+
+def test_k8s_agents_and_the_checkpoint_service_mount_the_shared_chunk_claim() -> None:
+    config = next(d for d in k8s_documents() if d["kind"] == "ConfigMap")["data"]
+    for name in FORWARDED_SERVICES:
+        assert config[f"ROTA_{name.upper()}_ADDR"].startswith(f"{name}.rota.svc:")
+    claim = next(d for d in k8s_documents() if d["kind"] == "PersistentVolumeClaim")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    mounting = set()
+    for doc in k8s_documents():
+        pod = doc.get("spec", {}).get("template", {}).get("spec", {})
+        claims = {v["name"] for v in pod.get("volumes", []) if v.get("persistentVolumeClaim", {}).get("claimName") == claim["metadata"]["name"]}
+        for c in pod.get("containers", []):
+            if any(m["name"] in claims and m["mountPath"] == config["ROTA_CHUNK_STORE"] for m in c.get("volumeMounts", [])):
+                mounting.add(doc["kind"] + "/" + doc["metadata"]["name"])
+    assert "Deployment/checkpoint" in mounting and any(m.startswith("DaemonSet/") for m in mounting)
 
 
 def test_k8s_documents_are_well_formed() -> None:

@@ -117,7 +117,7 @@ def add_parsers(sub: argparse._SubParsersAction, connection: Callable[[argparse.
         connection(p)
     r = sub.add_parser("resume", help="put a paused job back in the queue from its last image")
     r.add_argument("job")
-    r.add_argument("--to", metavar="NODE", help="preferred node")
+    r.add_argument("--to", metavar="NODE", help="the node to run on: it waits for room there while that node is live")
     r.add_argument("--wait", type=float, default=30, help="wait this long for its placement (default 30)")
     connection(r)
     c = sub.add_parser("checkpoints", help="a job's checkpoint images: sizes, dedup, how long each took")
@@ -130,7 +130,7 @@ def extend_migrate(parser: argparse.ArgumentParser, connection: Callable[[argpar
                    handlers: dict[str, Handler]) -> None:
     """`rota migrate` applies database migrations; `rota migrate JOB [--to NODE]` moves a job."""
     parser.add_argument("job", nargs="?", help="a running job to move (without it: database migrations)")
-    parser.add_argument("--to", metavar="NODE", help="preferred node")
+    parser.add_argument("--to", metavar="NODE", help="the node to run on: it waits for room there while that node is live")
     parser.add_argument("--timeout", type=float, default=0, help="seconds every rank has to reach a safe point")
     parser.add_argument("--wait", type=float, default=60, help="wait this long for its placement (default 60)")
     connection(parser)

@@ -289,7 +289,7 @@ def bench(args: argparse.Namespace) -> int:
     targets = {
         "allocator": "rota.allocator.bench", "forecaster": "rota.forecaster.bench", "faults": "rota.cli.faults_bench",
         "load": "rota.cli.load_bench", "detector": "rota.detector.bench",
-        "checkpoint": "rota.checkpoint.bench",
+        "checkpoint": "rota.checkpoint.bench", "moves": "rota.allocator.movesbench",
     }
     if args.target not in targets:
         raise ValueError(f"bench: unknown target {args.target!r}; one of {', '.join(targets)}")

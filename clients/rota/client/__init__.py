@@ -10,7 +10,7 @@ from rota.client.checkpoint import (
     ResumeResult,
 )
 from rota.client.client import Client, Gpu, Job, JobEvent, Node, StateChange, Tenant
-from rota.client.detector import DrainResult, ReplanResult, Verdict
+from rota.client.detector import DeviceHealth, DrainResult, ReplanResult, Verdict
 from rota.client.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
@@ -36,5 +36,5 @@ __all__ = [
     "JobFairness", "Standings", "TenantFairness", "UsageEntry",
     "CheckpointImage", "CheckpointOperation", "CheckpointResult", "JobImages", "MigrateResult", "PauseResult",
     "ResumeResult",
-    "DrainResult", "ReplanResult", "Verdict",
+    "DeviceHealth", "DrainResult", "ReplanResult", "Verdict",
 ]

@@ -26,7 +26,7 @@ from rota.client.checkpoint import (
     ResumeResult,
 )
 from rota.client.checkpoint import stub as checkpoint_stub
-from rota.client.detector import DrainResult, ReplanResult, Verdict, replan_request
+from rota.client.detector import DeviceHealth, DrainResult, ReplanResult, Verdict, replan_request
 from rota.client.detector import stub as detector_stub
 from rota.client.errors import RotaError, from_rpc_error
 from rota.client.forecast import (
@@ -359,12 +359,31 @@ class Client:
 
     def replan(
         self, *, job_id: str = "", tp: int = 0, pp: int = 0, dp: int = 0, speeds: Sequence[float] = (),
-        layers: int = 0, microbatches: int = 0,
+        layers: int = 0, microbatches: int = 0, apply: bool = False, wait: timedelta = timedelta(0),
+        operation_id: str | None = None,
     ) -> ReplanResult:
         """The 3-D re-plan around slow (speed < 1) and dead (0) devices, with throughput before and
-        after; with only `job_id`, the layout and speeds come from the job's reports and verdicts."""
-        request = replan_request(job_id=job_id, tp=tp, pp=pp, dp=dp, speeds=speeds, layers=layers, microbatches=microbatches)
-        return ReplanResult.from_proto(self._call(detector_stub(self._channel).Replan, request))
+        after; with only `job_id`, the layout and speeds come from the job's reports and verdicts.
+
+        `apply` (a job submitted with accepts_layout_changes): checkpoint the job and restart it
+        with the new layout (ROTA_LAYOUT), waiting up to `wait` for its placement; safe to
+        retry with the same `operation_id` (one is made if not given)."""
+        request = replan_request(
+            job_id=job_id, tp=tp, pp=pp, dp=dp, speeds=speeds, layers=layers, microbatches=microbatches, apply=apply,
+            wait_s=wait.total_seconds(), operation_id=(operation_id or f"replan-{uuid.uuid4()}") if apply else "",
+        )
+        deadline = self._op_deadline(0.0, wait.total_seconds()) if apply else None
+        return ReplanResult.from_proto(self._call(detector_stub(self._channel).Replan, request, deadline))
+
+    def devices(self, *, include_cleared: bool = False) -> list[DeviceHealth]:
+        """GPUs the failure detector took out of the plan (and, with `include_cleared`, those put back)."""
+        reply = self._call(detector_stub(self._channel).Devices, detector_pb2.DevicesRequest(include_cleared=include_cleared))
+        return [DeviceHealth.from_proto(d) for d in reply.devices]
+
+    def clear_devices(self, node: str, gpus: Sequence[int] = (), *, reason: str = "") -> list[DeviceHealth]:
+        """Puts `node`'s bad GPUs (all, or those in `gpus`) back into the plan (admin)."""
+        request = detector_pb2.ClearDevicesRequest(node=node, gpus=list(gpus), reason=reason)
+        return [DeviceHealth.from_proto(d) for d in self._call(detector_stub(self._channel).ClearDevices, request).cleared]
 
     # Forecasts.
     def forecast(self, *, spec: common_pb2.JobSpec, quantile: float = 0.5) -> Forecast:

@@ -1,4 +1,5 @@
-"""Health in the SDK: the failure detector's verdicts, re-plans, and draining nodes.
+"""Health in the SDK: the failure detector's verdicts, re-plans (shown or applied), draining
+nodes, and devices out of the plan.
 
 The api forwards `rota.v1.DetectorService`'s unary RPCs, so these calls ride the
 client's channel (heartbeat streams go to the detector directly, from agents).
@@ -80,9 +81,48 @@ class DrainResult:
 
 
 @dataclass(frozen=True)
+class DeviceHealth:
+    """A GPU out of the plan (`BAD`) since a verdict on the rank that ran there, or put back
+    (`CLEARED`) by an operator. `job_id` is empty for another tenant's job."""
+
+    node: str
+    gpu: int
+    state: str
+    reason: str
+    job_id: str
+    rank: int | None
+    kind: str
+    since: datetime | None
+    cleared: datetime | None
+
+    @property
+    def device(self) -> str:
+        return f"{self.node}:{self.gpu}"
+
+    @staticmethod
+    def from_proto(d: detector_pb2.DeviceHealth) -> DeviceHealth:
+        return DeviceHealth(
+            node=d.node, gpu=d.gpu, state=d.state, reason=d.reason, job_id=d.job_id,
+            rank=d.rank if d.rank >= 0 else None, kind=d.kind,
+            since=datetime.fromtimestamp(d.since_unix, UTC) if d.since_unix else None,
+            cleared=datetime.fromtimestamp(d.cleared_unix, UTC) if d.cleared_unix else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["since"] = self.since.isoformat() if self.since else None
+        out["cleared"] = self.cleared.isoformat() if self.cleared else None
+        return out
+
+
+@dataclass(frozen=True)
 class ReplanResult:
     """Throughputs relative to the healthy layout (1.0): as is, re-planned, and dropping the
-    affected data-parallel replicas. `stages`: (replica, stage, ranks, layers, speed)."""
+    affected data-parallel replicas. `stages`: (replica, stage, ranks, layers, speed).
+
+    Applied (`applied`): the job was checkpointed at `step` into `image_id` on `from_node`
+    and restarts with `applied_layout` (what it reads from ROTA_LAYOUT), on `node` once placed.
+    """
 
     layout: dict[str, int]
     device_speeds: list[float]
@@ -93,6 +133,12 @@ class ReplanResult:
     throughput_before: float
     throughput_after: float
     throughput_drop_group: float
+    applied: bool = False
+    applied_layout: dict[str, Any] | None = None
+    image_id: str = ""
+    step: int = 0
+    from_node: str = ""
+    node: str = ""
 
     @staticmethod
     def from_proto(r: detector_pb2.ReplanResponse) -> ReplanResult:
@@ -102,7 +148,9 @@ class ReplanResult:
                     for s in r.stages],
             layers_per_stage=list(r.layers_per_stage), microbatches_per_replica=list(r.microbatches_per_replica),
             idle_ranks=list(r.idle_ranks), throughput_before=r.throughput_before, throughput_after=r.throughput_after,
-            throughput_drop_group=r.throughput_drop_group,
+            throughput_drop_group=r.throughput_drop_group, applied=r.applied,
+            applied_layout=json.loads(r.applied_layout) if r.applied_layout else None, image_id=r.image_id,
+            step=r.step, from_node=r.from_node, node=r.node,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,8 +159,10 @@ class ReplanResult:
 
 def replan_request(
     *, job_id: str, tp: int, pp: int, dp: int, speeds: Sequence[float], layers: int, microbatches: int,
+    apply: bool = False, wait_s: float = 0.0, operation_id: str = "",
 ) -> detector_pb2.ReplanRequest:
-    request = detector_pb2.ReplanRequest(job_id=job_id, device_speeds=list(speeds), layers=layers, microbatches=microbatches)
+    request = detector_pb2.ReplanRequest(job_id=job_id, device_speeds=list(speeds), layers=layers, microbatches=microbatches,
+                                         apply=apply, wait_seconds=wait_s, operation_id=operation_id)
     if tp or pp or dp:
         request.layout.CopyFrom(detector_pb2.Layout(tp=tp, pp=pp, dp=dp))
     return request

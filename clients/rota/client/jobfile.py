@@ -25,7 +25,7 @@ KINDS = {
 RESTARTS = {"never": common_pb2.RESTART_POLICY_NEVER, "on-failure": common_pb2.RESTART_POLICY_ON_FAILURE}
 FIELDS = {
     "name", "tenant", "kind", "priority", "gpus", "command", "workdir", "env", "duration",
-    "preemptible", "restart", "max_retries", "features", "demand", "max_swap",
+    "preemptible", "restart", "max_retries", "features", "demand", "max_swap", "accepts_layout_changes",
 }
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
 
@@ -117,6 +117,8 @@ def spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None) -> 
         spec.duration_seconds = parse_duration(data["duration"])
     if "preemptible" in data:
         spec.preemptible = _typed(data, "preemptible", bool, "true or false")
+    if "accepts_layout_changes" in data:
+        spec.accepts_layout_changes = _typed(data, "accepts_layout_changes", bool, "true or false")
     if "restart" in data:
         restart = data["restart"]
         if restart not in RESTARTS:

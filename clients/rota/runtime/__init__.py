@@ -5,13 +5,15 @@ A job reports with ``rota.runtime.report(step=100, loss=2.31)`` and picks its de
 the allocator scales, with ``rota.runtime.replicas()``; a job that can be paused, resumed
 and migrated registers its state with ``rota.runtime.Checkpointer(model=..., ...)`` and
 calls its ``safe_point(step)`` once per iteration; a pipeline-parallel job reports its
-iterations to the failure detector with ``rota.runtime.report_iteration(...)``.
+iterations to the failure detector with ``rota.runtime.report_iteration(...)``, and, when
+it accepts layout changes, reads a re-planned layout with ``rota.runtime.layout()``.
 """
 
 from rota.runtime.iterations import heartbeat, report_iteration
 from rota.runtime.progress import JobContext, job_context, report
+from rota.runtime.replanned import layout
 from rota.runtime.replicas import Replicas, replicas
 from rota.runtime.state import Checkpointer, Paused
 
 __all__ = ["Checkpointer", "JobContext", "Paused", "Replicas", "job_context", "replicas", "report",
-           "heartbeat", "report_iteration"]
+           "heartbeat", "layout", "report_iteration"]

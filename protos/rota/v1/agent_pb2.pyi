@@ -27,6 +27,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class LaunchRequest(_message.Message):
     """resume_image: the checkpoint image the job restores from (its runtime reads it through
     ROTA_RESTORE_DIR, materialised by the agent while the process starts); empty: a fresh start.
+    layout: the 3-D layout an applied re-plan gave the job (JSON), passed to it as ROTA_LAYOUT;
+    empty: the job keeps the layout it was written with.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -34,8 +36,10 @@ class LaunchRequest(_message.Message):
     JOB_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
     RESUME_IMAGE_FIELD_NUMBER: _builtins.int
+    LAYOUT_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     resume_image: _builtins.str
+    layout: _builtins.str
     @_builtins.property
     def job(self) -> _common_pb2.Job: ...
     def __init__(
@@ -44,10 +48,11 @@ class LaunchRequest(_message.Message):
         job: _common_pb2.Job | None = ...,
         epoch: _builtins.int = ...,
         resume_image: _builtins.str = ...,
+        layout: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "job", b"job", "resume_image", b"resume_image"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "job", b"job", "layout", b"layout", "resume_image", b"resume_image"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

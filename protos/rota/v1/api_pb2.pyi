@@ -557,8 +557,11 @@ class Assignment(_message.Message):
 
     JOB_FIELD_NUMBER: _builtins.int
     RESUME_IMAGE_FIELD_NUMBER: _builtins.int
+    LAYOUT_FIELD_NUMBER: _builtins.int
     resume_image: _builtins.str
     """the image a (re)started job restores from, if any"""
+    layout: _builtins.str
+    """ROTA_LAYOUT of a re-planned job (see LaunchRequest)"""
     @_builtins.property
     def job(self) -> _common_pb2.Job: ...
     def __init__(
@@ -566,10 +569,11 @@ class Assignment(_message.Message):
         *,
         job: _common_pb2.Job | None = ...,
         resume_image: _builtins.str = ...,
+        layout: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "resume_image", b"resume_image"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "layout", b"layout", "resume_image", b"resume_image"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -212,11 +212,16 @@ class MigrateRequest(_message.Message):
     TARGET_NODE_FIELD_NUMBER: _builtins.int
     TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     WAIT_SECONDS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     operation_id: _builtins.str
     target_node: _builtins.str
     timeout_seconds: _builtins.float
     wait_seconds: _builtins.float
+    reason: _builtins.str
+    """Why it moves, kept on the operation and in the job's events (at most 512 characters);
+    the allocator names the job it moves for.
+    """
     def __init__(
         self,
         *,
@@ -225,10 +230,11 @@ class MigrateRequest(_message.Message):
         target_node: _builtins.str = ...,
         timeout_seconds: _builtins.float = ...,
         wait_seconds: _builtins.float = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "operation_id", b"operation_id", "target_node", b"target_node", "timeout_seconds", b"timeout_seconds", "wait_seconds", b"wait_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "operation_id", b"operation_id", "reason", b"reason", "target_node", b"target_node", "timeout_seconds", b"timeout_seconds", "wait_seconds", b"wait_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

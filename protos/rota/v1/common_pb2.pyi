@@ -165,6 +165,7 @@ class JobSpec(_message.Message):
     FEATURES_FIELD_NUMBER: _builtins.int
     DEMAND_FIELD_NUMBER: _builtins.int
     MAX_SWAP_FIELD_NUMBER: _builtins.int
+    ACCEPTS_LAYOUT_CHANGES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     tenant: _builtins.str
     """The owning tenant. Ignored for tenant tokens (the token decides); required for admin."""
@@ -183,6 +184,10 @@ class JobSpec(_message.Message):
     """for RESTART_POLICY_ON_FAILURE; 0 = default (3)"""
     max_swap: _builtins.int
     """realtime only: GPUs added + removed per step"""
+    accepts_layout_changes: _builtins.bool
+    """The failure detector may apply a re-plan to this job: checkpoint it and restart it with a
+    new 3-D layout, which the job reads from ROTA_LAYOUT (rota.runtime.layout()).
+    """
     @_builtins.property
     def command(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """argv; must not be empty"""
@@ -215,10 +220,11 @@ class JobSpec(_message.Message):
         features: _struct_pb2.Struct | None = ...,
         demand: _abc.Iterable[_builtins.int] | None = ...,
         max_swap: _builtins.int = ...,
+        accepts_layout_changes: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "duration_seconds", b"duration_seconds", "features", b"features"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "command", b"command", "demand", b"demand", "duration_seconds", b"duration_seconds", "env", b"env", "features", b"features", "gpus", b"gpus", "kind", b"kind", "max_retries", b"max_retries", "max_swap", b"max_swap", "name", b"name", "preemptible", b"preemptible", "priority", b"priority", "restart", b"restart", "tenant", b"tenant", "workdir", b"workdir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "accepts_layout_changes", b"accepts_layout_changes", "command", b"command", "demand", b"demand", "duration_seconds", b"duration_seconds", "env", b"env", "features", b"features", "gpus", b"gpus", "kind", b"kind", "max_retries", b"max_retries", "max_swap", b"max_swap", "name", b"name", "preemptible", b"preemptible", "priority", b"priority", "restart", b"restart", "tenant", b"tenant", "workdir", b"workdir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__duration_seconds: _TypeAlias = _typing.Literal["duration_seconds"]  # noqa: Y015
     _WhichOneofArgType__duration_seconds: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds"]  # noqa: Y015

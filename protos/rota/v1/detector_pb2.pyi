@@ -292,11 +292,23 @@ class ReplanRequest(_message.Message):
     LAYERS_FIELD_NUMBER: _builtins.int
     MICROBATCHES_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
+    APPLY_FIELD_NUMBER: _builtins.int
+    WAIT_SECONDS_FIELD_NUMBER: _builtins.int
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
     layers: _builtins.int
     """default 32"""
     microbatches: _builtins.int
     """per replica; default 8"""
     job_id: _builtins.str
+    apply: _builtins.bool
+    """Apply the re-plan (needs job_id, and a job submitted with accepts_layout_changes; else
+    FAILED_PRECONDITION): the new layout is stored, then the job is migrated through the
+    checkpoint service (pause, resume from the image) and restarts with ROTA_LAYOUT set to it.
+    """
+    wait_seconds: _builtins.float
+    """with apply: wait this long for the restart's placement (0: until PENDING)"""
+    operation_id: _builtins.str
+    """with apply: a retry with the same id migrates once"""
     @_builtins.property
     def layout(self) -> Global___Layout: ...
     @_builtins.property
@@ -309,10 +321,13 @@ class ReplanRequest(_message.Message):
         layers: _builtins.int = ...,
         microbatches: _builtins.int = ...,
         job_id: _builtins.str = ...,
+        apply: _builtins.bool = ...,
+        wait_seconds: _builtins.float = ...,
+        operation_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["layout", b"layout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["device_speeds", b"device_speeds", "job_id", b"job_id", "layers", b"layers", "layout", b"layout", "microbatches", b"microbatches"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apply", b"apply", "device_speeds", b"device_speeds", "job_id", b"job_id", "layers", b"layers", "layout", b"layout", "microbatches", b"microbatches", "operation_id", b"operation_id", "wait_seconds", b"wait_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -365,9 +380,24 @@ class ReplanResponse(_message.Message):
     MICROBATCHES_PER_REPLICA_FIELD_NUMBER: _builtins.int
     IDLE_RANKS_FIELD_NUMBER: _builtins.int
     DEVICE_SPEEDS_FIELD_NUMBER: _builtins.int
+    APPLIED_FIELD_NUMBER: _builtins.int
+    APPLIED_LAYOUT_FIELD_NUMBER: _builtins.int
+    IMAGE_ID_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    FROM_NODE_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
     throughput_before: _builtins.float
     throughput_after: _builtins.float
     throughput_drop_group: _builtins.float
+    applied: _builtins.bool
+    """With apply: the layout the job restarts with (the JSON of ROTA_LAYOUT), the image it
+    restarts from, and where it ran and runs now ("" while not yet placed).
+    """
+    applied_layout: _builtins.str
+    image_id: _builtins.str
+    step: _builtins.int
+    from_node: _builtins.str
+    node: _builtins.str
     @_builtins.property
     def layout(self) -> Global___Layout: ...
     @_builtins.property
@@ -392,10 +422,16 @@ class ReplanResponse(_message.Message):
         microbatches_per_replica: _abc.Iterable[_builtins.int] | None = ...,
         idle_ranks: _abc.Iterable[_builtins.int] | None = ...,
         device_speeds: _abc.Iterable[_builtins.float] | None = ...,
+        applied: _builtins.bool = ...,
+        applied_layout: _builtins.str = ...,
+        image_id: _builtins.str = ...,
+        step: _builtins.int = ...,
+        from_node: _builtins.str = ...,
+        node: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["layout", b"layout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["device_speeds", b"device_speeds", "idle_ranks", b"idle_ranks", "layers_per_stage", b"layers_per_stage", "layout", b"layout", "microbatches_per_replica", b"microbatches_per_replica", "stages", b"stages", "throughput_after", b"throughput_after", "throughput_before", b"throughput_before", "throughput_drop_group", b"throughput_drop_group"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "applied_layout", b"applied_layout", "device_speeds", b"device_speeds", "from_node", b"from_node", "idle_ranks", b"idle_ranks", "image_id", b"image_id", "layers_per_stage", b"layers_per_stage", "layout", b"layout", "microbatches_per_replica", b"microbatches_per_replica", "node", b"node", "stages", b"stages", "step", b"step", "throughput_after", b"throughput_after", "throughput_before", b"throughput_before", "throughput_drop_group", b"throughput_drop_group"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -450,3 +486,139 @@ class DrainResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DrainResponse: _TypeAlias = DrainResponse  # noqa: Y015
+
+@_typing.final
+class DeviceHealth(_message.Message):
+    """state: BAD (left out of the plan) or CLEARED (by an operator). The verdict that put the
+    device there: its job, rank and kind (stop | slow).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    GPU_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    RANK_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    SINCE_UNIX_FIELD_NUMBER: _builtins.int
+    CLEARED_UNIX_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    gpu: _builtins.int
+    state: _builtins.str
+    reason: _builtins.str
+    job_id: _builtins.str
+    """empty for a tenant who does not own the job"""
+    rank: _builtins.int
+    kind: _builtins.str
+    since_unix: _builtins.float
+    cleared_unix: _builtins.float
+    """0 while BAD"""
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        gpu: _builtins.int = ...,
+        state: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        rank: _builtins.int = ...,
+        kind: _builtins.str = ...,
+        since_unix: _builtins.float = ...,
+        cleared_unix: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleared_unix", b"cleared_unix", "gpu", b"gpu", "job_id", b"job_id", "kind", b"kind", "node", b"node", "rank", b"rank", "reason", b"reason", "since_unix", b"since_unix", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeviceHealth: _TypeAlias = DeviceHealth  # noqa: Y015
+
+@_typing.final
+class DevicesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INCLUDE_CLEARED_FIELD_NUMBER: _builtins.int
+    include_cleared: _builtins.bool
+    def __init__(
+        self,
+        *,
+        include_cleared: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_cleared", b"include_cleared"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DevicesRequest: _TypeAlias = DevicesRequest  # noqa: Y015
+
+@_typing.final
+class DevicesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEVICES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def devices(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeviceHealth]: ...
+    def __init__(
+        self,
+        *,
+        devices: _abc.Iterable[Global___DeviceHealth] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["devices", b"devices"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DevicesResponse: _TypeAlias = DevicesResponse  # noqa: Y015
+
+@_typing.final
+class ClearDevicesRequest(_message.Message):
+    """No gpus: every bad device of the node."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    reason: _builtins.str
+    @_builtins.property
+    def gpus(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        gpus: _abc.Iterable[_builtins.int] | None = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "node", b"node", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClearDevicesRequest: _TypeAlias = ClearDevicesRequest  # noqa: Y015
+
+@_typing.final
+class ClearDevicesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLEARED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def cleared(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeviceHealth]: ...
+    def __init__(
+        self,
+        *,
+        cleared: _abc.Iterable[Global___DeviceHealth] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleared", b"cleared"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClearDevicesResponse: _TypeAlias = ClearDevicesResponse  # noqa: Y015

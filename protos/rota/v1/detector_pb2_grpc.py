@@ -59,6 +59,16 @@ class DetectorServiceStub:
                 request_serializer=rota_dot_v1_dot_detector__pb2.DrainRequest.SerializeToString,
                 response_deserializer=rota_dot_v1_dot_detector__pb2.DrainResponse.FromString,
                 _registered_method=True)
+        self.Devices = channel.unary_unary(
+                '/rota.v1.DetectorService/Devices',
+                request_serializer=rota_dot_v1_dot_detector__pb2.DevicesRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_detector__pb2.DevicesResponse.FromString,
+                _registered_method=True)
+        self.ClearDevices = channel.unary_unary(
+                '/rota.v1.DetectorService/ClearDevices',
+                request_serializer=rota_dot_v1_dot_detector__pb2.ClearDevicesRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_detector__pb2.ClearDevicesResponse.FromString,
+                _registered_method=True)
 
 
 class DetectorServiceServicer:
@@ -99,6 +109,21 @@ class DetectorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Devices(self, request, context):
+        """Devices taken out of the plan: the GPU of a rank declared dead, or one slow beyond
+        repair. The allocator gives them to no job until an operator clears them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClearDevices(self, request, context):
+        """Puts bad devices back into the plan (admin).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DetectorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +151,16 @@ def add_DetectorServiceServicer_to_server(servicer, server):
                     servicer.Drain,
                     request_deserializer=rota_dot_v1_dot_detector__pb2.DrainRequest.FromString,
                     response_serializer=rota_dot_v1_dot_detector__pb2.DrainResponse.SerializeToString,
+            ),
+            'Devices': grpc.unary_unary_rpc_method_handler(
+                    servicer.Devices,
+                    request_deserializer=rota_dot_v1_dot_detector__pb2.DevicesRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_detector__pb2.DevicesResponse.SerializeToString,
+            ),
+            'ClearDevices': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClearDevices,
+                    request_deserializer=rota_dot_v1_dot_detector__pb2.ClearDevicesRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_detector__pb2.ClearDevicesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +298,60 @@ class DetectorService:
             '/rota.v1.DetectorService/Drain',
             rota_dot_v1_dot_detector__pb2.DrainRequest.SerializeToString,
             rota_dot_v1_dot_detector__pb2.DrainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Devices(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.DetectorService/Devices',
+            rota_dot_v1_dot_detector__pb2.DevicesRequest.SerializeToString,
+            rota_dot_v1_dot_detector__pb2.DevicesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClearDevices(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.DetectorService/ClearDevices',
+            rota_dot_v1_dot_detector__pb2.ClearDevicesRequest.SerializeToString,
+            rota_dot_v1_dot_detector__pb2.ClearDevicesResponse.FromString,
             options,
             channel_credentials,
             insecure,

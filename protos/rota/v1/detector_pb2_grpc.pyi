@@ -44,6 +44,12 @@ class DetectorServiceStub:
     Replan: _grpc.UnaryUnaryMultiCallable[_detector_pb2.ReplanRequest, _detector_pb2.ReplanResponse]
     Drain: _grpc.UnaryUnaryMultiCallable[_detector_pb2.DrainRequest, _detector_pb2.DrainResponse]
     """Marks a node DRAINING: nothing new is placed there; running jobs go on (admin)."""
+    Devices: _grpc.UnaryUnaryMultiCallable[_detector_pb2.DevicesRequest, _detector_pb2.DevicesResponse]
+    """Devices taken out of the plan: the GPU of a rank declared dead, or one slow beyond
+    repair. The allocator gives them to no job until an operator clears them.
+    """
+    ClearDevices: _grpc.UnaryUnaryMultiCallable[_detector_pb2.ClearDevicesRequest, _detector_pb2.ClearDevicesResponse]
+    """Puts bad devices back into the plan (admin)."""
 
 @_typing.type_check_only
 class DetectorServiceAsyncStub(DetectorServiceStub):
@@ -59,6 +65,12 @@ class DetectorServiceAsyncStub(DetectorServiceStub):
     Replan: _aio.UnaryUnaryMultiCallable[_detector_pb2.ReplanRequest, _detector_pb2.ReplanResponse]  # type: ignore[assignment]
     Drain: _aio.UnaryUnaryMultiCallable[_detector_pb2.DrainRequest, _detector_pb2.DrainResponse]  # type: ignore[assignment]
     """Marks a node DRAINING: nothing new is placed there; running jobs go on (admin)."""
+    Devices: _aio.UnaryUnaryMultiCallable[_detector_pb2.DevicesRequest, _detector_pb2.DevicesResponse]  # type: ignore[assignment]
+    """Devices taken out of the plan: the GPU of a rank declared dead, or one slow beyond
+    repair. The allocator gives them to no job until an operator clears them.
+    """
+    ClearDevices: _aio.UnaryUnaryMultiCallable[_detector_pb2.ClearDevicesRequest, _detector_pb2.ClearDevicesResponse]  # type: ignore[assignment]
+    """Puts bad devices back into the plan (admin)."""
 
 class DetectorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -101,5 +113,23 @@ class DetectorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_detector_pb2.DrainResponse, _abc.Awaitable[_detector_pb2.DrainResponse]]:
         """Marks a node DRAINING: nothing new is placed there; running jobs go on (admin)."""
+
+    @_abc_1.abstractmethod
+    def Devices(
+        self,
+        request: _detector_pb2.DevicesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_detector_pb2.DevicesResponse, _abc.Awaitable[_detector_pb2.DevicesResponse]]:
+        """Devices taken out of the plan: the GPU of a rank declared dead, or one slow beyond
+        repair. The allocator gives them to no job until an operator clears them.
+        """
+
+    @_abc_1.abstractmethod
+    def ClearDevices(
+        self,
+        request: _detector_pb2.ClearDevicesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_detector_pb2.ClearDevicesResponse, _abc.Awaitable[_detector_pb2.ClearDevicesResponse]]:
+        """Puts bad devices back into the plan (admin)."""
 
 def add_DetectorServiceServicer_to_server(servicer: DetectorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

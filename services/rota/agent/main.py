@@ -80,7 +80,7 @@ class Heartbeats:
 
     async def reconcile(self, reply: api_pb2.NodeHeartbeatResponse, sent_at: float) -> None:
         wanted = {a.job.id: a.job for a in reply.assignments}
-        images = {a.job.id: a.resume_image for a in reply.assignments}
+        images = {a.job.id: (a.resume_image, a.layout) for a in reply.assignments}
         for job in self.runtime.table.running():
             target = wanted.get(job.job_id)
             launched_after_request = job.started_at > sent_at
@@ -91,7 +91,7 @@ class Heartbeats:
             local = self.runtime.table.jobs.get(job_id)
             if local is None or local.epoch < placed.epoch:
                 try:
-                    await self.runtime.launch(placed, placed.epoch, images[job_id])
+                    await self.runtime.launch(placed, placed.epoch, *images[job_id])
                     log.info("launched %s (epoch %d) from reconciliation", job_id, placed.epoch)
                 except DomainError as exc:
                     log.warning("not launching %s: %s", job_id, exc)

@@ -122,7 +122,7 @@ class ProcessTable:
     # 2. Launch, with per-job and per-GPU fencing.
     def launch(
         self, job_id: str, epoch: int, gpus: list[int], command: list[str], workdir: str,
-        env: dict[str, str], virtual: bool, restore_dir: Path | None = None,
+        env: dict[str, str], virtual: bool, restore_dir: Path | None = None, layout: str = "",
     ) -> LocalJob:
         current = self.jobs.get(job_id)
         if current is not None:
@@ -143,6 +143,8 @@ class ProcessTable:
         full_env = self._job_env(job_id, epoch, gpus, env, virtual, folder)
         if restore_dir is not None:
             full_env["ROTA_RESTORE_DIR"] = str(restore_dir)
+        if layout:  # the 3-D layout an applied re-plan gave the job (rota.runtime.layout())
+            full_env["ROTA_LAYOUT"] = layout
         write_replicas(folder, epoch, gpus)
         cwd = workdir if workdir and Path(workdir).is_dir() else str(self.home)
         launcher = [

@@ -15,6 +15,7 @@ from rota.common.errors import InvalidArgument, NotFound
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, common_pb2
 
 MAX_LOG_CHUNK = 1024 * 1024
+MAX_LAYOUT_BYTES = 64 * 1024  # a re-plan of the largest layout the detector takes, with room
 
 
 def report_of(job: LocalJob) -> api_pb2.AgentJobReport:
@@ -41,6 +42,20 @@ def image_status_of(record: ImageRecord | None) -> agent_pb2.AgentImageStatusRes
     )
 
 
+def check_layout(layout: str) -> None:
+    """ROTA_LAYOUT must be a JSON object the job can read, and fit in an environment variable."""
+    if not layout:
+        return
+    if len(layout) > MAX_LAYOUT_BYTES or "\x00" in layout:
+        raise InvalidArgument("layout", f"at most {MAX_LAYOUT_BYTES} characters, no NUL")
+    try:
+        parsed = json.loads(layout)
+    except ValueError as exc:
+        raise InvalidArgument("layout", f"not JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise InvalidArgument("layout", "must be a JSON object")
+
+
 class AgentRuntime:
     """The agent's state shared by the gRPC handlers and the heartbeat loop."""
 
@@ -52,9 +67,10 @@ class AgentRuntime:
         # Serialises launches and stops so fencing checks and process starts do not interleave.
         self.lock = asyncio.Lock()
 
-    async def launch(self, job: common_pb2.Job, epoch: int, resume_image: str = "") -> LocalJob:
+    async def launch(self, job: common_pb2.Job, epoch: int, resume_image: str = "", layout: str = "") -> LocalJob:
         if not job.id or epoch <= 0:
             raise InvalidArgument("epoch" if job.id else "job.id", "required")
+        check_layout(layout)
         spec = job.spec
         restore = self.checkpoints.restore_dir(job.id, epoch) if resume_image else None
         async with self.lock:
@@ -62,7 +78,7 @@ class AgentRuntime:
             fresh = current is None or current.epoch != epoch
             local = await asyncio.to_thread(
                 self.table.launch, job.id, epoch, list(job.gpus), list(spec.command), spec.workdir,
-                dict(spec.env), self.virtual, restore,
+                dict(spec.env), self.virtual, restore, layout,
             )
         if restore is not None and fresh:
             # The image is made ready while the interpreter and torch start up.
@@ -88,7 +104,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
 
     async def Launch(self, request: agent_pb2.LaunchRequest, context: grpc.aio.ServicerContext) -> agent_pb2.LaunchResponse:
         current_identity().require_admin()
-        job = await self.runtime.launch(request.job, request.epoch, request.resume_image)
+        job = await self.runtime.launch(request.job, request.epoch, request.resume_image, request.layout)
         return agent_pb2.LaunchResponse(report=report_of(job))
 
     async def Restore(self, request: agent_pb2.AgentRestoreRequest, context: grpc.aio.ServicerContext) -> agent_pb2.AgentRestoreResponse:

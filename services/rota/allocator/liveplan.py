@@ -6,6 +6,8 @@ rounded up to a power of two) and the slots stack in name order. Rows that are n
 GPU (a smaller node's tail, slots past the last node) are pinned to a reservation for the
 whole horizon, so no policy can place anything there, and every aligned block of at most
 `slot` GPUs lies inside one node: the buddy rule of the grid is the node boundary.
+A GPU the failure detector marked bad is pinned the same way, one row each, so it is given
+to no job until an operator clears it (a job still running on it keeps it until it ends).
 
 What is planned, step by step (the rolling horizon):
 1. running batch-like jobs are pinned where they run, for their remaining duration;
@@ -31,6 +33,12 @@ RESERVED_PREFIX = "~"  # grid ids of rows that are not a usable GPU
 class LiveNode:
     name: str
     gpus: int
+    bad_gpus: tuple[int, ...] = ()  # indices the failure detector took out of the plan
+
+    @property
+    def usable(self) -> int:
+        """GPUs a new job can be given: all but the bad ones."""
+        return self.gpus - len({g for g in self.bad_gpus if 0 <= g < self.gpus})
 
 
 @dataclass(frozen=True)
@@ -146,11 +154,18 @@ def build(
     batch: list[BatchJob] = []
     realtime: list[RealtimeApp] = []
     excluded: dict[str, str] = {}
-    # 1. Rows that are no GPU are reserved for the whole horizon.
+    # 1. Rows that are no GPU, or a bad one, are reserved for the whole horizon. A bad GPU
+    #    that a job still holds is left to that job (its pin covers the row); it is
+    #    reserved in the first plan after the job lets go.
     for i in range(layout.rows // layout.slot):
         real = live[i].gpus if i < len(live) else 0
         for first, size in _aligned_pieces(i * layout.slot + real, (i + 1) * layout.slot):
             batch.append(_reserved(f"{RESERVED_PREFIX}none-{first}", first, size, H))
+    held = {layout.flat(j.node, g) for j in jobs if j.node in layout.offsets for g in j.gpu_indices}
+    for n in live:
+        for g in sorted({g for g in n.bad_gpus if 0 <= g < n.gpus}):
+            if layout.flat(n.name, g) not in held:
+                batch.append(_reserved(f"{RESERVED_PREFIX}bad-{n.name}-{g}", layout.flat(n.name, g), 1, H))
     # 2. Jobs, in arrival order.
     for j in jobs:
         if held_back and j.node is None and j.id in held_back:
@@ -168,6 +183,10 @@ def build(
         elif j.gpus > layout.slot or j.gpus > max(n.gpus for n in live):
             biggest = max(n.gpus for n in live)
             excluded[j.id] = f"waiting: needs {j.gpus} GPUs on one node; the largest live node has {biggest}"
+        elif j.gpus > max(n.usable for n in live):
+            most = max(n.usable for n in live)
+            excluded[j.id] = (f"waiting: needs {j.gpus} GPUs on one node; with the GPUs marked bad taken out, "
+                              f"the most a live node has is {most} (see rota health)")
         else:
             steps = horizon.steps_for(j.duration_s) if j.duration_s else H
             batch.append(BatchJob(j.id, j.kind, j.tenant, j.priority, j.gpus, steps))
@@ -284,7 +303,8 @@ def figures(ls: LiveScenario, grid: Grid) -> dict[str, float | int]:
     clean = replace(s, batch=tuple(real))
     clean_grid = [[c if c and not c.startswith(RESERVED_PREFIX) else None for c in row] for row in grid]
     m = measure(clean, clean_grid)
-    real_gpus = sum(n.gpus for n in ls.layout.nodes)
+    bad = sum(1 for j in s.batch if j.id.startswith(f"{RESERVED_PREFIX}bad-"))
+    real_gpus = sum(n.gpus for n in ls.layout.nodes) - bad
     return {
         "utilization": m.utilization * s.gpus / real_gpus if real_gpus else 0.0,
         "value": m.value, "realtime_unmet": m.realtime_unmet, "completed": m.completed, "objective": m.objective,

@@ -24,7 +24,10 @@ from sqlalchemy import Connection, Engine, text
 from rota.allocator import repository
 from rota.allocator.forecasts import Forecast, Forecasts
 from rota.allocator.liveplan import Horizon, LiveScenario, Start, StepDecision
+from rota.allocator.moves import MoveInputs
+from rota.allocator.moving import Mover
 from rota.allocator.planner import FairInputs, PlanOutcome, plan_live
+from rota.allocator.policy_fair import Yield
 from rota.checkpoint.repository import resume_image
 from rota.common import convert
 from rota.common.agents import AgentClients
@@ -89,6 +92,7 @@ class CycleReport:
     dead_nodes: int = 0
     led: bool = False
     planned: str = ""  # the trigger of this cycle's re-plan; "" when nothing changed
+    moved: list[str] = field(default_factory=list)  # started jobs this cycle began to move
 
 
 @dataclass
@@ -98,7 +102,8 @@ class _Memory:
     fingerprint: Any = None
     step_index: int = -1
     last_full: float = field(default_factory=time.time)
-    # Jobs that yielded a lease -> the job they yielded to: they wait until it has started.
+    # Jobs that yielded a lease or were preempted -> the job they made room for: once
+    # requeued, they wait until it has started.
     yielded_to: dict[str, str] = field(default_factory=dict)
     # Heartbeats could not be recorded while the database was unreachable: after it
     # returns, no node is declared dead before a full node timeout has passed.
@@ -126,6 +131,7 @@ class SchedulingLoop:
             settings.service_addrs.get("forecaster"), settings.admin_token, settings.forecast_quantile,
             tls=tls_files(settings),
         )
+        self.mover = Mover(settings.service_addrs.get("checkpoint"), settings.admin_token, tls=tls_files(settings))
         self._api_channel: grpc.aio.Channel | None = None
         self._api_health: health_pb2_grpc.HealthStub | None = None
 
@@ -171,9 +177,10 @@ class SchedulingLoop:
         jobs, forecasts = await self.forecasts.apply(view.jobs, view.specs, horizon)
         fair = await asyncio.to_thread(self.db.run, self._fair_inputs) if policy == "fair" else None
         held_back = self._held_back(view)
+        moves = await asyncio.to_thread(self.db.run, lambda s: self._move_inputs(s, view))
         began = time.monotonic()
         outcome = await asyncio.to_thread(
-            plan_live, view.nodes, jobs, horizon, policy, self.settings.full_time_limit_s, fair, held_back
+            plan_live, view.nodes, jobs, horizon, policy, self.settings.full_time_limit_s, fair, held_back, moves
         )
         self.memory.planned_at, self.memory.plan_cost_s = time.monotonic(), time.monotonic() - began
         # 5. Commit step 0: starts and resizes, each in its own transaction under a new epoch.
@@ -195,21 +202,56 @@ class SchedulingLoop:
             *(self._launch(address, request) for address, request in launches),
             *(self._resize(address, request) for address, request in resizes),
         )
-        # 7. Lease expiry under `fair`: over-share tenants' restartable jobs yield; the
-        #    next cycle sees the change and plans the under-served jobs into the freed GPUs.
+        # 7. Moves of started jobs through the checkpoint coordinator, in the background:
+        #    lease yields (`fair`), a priced preemption (`fast`, `full`), fragmentation repair.
+        #    The next cycle sees the paused job's GPUs free and plans into them.
         for y in outcome.yields:
-            reason = f"yielded its GPUs to {y.to_job} ({y.to_tenant}): {y.reason}"
-            held = await asyncio.to_thread(self.db.run, lambda s, y=y, r=reason: repository.yield_lease(s, y.job_id, r, events))
-            if held is not None:
-                self.memory.yielded_to[y.job_id] = y.to_job
-                if held[0] in view.addresses:
-                    await self._stop(view.addresses[held[0]], y.job_id, held[1], reason)
+            await self._yield(y, moves, view.addresses)
+        if outcome.preemption is not None:
+            p = outcome.preemption
+            if self.mover.start(p.job_id, reason=p.reason):
+                self.memory.yielded_to[p.job_id] = p.for_job
+                report.moved.append(p.job_id)
+        for m in outcome.migrations:
+            if self.mover.start(m.job_id, target=m.to_node, reason=f"{m.reason} (from {m.from_node} to {m.to_node})"):
+                self.memory.yielded_to[m.job_id] = m.for_job  # not back into the block it freed
+                report.moved.append(m.job_id)
         return report
+
+    def _move_inputs(self, session, view: repository.LiveView) -> MoveInputs:  # type: ignore[no-untyped-def]
+        # Without a checkpoint service nothing can be paused: no costs, so no moves; the
+        # nodes that resumed jobs asked for still hold.
+        movable = [j.id for j in view.jobs if j.node is not None and j.preemptible and not j.realtime]
+        found = repository.move_inputs(session, movable if self.mover.available else [])
+        return MoveInputs(costs=found.costs, targets=found.targets, busy=self.mover.busy())
+
+    async def _yield(self, y: Yield, moves: MoveInputs, addresses: dict[str, str]) -> None:
+        """A lease yield: paused when the job has an image, else stopped and requeued."""
+        reason = f"yielded its GPUs to {y.to_job} ({y.to_tenant}): {y.reason}"
+
+        async def stop_instead(why: str) -> None:
+            await self._yield_by_stop(y, f"{reason} (restarted: pausing was refused: {why})", addresses)
+
+        if y.job_id in moves.costs and self.mover.start(y.job_id, reason=reason, on_refused=stop_instead):
+            self.memory.yielded_to[y.job_id] = y.to_job
+            return
+        await self._yield_by_stop(y, reason, addresses)
+
+    async def _yield_by_stop(self, y: Yield, reason: str, addresses: dict[str, str]) -> None:
+        events = Events()
+        held = await asyncio.to_thread(self.db.run, lambda s: repository.yield_lease(s, y.job_id, reason, events))
+        if held is None:
+            return
+        self.memory.yielded_to[y.job_id] = y.to_job
+        await asyncio.to_thread(self._publish, events)
+        if held[0] in addresses:
+            await self._stop(addresses[held[0]], y.job_id, held[1], reason)
 
     def _held_back(self, view: repository.LiveView) -> dict[str, str]:
         """Yielded jobs stay out of the plan until the job they yielded to has GPUs (or is gone)."""
         queued = {j.id for j in view.jobs if j.node is None}
-        self.memory.yielded_to = {y: to for y, to in self.memory.yielded_to.items() if to in queued and y in queued}
+        # Kept while the job it made room for waits (the moved job may still be PAUSED).
+        self.memory.yielded_to = {y: to for y, to in self.memory.yielded_to.items() if to in queued}
         return {y: f"waiting: yielded its lease to {to}; queued again once {to} has started"
                 for y, to in self.memory.yielded_to.items()}
 
@@ -252,7 +294,8 @@ class SchedulingLoop:
             return None
         # A paused, migrated or requeued job continues from its last checkpoint image.
         image = resume_image(session, job.id) or ""
-        return agent_pb2.LaunchRequest(job=convert.job_to_proto(job), epoch=job.epoch, resume_image=image)
+        return agent_pb2.LaunchRequest(job=convert.job_to_proto(job), epoch=job.epoch, resume_image=image,
+                                       layout=repository.launch_layout(session, job.id))
 
     @staticmethod
     def _record(  # type: ignore[no-untyped-def]
@@ -292,10 +335,16 @@ class SchedulingLoop:
             self.live.replace_placements(
                 {j.id: {"node": j.node, "gpus": list(j.gpu_indices), "epoch": j.epoch} for j in holding}
             )
+            self._publish(events)
+        except Exception as exc:  # noqa: BLE001 - Redis is a cache; Postgres has it all
+            log.warning("live state refresh failed: %s", exc)
+
+    def _publish(self, events: Events) -> None:
+        try:
             for job_id, event, payload in events.items:
                 self.live.publish_job_event(job_id, event, payload)
         except Exception as exc:  # noqa: BLE001 - Redis is a cache; Postgres has it all
-            log.warning("live state refresh failed: %s", exc)
+            log.warning("publishing %d job events failed: %s", len(events.items), exc)
 
     async def _launch(self, address: str, request: agent_pb2.LaunchRequest) -> None:
         try:

@@ -110,6 +110,7 @@ class Lease:
     restart: str  # never | on-failure
     lease_start: float | None = None  # the current lease's start, if renewed since `started`
     node: str = ""
+    pausable: bool = False  # it has a checkpoint image: it can be paused and resumed, not restarted
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,9 @@ def lease_yields(
 ) -> list[Yield]:
     """Which running jobs yield, at lease expiry, to an under-served tenant's waiting job.
 
-    Only a job that is `preemptible` with restart `on-failure` (it is requeued and resumes
-    by restarting) and whose lease expired may yield, and only while its tenant holds more
+    Only a job that is `preemptible` and can continue elsewhere (it is `pausable`: paused
+    and resumed from its image; or it has restart `on-failure`: requeued and restarted),
+    and whose lease expired, may yield, and only while its tenant holds more
     than its quota. A waiting job may take GPUs only if its tenant stays within quota (or
     the job is starving), so a borrower yields to an under-served tenant, never to another
     borrower. Takers come in two-stage order; the most over-quota tenant yields first, its
@@ -151,7 +153,7 @@ def lease_yields(
     state = {t: dataclasses.replace(st) for t, st in tenants.items()}
     holding = {t: st.allocated for t, st in tenants.items()}
     quota = {t: st.quota for t, st in tenants.items()}
-    up = [x for x in leases if x.preemptible and x.restart == ON_FAILURE and expired(x, now, cfg)]
+    up = [x for x in leases if x.preemptible and (x.pausable or x.restart == ON_FAILURE) and expired(x, now, cfg)]
     yielded: dict[str, Yield] = {}
     free = free_gpus
 

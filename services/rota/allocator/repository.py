@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -12,18 +13,24 @@ from sqlalchemy.orm import Session
 
 from rota.allocator.liveplan import LiveJob, LiveNode, Start
 from rota.allocator.models import JobForecastRow, PlanStepRow
+from rota.allocator.moves import MoveCost, MoveInputs
+from rota.checkpoint.models import OperationRow
+from rota.checkpoint.repository import checkpoint_costs, latest_image
 from rota.common import jobstate
 from rota.common.jobs_repo import Events, get_job, release, requeue_or_fail, transition, utcnow
 from rota.common.jobspec import JobSpecData, gpus_to_hold
 from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
+from rota.detector import repository as detector
 
 ALIVE = "ALIVE"
 DEAD = "DEAD"
 DRAINING = "DRAINING"  # alive but planned for nothing new; silent, it dies like an ALIVE node
+PAUSE_EXIT_S = 1.0  # a paused job's process exit, after its state is copied out
 
 
 def mark_dead_nodes(session: Session, timeout_s: float, events: Events) -> list[str]:
-    """Nodes silent past the timeout become DEAD; their jobs LOST, then requeued or failed."""
+    """Nodes silent past the timeout become DEAD; their jobs LOST, then restored from their
+    last image elsewhere, or requeued or failed by their restart policy."""
     cutoff = utcnow() - timedelta(seconds=timeout_s)
     dead = session.scalars(
         select(NodeRow).where(NodeRow.health.in_((ALIVE, DRAINING)), NodeRow.last_heartbeat < cutoff).with_for_update()
@@ -38,7 +45,8 @@ def mark_dead_nodes(session: Session, timeout_s: float, events: Events) -> list[
             why = f"node {node.name} missed heartbeats for {silent:.1f}s"
             release(session, job, "node lost")
             transition(session, job, jobstate.LOST, why, events)
-            requeue_or_fail(session, job, why, events)
+            image = latest_image(session, job.id)
+            requeue_or_fail(session, job, why, events, image.id if image is not None else "")
     return [n.name for n in dead]
 
 
@@ -92,9 +100,10 @@ class LiveView:
     addresses: dict[str, str]
     specs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def fingerprint(self) -> tuple[frozenset[tuple[str, int]], frozenset[tuple[str, str | None]]]:
-        """Changes exactly on an arrival, a completion, a placement or a node change."""
-        return frozenset((n.name, n.gpus) for n in self.nodes), frozenset((j.id, j.node) for j in self.jobs)
+    def fingerprint(self) -> tuple[frozenset[tuple[str, int, tuple[int, ...]]], frozenset[tuple[str, str | None]]]:
+        """Changes exactly on an arrival, a completion, a placement or a node change (a GPU
+        marked bad or cleared is one)."""
+        return frozenset((n.name, n.gpus, n.bad_gpus) for n in self.nodes), frozenset((j.id, j.node) for j in self.jobs)
 
 
 def live_view(session: Session) -> LiveView:
@@ -119,10 +128,17 @@ def live_view(session: Session) -> LiveView:
             duration_s=spec.duration_seconds, demand=tuple(spec.demand), max_swap=spec.max_swap,
             preemptible=spec.preemptible, restart=spec.restart,
         ))
+    bad = detector.bad_gpus(session)
     return LiveView(
-        [LiveNode(n.name, gpu_counts.get(n.name, 0)) for n in nodes], jobs, {n.name: n.address for n in nodes},
+        [LiveNode(n.name, gpu_counts.get(n.name, 0), bad.get(n.name, ())) for n in nodes], jobs,
+        {n.name: n.address for n in nodes},
         {row.id: dict(row.spec) for row in rows},
     )
+
+
+def launch_layout(session: Session, job_id: str) -> str:
+    """The job's ROTA_LAYOUT for its launch: the layout an applied re-plan gave it, or ""."""
+    return detector.applied_layout(session, job_id)
 
 
 def commit_resize(session: Session, resize: Start, events: Events) -> JobRow | None:
@@ -185,3 +201,23 @@ def save_forecasts(session: Session, forecasts: dict[str, dict[str, Any]]) -> No
 
 def job_forecast(session: Session, job_id: str) -> JobForecastRow | None:
     return session.get(JobForecastRow, job_id)
+
+
+def move_inputs(session: Session, movable: Sequence[str]) -> MoveInputs:
+    """What the planner needs to move jobs: the measured costs of the `movable` jobs (those
+    with a complete image; see rota.checkpoint) and the node each pending job asked for."""
+    costs: dict[str, MoveCost] = {}
+    for job_id, c in checkpoint_costs(session, movable).items():
+        # Never paused yet: its last checkpoint's copy time plus an exit stands in for a pause.
+        pause_s = c.pause_s if c.pauses else c.copy_s + PAUSE_EXIT_S
+        # Restoring reads back what the write stored, through the same chunk store.
+        costs[job_id] = MoveCost(pause_s=pause_s, restore_s=c.write_s)
+    latest = (
+        select(OperationRow.job_id, OperationRow.target_node)
+        .join(JobRow, JobRow.id == OperationRow.job_id)
+        .where(JobRow.state == jobstate.PENDING, OperationRow.kind.in_(("resume", "migrate")))
+        .order_by(OperationRow.job_id, OperationRow.id.desc())
+        .distinct(OperationRow.job_id)
+    )
+    targets = {job_id: node for job_id, node in session.execute(latest).all() if node}
+    return MoveInputs(costs=costs, targets=targets)

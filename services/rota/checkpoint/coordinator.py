@@ -148,14 +148,16 @@ class Coordinator:
         return done, await self.wait_placed(job_id, _left(wait_s, budget_s, started))
 
     async def migrate(self, job_id: str, request_id: str = "", node: str = "", timeout_s: float = 0,
-                      wait_s: float = 0, budget_s: float | None = None) -> tuple[OperationRow | None, Placement]:
+                      wait_s: float = 0, budget_s: float | None = None,
+                      reason: str = "") -> tuple[OperationRow | None, Placement]:
         started = time.monotonic()
-        op = await self._begin(job_id, "migrate", request_id, node, timeout_s)
+        op = await self._begin(job_id, "migrate", request_id, node, timeout_s, reason)
         done = await self._until(op.id, lambda o: o.state in repo.ENDED, budget_s)
         return done, await self.wait_placed(job_id, _left(wait_s, budget_s, started))
 
-    async def _begin(self, job_id: str, kind: str, request_id: str, target: str, timeout_s: float) -> OperationRow:
-        op, new = await self._tx(lambda s, e: self._start(s, job_id, kind, request_id, target, timeout_s))
+    async def _begin(self, job_id: str, kind: str, request_id: str, target: str, timeout_s: float,
+                     reason: str = "") -> OperationRow:
+        op, new = await self._tx(lambda s, e: self._start(s, job_id, kind, request_id, target, timeout_s, reason))
         if new:
             self._background(self._flow(op))
         return op
@@ -187,7 +189,7 @@ class Coordinator:
 
     # 1. A new operation (or the first one with the same request id).
     def _start(self, s: Session, job_id: str, kind: str, request_id: str, target: str,
-               timeout_s: float) -> tuple[OperationRow, bool]:
+               timeout_s: float, reason: str = "") -> tuple[OperationRow, bool]:
         found = repo.find_operation(s, request_id)
         if found is not None:
             if found.job_id != job_id or found.kind != kind:
@@ -209,7 +211,7 @@ class Coordinator:
             image = repo.begin_image(s, job_id, "pause" if kind in PAUSING_KINDS else kind, job.node)
             detail = {"node": job.node, "epoch": job.epoch, "timeout_s": timeout, "requested_at": time.time()}
             return repo.create_operation(s, job_id, kind, request_id, image_id=image.id, target_node=target,
-                                         detail=detail), True
+                                         reason=reason, detail=detail), True
         if job.state != jobstate.PAUSED:
             raise FailedPrecondition(f"{job_id} is {job.state}: only a PAUSED job can be resumed")
         return repo.create_operation(s, job_id, kind, request_id, target_node=target,
@@ -270,8 +272,9 @@ class Coordinator:
             job = get_job(s, op.job_id, lock=True)
             # The agent's heartbeat may have reported the paused exit first: then it is PAUSED.
             if job is not None and job.state == jobstate.RUNNING and job.epoch == op.detail["epoch"]:
+                why = f": {op.reason}" if op.reason else ""
                 pause(s, job, f"paused at step {copied['step']} into image {op.image_id} "
-                              f"({copied['pause_s']:.2f}s to GPUs released)", events)
+                              f"({copied['pause_s']:.2f}s to GPUs released){why}", events)
         op.detail = {**op.detail, **copied}
         repo.set_operation(s, op_id, repo.WRITING)
 

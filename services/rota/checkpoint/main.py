@@ -38,7 +38,7 @@ async def serve(settings: Settings) -> None:
     coordinator = Coordinator(parts.db, GrpcAgents(parts.agents), config, publish)
 
     def register(server: grpc.aio.Server) -> list[str]:
-        checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(parts.db, coordinator), server)
+        checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(parts.db, coordinator, settings.default_deadline_s), server)
         return [checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name]
 
     async def recover() -> None:

@@ -272,6 +272,7 @@ class CheckpointCost:
     write_s: float  # its newest image's background write (on a migration's critical path)
     logical_bytes: int  # its newest image's state
     pauses: int  # how many pauses the median is over
+    copy_s: float = 0.0  # its newest image's copy out of the job (most of a pause, when never paused)
 
 
 def checkpoint_costs(session: Session, job_ids: Sequence[str], recent: int = 5) -> dict[str, CheckpointCost]:
@@ -289,7 +290,7 @@ def checkpoint_costs(session: Session, job_ids: Sequence[str], recent: int = 5) 
         ).all()
         pauses = sorted(float(op.detail.get("pause_s", 0.0)) for op in ops if op.detail.get("pause_s"))
         median = pauses[len(pauses) // 2] if pauses else 0.0
-        out[job_id] = CheckpointCost(median, image.write_s, image.logical_bytes, len(pauses))
+        out[job_id] = CheckpointCost(median, image.write_s, image.logical_bytes, len(pauses), image.copy_s)
     return out
 
 

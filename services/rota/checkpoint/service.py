@@ -28,9 +28,12 @@ class StillRunning(DomainError):
     code_name = "DEADLINE_EXCEEDED"
 
 
-def _budget(context: grpc.aio.ServicerContext) -> float | None:
+def _budget(context: grpc.aio.ServicerContext, cap_s: float) -> float:
+    """How long a handler may wait for its operation: the caller's deadline, within the
+    server's cap on every handler (the interceptor ends a handler there), less a margin to
+    answer with the operation as it stands rather than DEADLINE_EXCEEDED."""
     remaining = context.time_remaining()
-    return max(0.0, remaining - 1.0) if remaining is not None else None
+    return max(0.0, min(cap_s, remaining if remaining is not None else cap_s) - 1.0)
 
 
 def _settled(op: OperationRow | None, reached: bool) -> OperationRow:
@@ -44,6 +47,12 @@ def _settled(op: OperationRow | None, reached: bool) -> OperationRow:
     return op
 
 
+def _reason(text: str) -> str:
+    if len(text) > 512:
+        raise InvalidArgument("reason", f"at most 512 characters (got {len(text)})")
+    return text
+
+
 def _unix(t: object) -> float:
     return float(t.timestamp()) if t is not None else 0.0  # type: ignore[attr-defined]
 
@@ -55,9 +64,10 @@ def _seconds(name: str, value: float) -> float:
 
 
 class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
-    def __init__(self, db: Database, coordinator: Coordinator) -> None:
+    def __init__(self, db: Database, coordinator: Coordinator, handler_cap_s: float = 30.0) -> None:
         self.db = db
         self.coordinator = coordinator
+        self.handler_cap_s = handler_cap_s  # Settings.default_deadline_s: the interceptor's cap
 
     async def _authorize(self, job_id: str) -> None:
         if not job_id:
@@ -69,7 +79,7 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
     async def Checkpoint(self, request: checkpoint_pb2.CheckpointRequest, context: grpc.aio.ServicerContext) -> checkpoint_pb2.CheckpointResponse:
         await self._authorize(request.job_id)
         timeout = _seconds("timeout_seconds", request.timeout_seconds)
-        found = await self.coordinator.checkpoint(request.job_id, request.operation_id, timeout, budget_s=_budget(context))
+        found = await self.coordinator.checkpoint(request.job_id, request.operation_id, timeout, budget_s=_budget(context, self.handler_cap_s))
         op = _settled(found, found is not None and found.state == repo.DONE)
         d = op.detail
         return checkpoint_pb2.CheckpointResponse(
@@ -81,7 +91,7 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
     async def Pause(self, request: checkpoint_pb2.PauseRequest, context: grpc.aio.ServicerContext) -> checkpoint_pb2.PauseResponse:
         await self._authorize(request.job_id)
         found = await self.coordinator.pause(request.job_id, request.operation_id,
-                                             _seconds("timeout_seconds", request.timeout_seconds), budget_s=_budget(context))
+                                             _seconds("timeout_seconds", request.timeout_seconds), budget_s=_budget(context, self.handler_cap_s))
         op = _settled(found, found is not None and found.state not in (repo.REQUESTED, repo.COPYING))
         d = op.detail
         return checkpoint_pb2.PauseResponse(
@@ -93,7 +103,7 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
         await self._authorize(request.job_id)
         found, placed = await self.coordinator.resume(
             request.job_id, request.operation_id, request.node, _seconds("wait_seconds", request.wait_seconds),
-            budget_s=_budget(context))
+            budget_s=_budget(context, self.handler_cap_s))
         op = _settled(found, found is not None and found.state == repo.DONE)
         return checkpoint_pb2.ResumeResponse(
             node=placed.node, gpus=placed.gpus, image_id=str(op.detail.get("image_id", "")),
@@ -105,7 +115,7 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
         found, placed = await self.coordinator.migrate(
             request.job_id, request.operation_id, request.target_node,
             _seconds("timeout_seconds", request.timeout_seconds), _seconds("wait_seconds", request.wait_seconds),
-            budget_s=_budget(context))
+            budget_s=_budget(context, self.handler_cap_s), reason=_reason(request.reason))
         op = _settled(found, found is not None and found.state == repo.DONE)
         d = op.detail
         placed_in = time.time() - float(d.get("requested_at", time.time())) if placed.node else 0.0

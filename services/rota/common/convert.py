@@ -77,6 +77,7 @@ def spec_from_proto(spec: common_pb2.JobSpec) -> JobSpecData:
         features=json_format.MessageToDict(spec.features) if spec.HasField("features") else {},
         demand=list(spec.demand),
         max_swap=spec.max_swap,
+        accepts_layout_changes=spec.accepts_layout_changes,
     )
 
 
@@ -95,6 +96,7 @@ def spec_to_proto(spec: JobSpecData) -> common_pb2.JobSpec:
         max_retries=spec.max_retries,
         demand=spec.demand,
         max_swap=spec.max_swap,
+        accepts_layout_changes=spec.accepts_layout_changes,
     )
     if spec.duration_seconds is not None:
         message.duration_seconds = spec.duration_seconds

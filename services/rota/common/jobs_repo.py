@@ -85,16 +85,30 @@ def release(session: Session, job: JobRow, reason: str) -> None:
     )
 
 
-def requeue_or_fail(session: Session, job: JobRow, why: str, events: Events) -> None:
-    """After a failed or lost attempt: back to PENDING if the restart policy allows, else FAILED."""
+MAX_RESTORES = 5  # placements after which a lost job is left to its restart policy
+
+
+def requeue_or_fail(session: Session, job: JobRow, why: str, events: Events, image: str = "") -> None:
+    """After a failed or lost attempt: back to PENDING if the restart policy allows, else FAILED.
+
+    `image` names the job's last complete checkpoint image when the attempt was lost to
+    its node or a rank (not to the job itself): the job is restored from it elsewhere,
+    whatever its restart policy, as a paused job would be resumed; up to MAX_RESTORES
+    placements, so a job that itself hangs its ranks does not come back for ever.
+    """
     spec = job.spec
-    if jobstate.should_retry(spec.get("restart", "never"), job.attempts, spec.get("max_retries", 0)):
-        reason = f"{why}; retry {job.attempts}/{spec.get('max_retries', 0)} (restart: on-failure)"
-        transition(session, job, jobstate.PENDING, reason, events)
-        job.node = None
-        job.gpu_indices = []
+    if image and job.attempts < MAX_RESTORES:
+        _requeue(session, job, f"{why}; restored from its last image {image} on the next placement", events)
+    elif jobstate.should_retry(spec.get("restart", "never"), job.attempts, spec.get("max_retries", 0)):
+        _requeue(session, job, f"{why}; retry {job.attempts}/{spec.get('max_retries', 0)} (restart: on-failure)", events)
     else:
         transition(session, job, jobstate.FAILED, why, events)
+
+
+def _requeue(session: Session, job: JobRow, reason: str, events: Events) -> None:
+    transition(session, job, jobstate.PENDING, reason, events)
+    job.node = None
+    job.gpu_indices = []
 
 
 def pause(session: Session, job: JobRow, reason: str, events: Events) -> None:

@@ -47,6 +47,8 @@ class JobSpecData:
     features: dict[str, Any] = field(default_factory=dict)
     demand: list[int] = field(default_factory=list)
     max_swap: int = 0
+    # The failure detector may restart the job with a re-planned 3-D layout (ROTA_LAYOUT).
+    accepts_layout_changes: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

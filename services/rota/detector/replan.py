@@ -18,11 +18,12 @@ synchronous job stalls) and dropping every affected data-parallel replica.
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
 
-from rota.common.errors import InvalidArgument
+from rota.common.errors import FailedPrecondition, InvalidArgument
 from rota.detector.layout import Layout
 from rota.detector.pipeline import uniform_makespan
 
@@ -257,3 +258,26 @@ def replan(
             busy.update(g)
     idle = tuple(r for r in range(layout.ranks) if speeds[r] > 0 and r not in busy)
     return Replan(layout, tuple(stages), tuple(counts), idle, before, after, drop)
+
+
+def require_accepts(job_id: str, accepts_layout_changes: bool) -> None:
+    """Only a job written to take a new layout at restart may be given one."""
+    if not accepts_layout_changes:
+        raise FailedPrecondition(
+            f"job {job_id} does not accept layout changes (accepts_layout_changes is false in its spec): "
+            "a re-plan can be shown but not applied; submit the job with accepts_layout_changes: true"
+        )
+
+
+def layout_document(
+    plan: Replan, *, layers: int, microbatches: int, speeds: Sequence[float], from_epoch: int,
+) -> dict[str, object]:
+    """What an applied re-plan hands the job at restart (ROTA_LAYOUT, a JSON object): the
+    sizes, every stage's TP group (by original rank) and layers, each replica's
+    micro-batches, the ranks left idle, and what it was planned on."""
+    doc = plan.as_dict()
+    sizes = doc.pop("layout")
+    assert isinstance(sizes, dict)
+    out = {**sizes, **doc, "layers": layers, "microbatches": microbatches,
+           "device_speeds": [round(float(v), 6) for v in speeds], "from_epoch": from_epoch}
+    return json.loads(json.dumps(out))  # JSON values only (lists, not tuples): it reads back equal

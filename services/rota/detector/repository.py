@@ -1,7 +1,9 @@
-"""The detector's Postgres operations: verdicts, a lost rank's job, and draining nodes."""
+"""The detector's Postgres operations: verdicts, a lost rank's job, draining nodes, applied
+layouts, and devices taken out of the plan."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -10,12 +12,14 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from rota.checkpoint.repository import latest_image
 from rota.common import jobstate
 from rota.common.errors import FailedPrecondition, InvalidArgument, NotFound
-from rota.common.jobs_repo import Events, get_job, release, requeue_or_fail, transition
-from rota.common.models import JobRow, NodeRow
+from rota.common.jobs_repo import Events, get_job, release, requeue_or_fail, transition, utcnow
+from rota.common.models import JobRow, NodeRow, PlacementRow
+from rota.detector.devices import BAD, CLEARED, DeviceMark
 from rota.detector.failslow import Verdict
-from rota.detector.models import VerdictRow
+from rota.detector.models import DeviceHealthRow, JobLayoutRow, VerdictRow
 
 ALIVE = "ALIVE"
 DEAD = "DEAD"
@@ -32,6 +36,7 @@ class Placement:
     epoch: int
     node: str | None
     gpus: tuple[int, ...]
+    accepts_layout_changes: bool = False
 
     @property
     def holding(self) -> bool:
@@ -42,11 +47,21 @@ class Placement:
         return self.gpus[rank] if 0 <= rank < len(self.gpus) else None
 
 
-def placement(session: Session, job_id: str) -> Placement | None:
+def placement(session: Session, job_id: str, epoch: int | None = None) -> Placement | None:
+    """Where the job runs now; with `epoch`, where it ran under that epoch (a verdict on an
+    older placement names the devices of that one, not of wherever the job went since)."""
     job = get_job(session, job_id)
     if job is None:
         return None
-    return Placement(job.id, job.tenant, job.state, job.epoch, job.node, tuple(job.gpu_indices))
+    accepts = bool((job.spec or {}).get("accepts_layout_changes"))
+    node, gpus = job.node, tuple(job.gpu_indices)
+    if epoch is not None:
+        then = session.scalars(
+            select(PlacementRow).where(PlacementRow.job_id == job_id, PlacementRow.epoch == epoch).limit(1)
+        ).first()
+        if then is not None:
+            node, gpus = then.node, tuple(then.gpu_indices)
+    return Placement(job.id, job.tenant, job.state, job.epoch, node, gpus, accepts)
 
 
 def record_verdict(session: Session, where: Placement, epoch: int, verdict: Verdict, extra: dict[str, Any]) -> VerdictRow | None:
@@ -61,7 +76,8 @@ def record_verdict(session: Session, where: Placement, epoch: int, verdict: Verd
 
 
 def rank_lost(session: Session, job_id: str, epoch: int, why: str, events: Events) -> bool:
-    """A silent rank's job: LOST, then requeued or failed by its restart policy.
+    """A silent rank's job: LOST, then restored from its last image elsewhere, or requeued
+    or failed by its restart policy.
 
     Only the placement the rank ran under is touched: if the job has moved on (a newer
     epoch, or it finished), the silence is history and nothing changes.
@@ -71,7 +87,8 @@ def rank_lost(session: Session, job_id: str, epoch: int, why: str, events: Event
         return False
     release(session, job, "rank lost")
     transition(session, job, jobstate.LOST, why, events)
-    requeue_or_fail(session, job, why, events)
+    image = latest_image(session, job.id)
+    requeue_or_fail(session, job, why, events, image.id if image is not None else "")
     return True
 
 
@@ -114,3 +131,122 @@ def drain(session: Session, name: str, undo: bool) -> tuple[str, int]:
         select(func.count()).select_from(JobRow).where(JobRow.node == name, JobRow.state.in_(jobstate.HOLDING_STATES))
     )
     return node.health, int(running or 0)
+
+
+# Applied layouts.
+def layout_json(layout: dict[str, Any]) -> str:
+    """The one text form of a layout (ROTA_LAYOUT): the same object always reads the same."""
+    return json.dumps(layout, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class StoredLayout:
+    layout: dict[str, Any]
+    from_epoch: int
+    operation_id: str
+
+
+def layout_of(session: Session, job_id: str) -> StoredLayout | None:
+    row = session.get(JobLayoutRow, job_id)
+    return StoredLayout(dict(row.layout), row.from_epoch, row.operation_id) if row is not None else None
+
+
+def store_layout(session: Session, job_id: str, stored: StoredLayout) -> StoredLayout | None:
+    """Makes the layout the job's from its next launch on; returns the one it replaces, if any."""
+    row = session.get(JobLayoutRow, job_id, with_for_update=True)
+    if row is None:
+        session.add(JobLayoutRow(job_id=job_id, layout=stored.layout, from_epoch=stored.from_epoch,
+                                 operation_id=stored.operation_id))
+        return None
+    previous = StoredLayout(dict(row.layout), row.from_epoch, row.operation_id)
+    row.layout, row.from_epoch, row.operation_id, row.updated_at = (
+        stored.layout, stored.from_epoch, stored.operation_id, utcnow())
+    return previous
+
+
+def restore_layout(session: Session, job_id: str, applied: StoredLayout, previous: StoredLayout | None) -> bool:
+    """Undoes `store_layout` after the restart was refused, unless a newer re-plan replaced it."""
+    row = session.get(JobLayoutRow, job_id, with_for_update=True)
+    if row is None or row.operation_id != applied.operation_id:
+        return False
+    if previous is None:
+        session.delete(row)
+    else:
+        row.layout, row.from_epoch, row.operation_id, row.updated_at = (
+            previous.layout, previous.from_epoch, previous.operation_id, utcnow())
+    return True
+
+
+def applied_layout(session: Session, job_id: str) -> str:
+    """The job's ROTA_LAYOUT: the layout its last applied re-plan gave it; "" when none was."""
+    row = session.get(JobLayoutRow, job_id)
+    return layout_json(row.layout) if row is not None else ""
+
+
+# Devices out of the plan.
+def mark_device(session: Session, mark: DeviceMark) -> bool:
+    """The device is BAD from now on; True when it was not already (a BAD device keeps its
+    first reason and time: the first verdict is the one worth looking at)."""
+    if session.get(NodeRow, mark.node) is None:
+        return False  # a node that was never registered (or is gone) has no device to keep out
+    stmt = insert(DeviceHealthRow).values(
+        node=mark.node, gpu_index=mark.gpu, state=BAD, reason=mark.reason, job_id=mark.job_id, rank=mark.rank,
+        kind=mark.kind, since=func.now(), cleared_at=None,
+    )
+    upsert = stmt.on_conflict_do_update(
+        index_elements=["node", "gpu_index"],
+        set_={c: stmt.excluded[c] for c in ("state", "reason", "job_id", "rank", "kind", "since", "cleared_at")},
+        where=DeviceHealthRow.state != BAD,
+    ).returning(DeviceHealthRow.node)
+    return session.execute(upsert).first() is not None
+
+
+def bad_gpus(session: Session) -> dict[str, tuple[int, ...]]:
+    """Each node's BAD GPU indices: what the allocator must leave out of every plan."""
+    out: dict[str, list[int]] = {}
+    rows = session.execute(
+        select(DeviceHealthRow.node, DeviceHealthRow.gpu_index).where(DeviceHealthRow.state == BAD)
+        .order_by(DeviceHealthRow.node, DeviceHealthRow.gpu_index)
+    )
+    for node, gpu in rows:
+        out.setdefault(node, []).append(gpu)
+    return {node: tuple(gpus) for node, gpus in out.items()}
+
+
+def devices(session: Session, *, include_cleared: bool = False) -> Sequence[DeviceHealthRow]:
+    stmt = select(DeviceHealthRow).order_by(DeviceHealthRow.node, DeviceHealthRow.gpu_index)
+    if not include_cleared:
+        stmt = stmt.where(DeviceHealthRow.state == BAD)
+    return session.scalars(stmt).all()
+
+
+MAX_GPU_INDEX = 1 << 16
+
+
+def clear_devices(session: Session, node: str, gpus: Sequence[int]) -> list[DeviceHealthRow]:
+    """Puts the node's BAD devices (all, or those in `gpus`) back into the plan.
+
+    All or nothing: naming a device that is not BAD clears none, so a typo cannot pass
+    for a cleared device.
+    """
+    check_name("node", node, 64)
+    if any(not 0 <= g < MAX_GPU_INDEX for g in gpus):
+        raise InvalidArgument("gpus", f"GPU indices are 0..{MAX_GPU_INDEX - 1}")
+    if session.get(NodeRow, node) is None:
+        raise NotFound(f"node {node} is not registered")
+    stmt = select(DeviceHealthRow).where(DeviceHealthRow.node == node, DeviceHealthRow.state == BAD).with_for_update()
+    rows = [r for r in session.scalars(stmt) if not gpus or r.gpu_index in set(gpus)]
+    missing = sorted(set(gpus) - {r.gpu_index for r in rows})
+    if missing:
+        raise NotFound(f"not marked bad on {node}: GPU {', '.join(str(g) for g in missing)} (see rota health)")
+    now = utcnow()
+    for r in rows:
+        r.state, r.cleared_at = CLEARED, now
+    return rows
+
+
+def tenants_of(session: Session, job_ids: set[str]) -> dict[str, str]:
+    """Each job's tenant (jobs gone since are left out)."""
+    if not job_ids:
+        return {}
+    return {job_id: owner for job_id, owner in session.execute(select(JobRow.id, JobRow.tenant).where(JobRow.id.in_(job_ids)))}

@@ -123,3 +123,56 @@ def test_decide_ignores_jobs_on_nodes_that_are_gone() -> None:
     ls = build([LiveNode("a", 2)], [running("r1", "gone", (0,), None)], horizon())
     assert "not live" in ls.excluded["r1"]
     assert decide(ls, [[None] * 8 for _ in range(ls.scenario.gpus)]).waiting["r1"].endswith("not live")
+
+
+BAD_GPU_CASES = [
+    ("a bad GPU is given to no job: the next free blocks are used instead",
+     [LiveNode("a", 4, bad_gpus=(0,))], [queued("j1"), queued("j2", gpus=2)],
+     {"j1": Start("j1", "a", (1,)), "j2": Start("j2", "a", (2, 3))}, {}),
+    ("a job goes to the node whose GPUs are all good",
+     [LiveNode("a", 2, bad_gpus=(1,)), LiveNode("b", 2)], [queued("j1", gpus=2)],
+     {"j1": Start("j1", "b", (0, 1))}, {}),
+    ("a job that needs a whole node waits when every node has a bad GPU, and says so",
+     [LiveNode("a", 2, bad_gpus=(0,)), LiveNode("b", 2, bad_gpus=(1,))], [queued("j1", gpus=2)],
+     {}, {"j1": "with the GPUs marked bad taken out, the most a live node has is 1"}),
+    ("a bad GPU that a running job holds stays with it until it ends",
+     [LiveNode("a", 2, bad_gpus=(0,))], [running("r1", "a", (0, 1), minutes_left=2), queued("j1")],
+     {}, {"j1": "planned at step 2"}),
+    ("once that job has ended, the bad GPU is reserved and the good one is used",
+     [LiveNode("a", 2, bad_gpus=(0,))], [queued("j1")],
+     {"j1": Start("j1", "a", (1,))}, {}),
+    ("a node whose every GPU is bad takes nothing",
+     [LiveNode("a", 2, bad_gpus=(0, 1))], [queued("j1")],
+     {}, {"j1": "the most a live node has is 0"}),
+    ("a bad index the node does not have is ignored",
+     [LiveNode("a", 2, bad_gpus=(7,))], [queued("j1", gpus=2)],
+     {"j1": Start("j1", "a", (0, 1))}, {}),
+]
+
+
+@pytest.mark.parametrize(("nodes", "jobs", "starts", "waiting"), [c[1:] for c in BAD_GPU_CASES],
+                         ids=[c[0] for c in BAD_GPU_CASES])
+def test_bad_gpus_stay_out_of_the_plan(nodes: list[LiveNode], jobs: list[LiveJob], starts: dict[str, Start],
+                                       waiting: dict[str, str]) -> None:
+    for policy in ("fifo", "fast"):
+        out = plan_live(nodes, jobs, horizon(), policy)
+        assert violations(out.live.scenario, out.plan_grid) == []
+        assert {s.job_id: s for s in out.decision.starts} == starts
+        for job_id, fragment in waiting.items():
+            assert fragment in out.decision.waiting[job_id], (policy, out.decision.waiting[job_id])
+        holder = {out.live.layout.flat(j.node, g): j.id for j in jobs if j.node for g in j.gpu_indices}
+        for row in {out.live.layout.flat(n.name, g) for n in nodes for g in n.bad_gpus if g < n.gpus}:
+            cells = out.plan_grid[row]
+            if row in holder:  # the job that runs there keeps it (the plan after it ends reserves it)
+                assert cells[0] == holder[row]
+            else:  # reserved through the whole horizon
+                assert all(c is not None and c.startswith(RESERVED_PREFIX) for c in cells)
+
+
+def test_a_bad_gpu_is_pinned_as_one_reserved_row_and_counts_out_of_utilisation() -> None:
+    ls = build([LiveNode("a", 4, bad_gpus=(2,))], [], horizon())
+    [bad] = [j for j in ls.scenario.batch if j.id.startswith(f"{RESERVED_PREFIX}bad-")]
+    assert bad.id == f"{RESERVED_PREFIX}bad-a-2" and bad.gpus == 1 and bad.running is not None
+    assert bad.running.first_gpu == 2 and bad.duration == ls.scenario.horizon
+    out = plan_live([LiveNode("a", 4, bad_gpus=(2,))], [running("r1", "a", (0, 1), None)], horizon(), "fast")
+    assert out.figures["utilization"] == pytest.approx(2 / 3)  # 2 of the 3 usable GPUs
