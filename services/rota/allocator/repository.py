@@ -212,12 +212,12 @@ def move_inputs(session: Session, movable: Sequence[str]) -> MoveInputs:
         pause_s = c.pause_s if c.pauses else c.copy_s + PAUSE_EXIT_S
         # Restoring reads back what the write stored, through the same chunk store.
         costs[job_id] = MoveCost(pause_s=pause_s, restore_s=c.write_s)
-    latest = (
-        select(OperationRow.job_id, OperationRow.target_node)
+    newest = (
+        select(func.max(OperationRow.id))
         .join(JobRow, JobRow.id == OperationRow.job_id)
         .where(JobRow.state == jobstate.PENDING, OperationRow.kind.in_(("resume", "migrate")))
-        .order_by(OperationRow.job_id, OperationRow.id.desc())
-        .distinct(OperationRow.job_id)
+        .group_by(OperationRow.job_id)
     )
+    latest = select(OperationRow.job_id, OperationRow.target_node).where(OperationRow.id.in_(newest))
     targets = {job_id: node for job_id, node in session.execute(latest).all() if node}
     return MoveInputs(costs=costs, targets=targets)
