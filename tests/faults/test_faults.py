@@ -8,21 +8,24 @@ the status they must.
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rota.cli.faults import Harness
-from rota.cli.faults_bench import run_suite
+from rota.cli.faults_bench import redis_kills, run_suite
 
 ROUNDS = 10
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url: str) -> Any:
+def report(tmp_path_factory: pytest.TempPathFactory, databases: Any) -> Any:
     url = databases.create()
-    harness = Harness(Path(tmp_path_factory.mktemp("faults")) / "home", url, redis_url)
+    # No Redis URL: the cluster starts (and owns) an embedded Redis server, so the suite
+    # may kill it; a shared one is only flushed (see test_a_shared_redis_is_not_killed).
+    harness = Harness(Path(tmp_path_factory.mktemp("faults")) / "home", url, "")
     try:
         harness.start()
         yield run_suite(harness, ROUNDS)
@@ -52,6 +55,10 @@ def test_the_standby_allocator_takes_over_and_state_is_rebuilt(report: Any) -> N
     cases = report["cases"]
     assert cases["allocator_kill"]["takeover_s"]["n"] == ROUNDS
     assert cases["redis_flush"]["stale_epoch_refused"] is True
+    killed = cases["redis_kill"]
+    assert "skipped" not in killed, killed
+    assert killed["rebuilt_s"]["n"] == killed["rounds"] >= 1 and killed["restarts"] >= killed["rounds"]
+    assert killed["stale_epoch_refused"] is True
     assert cases["agent_kill_and_freeze"]["dead_after_s"]["n"] >= 2
 
 
@@ -71,3 +78,16 @@ def test_jitter_is_no_death_and_a_real_cut_is(report: Any) -> None:
     partition = report["cases"]["partition"]
     assert partition["false_dead_samples"] == 0, partition
     assert partition["cut_dead_after_s"] < 10, partition
+
+
+class _SharedRedisCluster(Harness):
+    """A cluster started with --redis-url: its cluster.json names no Redis process."""
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return {"redis_url": "redis://127.0.0.1:6379/0", "redis_prefix": "rota:x", "redis_pid": 0, "agents": {}}
+
+
+def test_a_shared_redis_is_not_killed_and_the_report_says_why(tmp_path: Path) -> None:
+    killed = redis_kills(_SharedRedisCluster(tmp_path), rounds=3, rng=random.Random(1))
+    assert killed["rounds"] == 0 and "not its own process" in killed["skipped"]

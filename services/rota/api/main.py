@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import sys
 
 import grpc
 from sqlalchemy import func, update
@@ -14,6 +16,8 @@ from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
 from rota.common.models import NodeRow
 from rota.v1 import api_pb2, api_pb2_grpc
+
+SWITCH_INTERVAL_S = 0.0005
 
 
 def restart_grace(session: Session) -> None:
@@ -37,10 +41,19 @@ async def serve(settings: Settings) -> None:
         names = ("JobService", "TenantService", "ClusterService")
         return [api_pb2.DESCRIPTOR.services_by_name[n].full_name for n in names]
 
+    # Everything built so far (modules, the ORM's mappers, the engine) lives as long as the
+    # process: out of the collector's sight, a full collection scans only what requests
+    # made since, a millisecond's work instead of a pause of tens of milliseconds that
+    # every call in flight would wait out.
+    gc.freeze()
     await parts.serve(register)
 
 
 def main() -> None:
+    # The event loop shares the interpreter lock with the worker threads of database
+    # calls (heartbeats, reads); at the default 5 ms switch interval every call that
+    # arrives while a worker runs Python waits up to 5 ms for the loop to get the lock back.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     asyncio.run(serve(Settings.from_env()))
 
 

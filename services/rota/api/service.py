@@ -10,12 +10,13 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from sqlalchemy.orm import Session
 
 from rota.api import repository
+from rota.api.batcher import SubmitBatcher
 from rota.checkpoint.repository import resume_image
 from rota.common import convert, jobstate
 from rota.common.agents import AgentClients
@@ -24,14 +25,17 @@ from rota.common.config import Settings
 from rota.common.db import Database
 from rota.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from rota.common.jobs_repo import Events, get_job, history
-from rota.common.jobspec import validate
+from rota.common.jobspec import JobSpecData, validate
 from rota.common.live import LiveState
 from rota.common.models import GpuRow, JobRow, NodeRow
+from rota.detector.repository import applied_layout
 from rota.v1 import agent_pb2, api_pb2, api_pb2_grpc, common_pb2
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_LIST = 500
+LARGEST_NODE_TTL_S = 1.0
+MAX_UNPUBLISHED = 100_000
 
 
 class ApiContext:
@@ -42,6 +46,11 @@ class ApiContext:
         self.db = db
         self.live = live
         self.agents = agents
+        # Submissions go to the same database as every other call, by their own connections.
+        self.submissions = SubmitBatcher(db.engine.url.render_as_string(hide_password=False), self._publish_submitted)
+        self._largest_node: tuple[float, int] | None = None  # (monotonic time read, GPUs)
+        self._unpublished: list[tuple[str, str, dict[str, Any]]] = []
+        self._publishing: asyncio.Task[None] | None = None
 
     async def tx(self, fn: Callable[[Session], T]) -> T:
         return await asyncio.to_thread(self.db.run, fn)
@@ -59,6 +68,57 @@ class ApiContext:
             await asyncio.to_thread(send)
         except Exception as exc:  # noqa: BLE001
             log.warning("could not publish %d job events: %s", len(events.items), exc)
+
+    async def largest_node_gpus(self, *, refresh: bool = False) -> int:
+        """GPUs of the largest node, read at most once a second: every submission is
+        validated against it, and nodes come and go far more rarely than jobs arrive."""
+        now = time.monotonic()
+        if refresh or self._largest_node is None or now - self._largest_node[0] > LARGEST_NODE_TTL_S:
+            self._largest_node = (now, await self.tx(repository.largest_node_gpus))
+        return self._largest_node[1]
+
+    def _publish_submitted(self, new: list[tuple[repository.Submission, repository.Stored]]) -> None:
+        """After a batch commits: its PENDING events go to Redis in the background, one
+        pipeline at a time. The answer does not wait for them: Postgres already holds the
+        truth, and a watcher re-reads it, so a late (or, with Redis down, lost) event
+        costs nothing but a wake-up."""
+        self._unpublished += [(stored.job_id, "state", _pending_snapshot(stored.job_id)) for _item, stored in new]
+        if len(self._unpublished) > MAX_UNPUBLISHED:  # Redis gone for a while: keep the newest
+            dropped = len(self._unpublished) - MAX_UNPUBLISHED
+            del self._unpublished[:dropped]
+            log.warning("dropped %d unpublished job events (Redis slow or down)", dropped)
+        if self._unpublished and (self._publishing is None or self._publishing.done()):
+            self._publishing = asyncio.create_task(self._drain_unpublished())
+
+    async def _drain_unpublished(self) -> None:
+        while self._unpublished:
+            items, self._unpublished = self._unpublished, []
+            try:
+                await asyncio.to_thread(self.live.publish_job_events, items)
+            except Exception as exc:  # noqa: BLE001 - a cache; Postgres has the jobs
+                log.warning("could not publish %d job events: %s", len(items), exc)
+                return
+
+
+def _new_job_proto(stored: repository.Stored, spec: JobSpecData) -> common_pb2.Job:
+    """A just-stored job as convert.job_to_proto renders its row."""
+    return common_pb2.Job(
+        id=stored.job_id, spec=convert.spec_to_proto(spec), state=PENDING_PROTO, reason="submitted",
+        progress=convert.struct({}), created_at=convert.timestamp(stored.created_at),
+    )
+
+
+def _pending_snapshot(job_id: str) -> dict[str, Any]:
+    """jobs_repo.job_snapshot of a just-stored job."""
+    return {"id": job_id, "state": jobstate.PENDING, "reason": "submitted", "node": None, "gpus": [], "epoch": 0,
+            "progress": {}}
+
+
+def _job_proto(session: Session, job_id: str) -> common_pb2.Job:
+    job = get_job(session, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    return convert.job_to_proto(job, history(session, job.id))
 
 
 def _visible_job(session: Session, job_id: str, identity: Identity) -> JobRow:
@@ -82,16 +142,22 @@ class JobService(api_pb2_grpc.JobServiceServicer):
             spec.tenant = identity.tenant
         if len(request.request_id) > 128:
             raise InvalidArgument("request_id", "longer than 128 characters")
-        events = Events()
+        spec = await self._validated(spec)
+        stored = await self.ctx.submissions.submit(repository.Submission(spec, request.request_id))
+        if stored.created:
+            # Every field of a new job is known: nothing to read back, no history yet.
+            return api_pb2.SubmitJobResponse(job=_new_job_proto(stored, spec), created=True)
+        # A retry of an earlier submission: the job as it stands now.
+        return api_pb2.SubmitJobResponse(job=await self.ctx.tx(lambda s: _job_proto(s, stored.job_id)), created=False)
 
-        def submit(session: Session) -> tuple[common_pb2.Job, bool]:
-            validate(spec, max_gpus_per_node=repository.largest_node_gpus(session))
-            job, created = repository.submit_job(session, spec, request.request_id, events)
-            return convert.job_to_proto(job, history(session, job.id)), created
-
-        job, created = await self.ctx.tx(submit)
-        await self.ctx.publish(events)
-        return api_pb2.SubmitJobResponse(job=job, created=created)
+    async def _validated(self, spec: JobSpecData) -> JobSpecData:
+        try:
+            return validate(spec, max_gpus_per_node=await self.ctx.largest_node_gpus())
+        except InvalidArgument as exc:
+            if exc.field != "gpus":
+                raise
+        # Too many GPUs for the cached largest node: a node may have joined since.
+        return validate(spec, max_gpus_per_node=await self.ctx.largest_node_gpus(refresh=True))
 
     async def GetJob(self, request: api_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> api_pb2.GetJobResponse:
         identity = current_identity()
@@ -206,6 +272,7 @@ class JobService(api_pb2_grpc.JobServiceServicer):
 
 
 FINAL_PROTO_STATES = {convert.state_value(s) for s in jobstate.FINAL_STATES}
+PENDING_PROTO = convert.state_value(jobstate.PENDING)
 
 
 class TenantService(api_pb2_grpc.TenantServiceServicer):
@@ -291,9 +358,12 @@ class ClusterService(api_pb2_grpc.ClusterServiceServicer):
             node, assigned = repository.heartbeat(session, request.node, reports, events)
             return api_pb2.NodeHeartbeatResponse(
                 assignments=[
-                    # A job not yet started restores from its last image, as the allocator's launch.
-                    api_pb2.Assignment(job=convert.job_to_proto(j), resume_image=(
-                        (resume_image(session, j.id) or "") if j.state == jobstate.SCHEDULED else ""))
+                    # A job not yet started restores from its last image, with the layout an
+                    # applied re-plan gave it: as the allocator's launch.
+                    api_pb2.Assignment(
+                        job=convert.job_to_proto(j),
+                        resume_image=(resume_image(session, j.id) or "") if j.state == jobstate.SCHEDULED else "",
+                        layout=applied_layout(session, j.id) if j.state == jobstate.SCHEDULED else "")
                     for j in assigned
                 ],
                 health=convert.health_value(node.health),

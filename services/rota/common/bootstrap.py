@@ -86,6 +86,7 @@ class ServiceParts:
             background=background,
             on_stop=on_stop,
             tls=self.tls,
+            reuse_port=self.settings.reuse_port,
         )
 
 

@@ -98,6 +98,9 @@ class Settings:
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""
+    # Several processes of one service share its port (SO_REUSEPORT; the kernel spreads the
+    # connections): `rota up --api-workers N` runs N api processes on the api's address.
+    reuse_port: bool = False
 
     @staticmethod
     def from_env() -> Settings:
@@ -135,6 +138,7 @@ class Settings:
             tls_cert=tls_cert,
             tls_key=tls_key,
             tls_ca=tls_ca,
+            reuse_port=os.environ.get("ROTA_REUSE_PORT", "") in ("1", "true", "yes"),
         )
 
     def require(self, *names: str) -> None:

@@ -72,6 +72,14 @@ class LiveState:
         fields = {"event": event, "payload": json.dumps(payload)}
         self.client.xadd(self._key("events", job_id), fields, maxlen=EVENT_STREAM_MAXLEN)  # type: ignore[arg-type]
 
+    def publish_job_events(self, items: list[tuple[str, str, dict[str, Any]]]) -> None:
+        """Many (job id, event, payload) in one round trip (a batch of submissions)."""
+        pipe = self.client.pipeline(transaction=False)
+        for job_id, event, payload in items:
+            fields = {"event": event, "payload": json.dumps(payload)}
+            pipe.xadd(self._key("events", job_id), fields, maxlen=EVENT_STREAM_MAXLEN)  # type: ignore[arg-type]
+        pipe.execute()
+
     def read_job_events(
         self, job_id: str, last_id: str, block_ms: int
     ) -> list[tuple[str, str, dict[str, Any]]]:

@@ -72,7 +72,9 @@ def collect(session: Session, after: int = 0, batch: int = BATCH) -> CollectRepo
     """One transaction: the next `batch` unsettled placements with ids above `after`."""
     report = CollectReport()
     # Collectors take turns: one that read a lease open must not extend it after another
-    # settled it closed.
+    # settled it closed. (The transaction is SERIALIZABLE, whose snapshot predates the lock
+    # wait: a collector that waited on another then fails to serialize and runs again,
+    # from a snapshot that includes the other's work; the lock keeps that to one retry.)
     repository.lock_collector(session)
     now = repository.db_now(session)
     sources = repository.unsettled_placements(session, after, batch)
@@ -98,7 +100,9 @@ def collect_all(db: Database, batch: int = BATCH) -> CollectReport:
     total = CollectReport()
     after: int | None = 0
     while after is not None:
-        report = db.run(functools.partial(collect, after=after, batch=batch))
+        # SERIALIZABLE, run again on a serialization failure: usage written from a
+        # snapshot another writer has since changed would count GPU time twice or not at all.
+        report = db.run_serializable(functools.partial(collect, after=after, batch=batch))
         total.leases += report.leases
         total.closed += report.closed
         after = report.next_after

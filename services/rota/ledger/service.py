@@ -87,7 +87,8 @@ class LedgerService(ledger_pb2_grpc.LedgerServiceServicer):
     ) -> ledger_pb2.RecordUsageResponse:
         current_identity().require_admin()
         record = record_from_proto(request)
-        recorded = await self._tx(lambda s: repository.record_usage(s, record))
+        # Acknowledged only after its SERIALIZABLE commit (run again on a serialization failure).
+        recorded = await asyncio.to_thread(self.db.run_serializable, lambda s: repository.record_usage(s, record))
         return ledger_pb2.RecordUsageResponse(recorded=recorded)
 
     async def Usage(self, request: ledger_pb2.UsageRequest, context: grpc.aio.ServicerContext) -> ledger_pb2.UsageResponse:
