@@ -83,12 +83,22 @@ def _claim(session: Session, job: JobRow, where: Start) -> int:
 
 
 def set_waiting_reasons(session: Session, reasons: dict[str, str]) -> None:
-    for job_id, reason in reasons.items():
-        session.execute(
-            update(JobRow)
-            .where(JobRow.id == job_id, JobRow.state == jobstate.PENDING, JobRow.reason != reason)
-            .values(reason=reason)
-        )
+    """Each waiting job's reason, written only where it changed: one read, one batch.
+
+    With thousands queued (a burst of submissions) a statement per job would cost the
+    plan a round trip each, and rewrite rows the api is inserting beside.
+    """
+    if not reasons:
+        return
+    current = session.execute(
+        select(JobRow.id, JobRow.reason).where(JobRow.id.in_(list(reasons)), JobRow.state == jobstate.PENDING)
+    ).all()
+    changed = [{"id": job_id, "reason": reasons[job_id]} for job_id, reason in current if reason != reasons[job_id]]
+    if changed:
+        # ORM bulk UPDATE by primary key (one executemany); still only while PENDING.
+        # No session objects to refresh: the rows were read as plain columns above.
+        session.execute(update(JobRow).where(JobRow.state == jobstate.PENDING), changed,
+                        execution_options={"synchronize_session": None})
 
 
 @dataclass

@@ -30,16 +30,30 @@ MAX_KEY = 160
 
 
 class Models:
-    """The fitted forecaster, refit when Postgres holds completions it has not seen."""
+    """The fitted forecaster, refit when Postgres holds completions it has not seen.
 
-    def __init__(self, db: Database) -> None:
+    Whether it has new ones is asked at most every `check_s` (a prediction per submitted
+    job must not cost a database read each under load), and at once after this service
+    recorded one itself.
+    """
+
+    def __init__(self, db: Database, check_s: float = 1.0) -> None:
         self.db = db
         self.completions: list[Completion] = []
         self.last_id = 0
         self.forecaster = Forecaster()
         self._lock = asyncio.Lock()
+        self.check_s = check_s
+        self._checked_at = -math.inf  # monotonic time of the last look at Postgres
+
+    def stale(self) -> None:
+        """A completion was just recorded: the next prediction looks for it."""
+        self._checked_at = -math.inf
 
     async def current(self) -> Forecaster:
+        if time.monotonic() - self._checked_at < self.check_s:
+            return self.forecaster
+        self._checked_at = time.monotonic()
         last = await asyncio.to_thread(self.db.run, repository.last_completion_id)
         if last == self.last_id:
             return self.forecaster
@@ -162,4 +176,6 @@ class ForecasterService(forecaster_pb2_grpc.ForecasterServiceServicer):
                 declared_seconds=spec.get("duration_seconds"), duration_seconds=seconds,
             )
 
-        return forecaster_pb2.ObserveResponse(recorded=await self.tx(record))
+        recorded = await self.tx(record)
+        self.models.stale()
+        return forecaster_pb2.ObserveResponse(recorded=recorded)
