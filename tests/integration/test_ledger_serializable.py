@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -72,7 +72,7 @@ def test_two_writers_of_one_lease_conflict_and_the_later_report_wins_once(databa
     a, b = (Database(e) for e in engines)
     try:
         add_tenant(a, "nlp")
-        start = a.run(repository.db_now) - timedelta(hours=3)
+        start = top_of_hour(a.run(repository.db_now) - timedelta(hours=3))  # a record stays in its hour
         short = UsageRecord("r-1", 0, "j1", "nlp", "n1", [0, 1], start, start + timedelta(minutes=10))
         longer = UsageRecord("r-1", 0, "j1", "nlp", "n1", [0, 1], start, start + timedelta(minutes=25))
         a_wrote, a_may_commit = threading.Event(), threading.Event()
@@ -107,6 +107,10 @@ def test_two_writers_of_one_lease_conflict_and_the_later_report_wins_once(databa
         databases.drop(url)
 
 
+def top_of_hour(t: datetime) -> datetime:
+    return t.replace(minute=0, second=0, microsecond=0)
+
+
 def test_concurrent_collectors_and_reporters_conserve_gpu_seconds(db: Database) -> None:
     """Several collectors at once over the same placements, with reporters writing their
     own leases meanwhile: every writer commits, and the totals equal the truth exactly."""
@@ -121,11 +125,11 @@ def test_concurrent_collectors_and_reporters_conserve_gpu_seconds(db: Database) 
         job = add_job(db, f"j{i}", ("nlp", "vision")[i % 2], 2, start)
         add_placement(db, job, "n1", [2 * (i % 4), 2 * (i % 4) + 1], start, end)
         truth += exact_seconds(start, end) * 2
-    reports = [UsageRecord(f"r-{k}", 0, f"x{k}", "nlp", "n2", [0], now - timedelta(hours=2),
-                           now - timedelta(hours=2) + timedelta(minutes=m))
+    reported_from = top_of_hour(now - timedelta(hours=2))  # a record stays in its hour
+    reports = [UsageRecord(f"r-{k}", 0, f"x{k}", "nlp", "n2", [0], reported_from,
+                           reported_from + timedelta(minutes=m))
                for k in range(5) for m in (5, 15, 10)]  # each lease reported three times, out of order
-    truth += sum((exact_seconds(now - timedelta(hours=2), now - timedelta(hours=2) + timedelta(minutes=15))
-                  for _ in range(5)), Decimal(0))
+    truth += sum((exact_seconds(reported_from, reported_from + timedelta(minutes=15)) for _ in range(5)), Decimal(0))
 
     def collector() -> None:
         collect_all(db, batch=7)  # small batches: many transactions, many chances to collide
