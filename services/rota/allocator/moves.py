@@ -178,7 +178,7 @@ def price_preemptions(
         if not takers:
             continue
         gain = alt_objective - base_objective
-        cost = victim.priority * len(victim.gpu_indices) * inputs.costs[victim.id].seconds / horizon.step_s
+        cost = _move_cost(victim, inputs, horizon)
         if gain <= cost or (best is not None and gain - cost <= best.gain - best.cost):
             continue
         taker = max(takers, key=lambda c: (alt_live.jobs[c].priority, c))
@@ -186,6 +186,11 @@ def price_preemptions(
                   f"the plan gains {gain:.3g} for a move costing {cost:.3g}")
         best = Preemption(victim.id, victim.node or "", taker, gain, cost, reason)
     return best
+
+
+def _move_cost(job: LiveJob, inputs: MoveInputs, horizon: Horizon) -> float:
+    """The value a move takes from the moved job: its priority x GPUs x (pause + restore) / step."""
+    return job.priority * len(job.gpu_indices) * inputs.costs[job.id].seconds / horizon.step_s
 
 
 def _remaining(j: LiveJob) -> float | None:
@@ -213,8 +218,7 @@ def repair_fragmentation(
             moves = _clear_block(live, grid, first, job.gpus, horizon, inputs, job.priority)
             if moves is None:
                 continue
-            cost = sum(live.jobs[m].priority * len(live.jobs[m].gpu_indices) * inputs.costs[m].seconds / horizon.step_s
-                       for m, _ in moves)
+            cost = sum(_move_cost(live.jobs[m], inputs, horizon) for m, _ in moves)
             if best is None or cost < best[0]:
                 reason = f"moved to free an aligned {job.gpus}-GPU block for {job.id}"
                 best = (cost, [Migration(m, live.jobs[m].node or "", to, job.id, gain, cost, reason) for m, to in moves])
