@@ -11,6 +11,7 @@ import secrets
 from typing import Any
 
 import pytest
+from allocator_fixtures import setup_cluster, submit
 from sqlalchemy import select
 
 from rota.allocator import repository as alloc
@@ -21,30 +22,13 @@ from rota.common.agents import AgentClients
 from rota.common.config import Settings
 from rota.common.db import Database
 from rota.common.jobs_repo import Events
-from rota.common.jobspec import JobSpecData, validate
 from rota.common.live import LiveState, connect_redis
-from rota.common.models import GpuClaimRow, GpuRow, PlacementRow
+from rota.common.models import GpuClaimRow, PlacementRow
 
 
 @pytest.fixture
 def db(private_db: Database) -> Database:
     return private_db
-
-
-def setup_cluster(db: Database, gpus: int = 4) -> tuple[str, str]:
-    tenant, node = "t-" + secrets.token_hex(3), "n-" + secrets.token_hex(3)
-    db.run(lambda s: api.create_tenant(s, tenant, 1.0, secrets.token_hex(32)))
-    rows = [GpuRow(node=node, index=i, uuid=f"{node}-{i}", model="virtual", virtual=True) for i in range(gpus)]
-    db.run(lambda s: api.register_node(s, node, "127.0.0.1:1", rows))
-    return tenant, node
-
-
-def submit(db: Database, tenant: str, **fields: Any) -> str:
-    spec = JobSpecData(name="job", tenant=tenant, kind="training", priority=5, gpus=1, command=["true"])
-    for key, value in fields.items():
-        setattr(spec, key, value)
-    job, _ = db.run(lambda s: api.submit_job(s, validate(spec, max_gpus_per_node=0), "", Events()))
-    return job.id
 
 
 def test_the_view_lists_holding_jobs_then_the_queue_with_durations_and_demand(db: Database) -> None:

@@ -237,6 +237,7 @@ def decide(ls: LiveScenario, grid: Grid) -> StepDecision:
     """Step 0 of the plan as starts and resizes; a reason for every job left waiting."""
     out = StepDecision(waiting=dict(ls.excluded))
     held = cells_by_job(grid)
+    free_now = sum(1 for g, row in enumerate(grid) if row[0] is None and ls.layout.where(g) is not None)
     for job_id, job in ls.jobs.items():
         if job_id in ls.excluded:
             continue
@@ -253,7 +254,7 @@ def decide(ls: LiveScenario, grid: Grid) -> StepDecision:
                 out.planned_start[job_id] = active[0]
                 out.waiting[job_id] = _planned_reason(ls, grid, job, active[0])
             else:
-                out.waiting[job_id] = _unplanned_reason(ls, grid, job)
+                out.waiting[job_id] = _unplanned_reason(ls, job, free_now)
     return out
 
 
@@ -282,8 +283,7 @@ def _planned_reason(ls: LiveScenario, grid: Grid, job: LiveJob, step: int) -> st
     return f"waiting: needs an aligned {job.gpus}-GPU block; planned at step {step} (in ~{_human(when)}){after}"
 
 
-def _unplanned_reason(ls: LiveScenario, grid: Grid, job: LiveJob) -> str:
-    free_now = sum(1 for g, row in enumerate(grid) if row[0] is None and ls.layout.where(g) is not None)
+def _unplanned_reason(ls: LiveScenario, job: LiveJob, free_now: int) -> str:
     return (f"waiting: needs an aligned {job.gpus}-GPU block; none is free for it within the "
             f"{ls.scenario.horizon}-step plan ({free_now} GPUs free now)")
 

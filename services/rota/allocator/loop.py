@@ -127,6 +127,7 @@ class SchedulingLoop:
         self.clock = clock
         self.leadership = Leadership(db.engine)
         self.memory = _Memory(last_full=clock())
+        self.specs = repository.SpecCache()
         self.forecasts = Forecasts(
             settings.service_addrs.get("forecaster"), settings.admin_token, settings.forecast_quantile,
             tls=tls_files(settings),
@@ -165,24 +166,30 @@ class SchedulingLoop:
                 self.db.run, lambda s: repository.mark_dead_nodes(s, self.settings.node_timeout_s, events)
             )
             report.dead_nodes = len(dead)
-        # 3. The snapshot, and whether anything calls for a new plan.
-        view = await asyncio.to_thread(self.db.run, repository.live_view)
+        # 3. The snapshot, and whether anything calls for a new plan. Resting after a costly
+        #    plan (a burst of arrivals), not even the snapshot is read: with thousands
+        #    queued, reading it is much of a plan's cost.
         horizon = Horizon(self.settings.plan_step_s, self.settings.plan_horizon, self.clock())
+        if self._resting(horizon, force_full):
+            await asyncio.to_thread(self._refresh_cache, events)
+            return report
+        began = time.monotonic()
+        view = await asyncio.to_thread(self.db.run, lambda s: repository.live_view(s, self.specs))
         policy, trigger = self._trigger(view, horizon, force_full)
         if trigger is None:
             await asyncio.to_thread(self._refresh_cache, events)
             return report
         # 4. The pure core plans the horizon (in a thread: full mode takes seconds) on the
         #    forecaster's durations and curves; `fair` first reads the ledger's standings.
+        asked = time.monotonic()
         jobs, forecasts = await self.forecasts.apply(view.jobs, view.specs, horizon)
+        began += time.monotonic() - asked  # a slow forecaster is not the plan's cost
         fair = await asyncio.to_thread(self.db.run, self._fair_inputs) if policy == "fair" else None
         held_back = self._held_back(view)
         moves = await asyncio.to_thread(self.db.run, lambda s: self._move_inputs(s, view))
-        began = time.monotonic()
         outcome = await asyncio.to_thread(
             plan_live, view.nodes, jobs, horizon, policy, self.settings.full_time_limit_s, fair, held_back, moves
         )
-        self.memory.planned_at, self.memory.plan_cost_s = time.monotonic(), time.monotonic() - began
         # 5. Commit step 0: starts and resizes, each in its own transaction under a new epoch.
         launches, resizes = await self._commit(outcome, view.addresses, events)
         report.placed, report.resized = len(launches), len(resizes)
@@ -192,6 +199,11 @@ class SchedulingLoop:
         changed = {k: v for k, v in forecasts.items() if self.memory.saved_forecasts.get(k) != v}
         await asyncio.to_thread(self.db.run, lambda s: self._record(s, outcome, trigger, horizon, forecasts, changed))
         self.memory.saved_forecasts = forecasts
+        # The plan's cost: snapshot, planning and its writes (not the calls to other services).
+        # A plan that moves jobs frees GPUs for the next one to fill: that one does not wait.
+        moving = bool(outcome.yields or outcome.preemption or outcome.migrations)
+        self.memory.planned_at = time.monotonic()
+        self.memory.plan_cost_s = 0.0 if moving else self.memory.planned_at - began
         self.memory.fingerprint = _expected_fingerprint(view, outcome.decision, {r.job.id for _, r in launches})
         self.memory.step_index = horizon.step_index
         if policy == "full":
@@ -255,18 +267,28 @@ class SchedulingLoop:
         return {y: f"waiting: yielded its lease to {to}; queued again once {to} has started"
                 for y, to in self.memory.yielded_to.items()}
 
+    def _full_due(self, force_full: bool) -> bool:
+        s = self.settings
+        return force_full or (s.full_interval_s > 0 and self.clock() - self.memory.last_full >= s.full_interval_s)
+
+    def _resting(self, horizon: Horizon, force_full: bool) -> bool:
+        """Under a burst of arrivals, planning (with its reads and writes) gets at most
+        1/(1 + PLAN_BUDGET) of the time: one plan then covers every event since the last.
+        A full re-plan, a new step or a new leader does not wait."""
+        if self.memory.fingerprint is None or self._full_due(force_full):
+            return False
+        if horizon.step_index != self.memory.step_index:
+            return False
+        return time.monotonic() - self.memory.planned_at < PLAN_BUDGET * self.memory.plan_cost_s
+
     def _trigger(self, view: repository.LiveView, horizon: Horizon, force_full: bool) -> tuple[str, str | None]:
         s = self.settings
-        if force_full or (s.full_interval_s > 0 and self.clock() - self.memory.last_full >= s.full_interval_s):
+        if self._full_due(force_full):
             return "full", "full re-plan (timer)"
         fingerprint = view.fingerprint()
         if self.memory.fingerprint is None:
             return s.policy, "first plan of this leader"
         if fingerprint != self.memory.fingerprint:
-            # Under a burst of arrivals, planning gets at most 1/(1 + PLAN_BUDGET) of the
-            # time: one plan covers every event since the last (bounded by the plan's cost).
-            if time.monotonic() - self.memory.planned_at < PLAN_BUDGET * self.memory.plan_cost_s:
-                return s.policy, None
             return s.policy, _what_changed(self.memory.fingerprint, fingerprint)
         if horizon.step_index != self.memory.step_index:
             return s.policy, f"step {horizon.step_index} began"

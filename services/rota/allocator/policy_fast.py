@@ -93,12 +93,22 @@ def earliest_block(b: Board, j: BatchJob, not_before: int) -> tuple[int, int] | 
 
 
 def place_batch(b: Board, s: Scenario, queue: Sequence[BatchJob]) -> float:
-    """Place the queue in order; returns the decayed value it earned (the objective's part)."""
+    """Place the queue in order; returns the decayed value it earned (the objective's part).
+
+    The board only fills as jobs are placed, so a job that found no block rules out every
+    later one of its size needing as much (no earlier arrival, no shorter run): with
+    thousands queued on a full cluster, most of the queue is settled without a search.
+    """
     w = [s.decay**t for t in range(s.horizon)]
     earned = 0.0
+    no_room: dict[int, list[tuple[int, int]]] = {}  # GPUs -> (arrival, in-horizon steps) that failed
     for j in queue:
+        need = (j.arrival, min(j.duration, s.horizon))
+        if any(need[0] >= a and need[1] >= d for a, d in no_room.get(j.gpus, ())):
+            continue
         spot = earliest_block(b, j, 0)
         if spot is None:
+            no_room.setdefault(j.gpus, []).append(need)
             continue
         start, first = spot
         b.place_block(j.id, first, j.gpus, start, start + j.duration)

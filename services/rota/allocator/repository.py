@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from rota.allocator.liveplan import LiveJob, LiveNode, Start
@@ -26,6 +26,7 @@ ALIVE = "ALIVE"
 DEAD = "DEAD"
 DRAINING = "DRAINING"  # alive but planned for nothing new; silent, it dies like an ALIVE node
 PAUSE_EXIT_S = 1.0  # a paused job's process exit, after its state is copied out
+SPEC_CACHE_SIZE = 4096  # distinct specs kept parsed
 
 
 def mark_dead_nodes(session: Session, timeout_s: float, events: Events) -> list[str]:
@@ -82,23 +83,23 @@ def _claim(session: Session, job: JobRow, where: Start) -> int:
     return epoch
 
 
+# One statement for the whole queue; rows whose reason is unchanged are not rewritten.
+SET_REASONS_SQL = text("""
+UPDATE jobs SET reason = v.reason
+FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS v(id, reason)
+WHERE jobs.id = v.id AND jobs.state = :pending AND jobs.reason IS DISTINCT FROM v.reason
+""")
+
+
 def set_waiting_reasons(session: Session, reasons: dict[str, str]) -> None:
-    """Each waiting job's reason, written only where it changed: one read, one batch.
+    """Each waiting job's reason, written only where it changed, in one statement.
 
     With thousands queued (a burst of submissions) a statement per job would cost the
     plan a round trip each, and rewrite rows the api is inserting beside.
     """
-    if not reasons:
-        return
-    current = session.execute(
-        select(JobRow.id, JobRow.reason).where(JobRow.id.in_(list(reasons)), JobRow.state == jobstate.PENDING)
-    ).all()
-    changed = [{"id": job_id, "reason": reasons[job_id]} for job_id, reason in current if reason != reasons[job_id]]
-    if changed:
-        # ORM bulk UPDATE by primary key (one executemany); still only while PENDING.
-        # No session objects to refresh: the rows were read as plain columns above.
-        session.execute(update(JobRow).where(JobRow.state == jobstate.PENDING), changed,
-                        execution_options={"synchronize_session": None})
+    if reasons:
+        session.execute(SET_REASONS_SQL, {"ids": list(reasons), "reasons": list(reasons.values()),
+                                          "pending": jobstate.PENDING})
 
 
 @dataclass
@@ -116,33 +117,75 @@ class LiveView:
         return frozenset((n.name, n.gpus, n.bad_gpus) for n in self.nodes), frozenset((j.id, j.node) for j in self.jobs)
 
 
-def live_view(session: Session) -> LiveView:
+class SpecCache:
+    """Parsed job specs by digest (jobs.spec_hash, the api's SHA-256 of the stored body).
+
+    The live view is read every cycle; with thousands queued, parsing each spec again was
+    much of a plan's cost. A burst of submissions is mostly a few specs, so the queue's
+    rows are read without their specs and only an unseen digest's spec is fetched.
+    """
+
+    def __init__(self, size: int = SPEC_CACHE_SIZE) -> None:
+        self._size = size
+        self._specs: OrderedDict[str, tuple[JobSpecData, dict[str, Any]]] = OrderedDict()
+
+    def __contains__(self, digest: str) -> bool:
+        return digest in self._specs
+
+    def get(self, digest: str, raw: dict[str, Any] | None = None) -> tuple[JobSpecData, dict[str, Any]]:
+        """The parsed spec and its mapping (shared: read-only), parsing `raw` if unseen."""
+        found = self._specs.get(digest)
+        if found is not None:
+            self._specs.move_to_end(digest)
+            return found
+        if raw is None:
+            raise KeyError(digest)
+        found = (JobSpecData.from_dict(raw), dict(raw))
+        self._specs[digest] = found
+        if len(self._specs) > self._size:
+            self._specs.popitem(last=False)
+        return found
+
+
+def live_view(session: Session, specs: SpecCache | None = None) -> LiveView:
+    specs = SpecCache() if specs is None else specs
     nodes = session.scalars(select(NodeRow).where(NodeRow.health == ALIVE).order_by(NodeRow.name)).all()
     gpu_counts: dict[str, int] = {}
     for gpu in session.scalars(select(GpuRow)):
         gpu_counts[gpu.node] = gpu_counts.get(gpu.node, 0) + 1
-    pending = session.scalars(
-        select(JobRow).where(JobRow.state == jobstate.PENDING).order_by(JobRow.created_at, JobRow.id)
-    ).all()
     now = utcnow()
     jobs: list[LiveJob] = []
-    rows = [*holding_jobs(session), *pending]
-    for row in rows:
-        spec = JobSpecData.from_dict(row.spec)
-        holding = row.state in jobstate.HOLDING_STATES
-        since = row.started_at or row.created_at
-        jobs.append(LiveJob(
-            id=row.id, tenant=row.tenant, kind=row.kind, priority=row.priority, gpus=gpus_to_hold(spec),
-            node=row.node if holding else None, gpu_indices=tuple(row.gpu_indices) if holding else (),
-            elapsed_s=max(0.0, (now - since).total_seconds()) if holding else 0.0,
-            duration_s=spec.duration_seconds, demand=tuple(spec.demand), max_swap=spec.max_swap,
-            preemptible=spec.preemptible, restart=spec.restart,
-        ))
+    mappings: dict[str, dict[str, Any]] = {}
+    for row in holding_jobs(session):
+        spec, mappings[row.id] = specs.get(row.spec_hash, row.spec)
+        jobs.append(_live_job(row.id, row.tenant, row.kind, row.priority, spec, row.node, tuple(row.gpu_indices),
+                              max(0.0, (now - (row.started_at or row.created_at)).total_seconds())))
+    # The queue in arrival order, as plain columns (no ORM objects, no specs) ...
+    queued = session.execute(
+        select(JobRow.id, JobRow.tenant, JobRow.kind, JobRow.priority, JobRow.spec_hash)
+        .where(JobRow.state == jobstate.PENDING).order_by(JobRow.created_at, JobRow.id)
+    ).all()
+    # ... and the spec of each digest not seen before, from one job that has it.
+    unseen = {digest: job_id for job_id, _, _, _, digest in queued if digest not in specs}
+    if unseen:
+        for digest, raw in session.execute(select(JobRow.spec_hash, JobRow.spec).where(JobRow.id.in_(list(unseen.values())))):
+            specs.get(digest, raw)
+    for job_id, tenant, kind, priority, digest in queued:
+        spec, mappings[job_id] = specs.get(digest)
+        jobs.append(_live_job(job_id, tenant, kind, priority, spec, None, (), 0.0))
     bad = detector.bad_gpus(session)
     return LiveView(
         [LiveNode(n.name, gpu_counts.get(n.name, 0), bad.get(n.name, ())) for n in nodes], jobs,
-        {n.name: n.address for n in nodes},
-        {row.id: dict(row.spec) for row in rows},
+        {n.name: n.address for n in nodes}, mappings,
+    )
+
+
+def _live_job(job_id: str, tenant: str, kind: str, priority: int, spec: JobSpecData, node: str | None,
+              gpu_indices: tuple[int, ...], elapsed_s: float) -> LiveJob:
+    return LiveJob(
+        id=job_id, tenant=tenant, kind=kind, priority=priority, gpus=gpus_to_hold(spec), node=node,
+        gpu_indices=gpu_indices, elapsed_s=elapsed_s, duration_s=spec.duration_seconds, demand=tuple(spec.demand),
+        max_swap=spec.max_swap, preemptible=spec.preemptible, restart=spec.restart,
     )
 
 
@@ -196,17 +239,28 @@ def yield_lease(session: Session, job_id: str, reason: str, events: Events) -> t
     return node, epoch
 
 
+# One statement whatever the number of jobs (arrays, not a VALUES row per job): its text,
+# and so its parsing and planning, is the same for 1 or 2,000 forecasts.
+SAVE_FORECASTS_SQL = text("""
+INSERT INTO job_forecasts (job_id, planned_seconds, declared_seconds, model, p50_seconds, p90_seconds)
+SELECT * FROM unnest(CAST(:job_ids AS text[]), CAST(:planned AS float8[]), CAST(:declared AS float8[]),
+                     CAST(:models AS text[]), CAST(:p50 AS float8[]), CAST(:p90 AS float8[]))
+ON CONFLICT (job_id) DO UPDATE SET planned_seconds = excluded.planned_seconds,
+    declared_seconds = excluded.declared_seconds, model = excluded.model,
+    p50_seconds = excluded.p50_seconds, p90_seconds = excluded.p90_seconds, updated_at = now()
+""")
+
+
 def save_forecasts(session: Session, forecasts: dict[str, dict[str, Any]]) -> None:
     """What each job was planned on, for `rota job` (predicted beside actual duration)."""
     if not forecasts:
         return
-    stmt = insert(JobForecastRow).values([{"job_id": job_id, **fc} for job_id, fc in forecasts.items()])
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["job_id"],
-        set_={c: stmt.excluded[c] for c in ("planned_seconds", "declared_seconds", "model", "p50_seconds", "p90_seconds")}
-        | {"updated_at": func.now()},
-    )
-    session.execute(stmt)
+    values = list(forecasts.values())
+    session.execute(SAVE_FORECASTS_SQL, {
+        "job_ids": list(forecasts), "planned": [fc.get("planned_seconds") for fc in values],
+        "declared": [fc.get("declared_seconds") for fc in values], "models": [fc["model"] for fc in values],
+        "p50": [fc.get("p50_seconds", 0.0) for fc in values], "p90": [fc.get("p90_seconds", 0.0) for fc in values],
+    })
 
 
 def job_forecast(session: Session, job_id: str) -> JobForecastRow | None:

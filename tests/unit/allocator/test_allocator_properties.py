@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rota.allocator import policy_fast, policy_fifo, policy_full
+from rota.allocator.grid import pinned_board
 from rota.allocator.legality import violations
 from rota.allocator.metrics import measure
 from rota.allocator.scenario import Scenario, from_dict
@@ -98,3 +100,27 @@ def test_fast_and_full_keep_the_swap_cap_from_the_gpus_a_live_app_holds(s: Scena
     full = policy_full.plan(s, time_limit=0.3, workers=1).grid
     assert violations(s, fast) == []
     assert violations(s, full) == []
+
+
+def _place_without_shortcut(b: Any, queue: list[Any]) -> None:
+    """The queue placed by searching for every job, as place_batch did before it learned
+    to skip jobs that an earlier failure rules out."""
+    for j in queue:
+        spot = policy_fast.earliest_block(b, j, 0)
+        if spot is not None:
+            b.place_block(j.id, spot[1], j.gpus, spot[0], spot[0] + j.duration)
+
+
+@SETTINGS
+@given(scenarios(), st.integers(0, 3))
+def test_fast_skipping_jobs_an_earlier_failure_rules_out_places_exactly_what_a_full_search_does(
+    s: Scenario, repeat: int
+) -> None:
+    # Copies of the queue make failures repeat, as in a burst of identical submissions.
+    copies = [replace(j, id=f"{j.id}-{k}") for k in range(repeat + 1) for j in s.batch if j.running is None]
+    base = pinned_board(s)
+    policy_fast.place_realtime(base, s.realtime)
+    skipping, searching = base.copy(), base.copy()
+    policy_fast.place_batch(skipping, s, copies)
+    _place_without_shortcut(searching, copies)
+    assert skipping.cells == searching.cells

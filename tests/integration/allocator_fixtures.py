@@ -1,0 +1,28 @@
+"""Small builders for the allocator's integration tests: a tenant and a node, a job."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from rota.api import repository as api
+from rota.common.db import Database
+from rota.common.jobs_repo import Events
+from rota.common.jobspec import JobSpecData, validate
+from rota.common.models import GpuRow
+
+
+def setup_cluster(db: Database, gpus: int = 4) -> tuple[str, str]:
+    tenant, node = "t-" + secrets.token_hex(3), "n-" + secrets.token_hex(3)
+    db.run(lambda s: api.create_tenant(s, tenant, 1.0, secrets.token_hex(32)))
+    rows = [GpuRow(node=node, index=i, uuid=f"{node}-{i}", model="virtual", virtual=True) for i in range(gpus)]
+    db.run(lambda s: api.register_node(s, node, "127.0.0.1:1", rows))
+    return tenant, node
+
+
+def submit(db: Database, tenant: str, **fields: Any) -> str:
+    spec = JobSpecData(name="job", tenant=tenant, kind="training", priority=5, gpus=1, command=["true"])
+    for key, value in fields.items():
+        setattr(spec, key, value)
+    job, _ = db.run(lambda s: api.submit_job(s, validate(spec, max_gpus_per_node=0), "", Events()))
+    return job.id
