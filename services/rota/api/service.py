@@ -28,6 +28,7 @@ from rota.common.jobs_repo import Events, get_job, history
 from rota.common.jobspec import JobSpecData, validate
 from rota.common.live import LiveState
 from rota.common.models import GpuRow, JobRow, NodeRow
+from rota.common.refresh import RefreshAhead
 from rota.detector.repository import applied_layout
 from rota.v1 import agent_pb2, api_pb2, api_pb2_grpc, common_pb2
 
@@ -36,6 +37,7 @@ T = TypeVar("T")
 MAX_LIST = 500
 LARGEST_NODE_TTL_S = 1.0
 MAX_UNPUBLISHED = 100_000
+PUBLISH_GATHER_S = 0.01
 
 
 class ApiContext:
@@ -48,7 +50,8 @@ class ApiContext:
         self.agents = agents
         # Submissions go to the same database as every other call, by their own connections.
         self.submissions = SubmitBatcher(db.engine.url.render_as_string(hide_password=False), self._publish_submitted)
-        self._largest_node: tuple[float, int] | None = None  # (monotonic time read, GPUs)
+        self._largest_node: RefreshAhead[None, int] = RefreshAhead(
+            lambda _: self.tx(repository.largest_node_gpus), LARGEST_NODE_TTL_S)
         self._unpublished: list[tuple[str, str, dict[str, Any]]] = []
         self._publishing: asyncio.Task[None] | None = None
 
@@ -70,12 +73,9 @@ class ApiContext:
             log.warning("could not publish %d job events: %s", len(events.items), exc)
 
     async def largest_node_gpus(self, *, refresh: bool = False) -> int:
-        """GPUs of the largest node, read at most once a second: every submission is
-        validated against it, and nodes come and go far more rarely than jobs arrive."""
-        now = time.monotonic()
-        if refresh or self._largest_node is None or now - self._largest_node[0] > LARGEST_NODE_TTL_S:
-            self._largest_node = (now, await self.tx(repository.largest_node_gpus))
-        return self._largest_node[1]
+        """GPUs of the largest node, at most a second old: every submission is validated
+        against it, and nodes come and go far more rarely than jobs arrive."""
+        return await self._largest_node.get(None, fresh=refresh)
 
     def _publish_submitted(self, new: list[tuple[repository.Submission, repository.Stored]]) -> None:
         """After a batch commits: its PENDING events go to Redis in the background, one
@@ -92,6 +92,9 @@ class ApiContext:
 
     async def _drain_unpublished(self) -> None:
         while self._unpublished:
+            # A moment's wait gathers the batches committed meanwhile into one pipeline:
+            # under load, one trip to Redis (and one worker thread) per many submissions.
+            await asyncio.sleep(PUBLISH_GATHER_S)
             items, self._unpublished = self._unpublished, []
             try:
                 await asyncio.to_thread(self.live.publish_job_events, items)

@@ -4,7 +4,7 @@ tracing, the token authenticator and the interceptor; then it serves until SIGTE
 from __future__ import annotations
 
 import asyncio
-import time
+import hmac
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +17,7 @@ from rota.common.config import Settings
 from rota.common.db import Database, make_engine
 from rota.common.live import LiveState, connect_redis
 from rota.common.models import TenantRow
+from rota.common.refresh import RefreshAhead
 from rota.common.server import RotaInterceptor, run_server
 from rota.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
 from rota.common.tls import tls_files
@@ -25,29 +26,23 @@ TOKEN_CACHE_S = 5.0
 
 
 class TokenAuthenticator:
-    """Admin token from config; tenant tokens by hash from Postgres, cached briefly."""
+    """Admin token from config; tenant tokens by hash from Postgres, cached briefly
+    (a revoked token stops working within TOKEN_CACHE_S) and refreshed ahead of expiry."""
 
     def __init__(self, admin_token: str, db: Database) -> None:
         self._admin_token = admin_token
         self._db = db
-        self._cache: dict[str, tuple[float, Identity | None]] = {}
+        self._tenants: RefreshAhead[str, str | None] = RefreshAhead(self._lookup, TOKEN_CACHE_S)
 
     async def __call__(self, token: str) -> Identity | None:
-        if token == self._admin_token:
+        if hmac.compare_digest(token.encode(), self._admin_token.encode()):
             return Identity(ADMIN)
-        digest = hash_token(token)
-        cached = self._cache.get(digest)
-        if cached is not None and time.monotonic() - cached[0] < TOKEN_CACHE_S:
-            return cached[1]
+        name = await self._tenants.get(hash_token(token))
+        return Identity(TENANT, name) if name is not None else None
 
-        def lookup() -> str | None:
-            stmt = select(TenantRow.name).where(TenantRow.token_hash == digest)
-            return self._db.run(lambda s: s.scalars(stmt).first())
-
-        name = await asyncio.to_thread(lookup)
-        identity = Identity(TENANT, name) if name is not None else None
-        self._cache[digest] = (time.monotonic(), identity)
-        return identity
+    async def _lookup(self, digest: str) -> str | None:
+        stmt = select(TenantRow.name).where(TenantRow.token_hash == digest)
+        return await asyncio.to_thread(self._db.run, lambda s: s.scalars(stmt).first())
 
 
 class ServiceParts:
