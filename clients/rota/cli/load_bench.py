@@ -117,7 +117,7 @@ def _split(total: int, parts: int) -> list[int]:
 
 
 def _ms(values: list[float]) -> dict[str, float]:
-    return {k: round(v * 1000, 2) if k != "n" else v for k, v in percentiles(values).items()}
+    return {k: round(v * 1000, 1) if k != "n" else v for k, v in percentiles(values).items()}
 
 
 def sustained(h: Harness, seconds: float, threads: int, processes: int = 1) -> dict[str, Any]:
