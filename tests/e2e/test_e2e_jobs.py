@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,29 @@ def test_a_tenant_sees_only_its_own_jobs_and_needs_a_token(cluster: RunningClust
         assert bad.value.field == "tenant"
     with cluster.client(token="rt_not-a-token") as client, pytest.raises(UnauthenticatedError):
         client.list_jobs()
+
+
+def test_a_token_with_a_lifetime_expires_and_a_reissued_token_replaces_the_old_one(cluster: RunningCluster) -> None:
+    brief = cluster.cli_json("tenants", "add", "brief", "--token-ttl", "2s")
+    assert brief["token_expires_at"] is not None
+    with cluster.client(token=brief["token"]) as client:
+        assert client.list_jobs() == []
+        time.sleep(2.2)
+        with pytest.raises(UnauthenticatedError) as expired:
+            client.list_jobs()
+        assert "expired" in str(expired.value)
+    renewed = cluster.cli_json("tenants", "token", "brief")
+    assert renewed["token_expires_at"] is None and renewed["token"] != brief["token"]
+    with cluster.client(token=renewed["token"]) as client:
+        assert client.list_jobs() == []
+    listed = {t["name"]: t for t in cluster.cli_json("tenants", "list")}
+    assert listed["brief"]["token_expires_at"] is None
+    with cluster.client() as admin:
+        with pytest.raises(InvalidArgumentError) as negative:
+            admin.issue_token("brief", ttl=timedelta(seconds=-5))
+        assert negative.value.field == "token_ttl"
+        with pytest.raises(NotFoundError):
+            admin.issue_token("nobody-by-this-name")
 
 
 def test_a_retried_submission_with_the_same_request_id_creates_one_job(cluster: RunningCluster) -> None:

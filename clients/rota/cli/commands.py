@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from rota.cli.localcluster import CLUSTER_FILE, TOKEN_FILE, LocalCluster, read_info, run_down, run_up
@@ -26,6 +26,7 @@ from rota.client import (
     UnimplementedError,
     Verdict,
     load_job_file,
+    parse_duration,
     spec_from_mapping,
 )
 
@@ -245,19 +246,37 @@ def nodes(args: argparse.Namespace) -> int:
 
 def tenants(args: argparse.Namespace) -> int:
     with connect(args) as client:
-        if args.tenants_command == "add":
-            tenant, token = client.create_tenant(args.name, share=args.share)
-            if args.json:
-                print_json({"name": tenant.name, "share": tenant.share, "token": token})
+        if args.tenants_command in ("add", "token"):
+            ttl_text = args.token_ttl if args.tenants_command == "add" else args.ttl
+            flag = "--token-ttl" if args.tenants_command == "add" else "--ttl"
+            ttl = timedelta(seconds=parse_duration(ttl_text, flag)) if ttl_text else None
+            if args.tenants_command == "add":
+                tenant, token = client.create_tenant(args.name, share=args.share, token_ttl=ttl)
+                done = f"tenant {tenant.name} (share {tenant.share:g}) created"
             else:
-                print(f"tenant {tenant.name} (share {tenant.share:g}) created; its token (shown once):\n{token}")
+                tenant, token = client.issue_token(args.name, ttl=ttl)
+                done = f"tenant {tenant.name} has a new token; the old one no longer works"
+            expires = _expiry_text(tenant.token_expires_at)
+            if args.json:
+                print_json({"name": tenant.name, "share": tenant.share, "token": token,
+                            "token_expires_at": _iso(tenant.token_expires_at)})
+            else:
+                print(f"{done}; its token (shown once, {expires}):\n{token}")
             return 0
         found = client.list_tenants()
     if args.json:
-        print_json([{"name": t.name, "share": t.share} for t in found])
+        print_json([{"name": t.name, "share": t.share, "token_expires_at": _iso(t.token_expires_at)} for t in found])
     else:
-        print(table(("TENANT", "SHARE"), [(t.name, f"{t.share:g}") for t in found]))
+        print(table(("TENANT", "SHARE", "TOKEN"), [(t.name, f"{t.share:g}", _expiry_text(t.token_expires_at)) for t in found]))
     return 0
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.replace(tzinfo=UTC).isoformat(timespec="seconds")
+
+
+def _expiry_text(at: datetime | None) -> str:
+    return "does not expire" if at is None else f"expires {_iso(at)}"
 
 
 # Processes of a deployment.

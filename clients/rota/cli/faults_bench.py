@@ -29,6 +29,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,10 @@ from rota.cli.faults import TENANT, Harness, Watch, percentiles, sleep_spec
 from rota.cli.netproxy import FaultProxy
 from rota.cli.tls_probe import tls_cases
 from rota.client import RotaError
+from rota.common.bootstrap import TOKEN_CACHE_S
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
+
+TOKEN_TTL = timedelta(seconds=2)  # the security case's short-lived token
 
 
 def allocator_kills(h: Harness, rounds: int, rng: random.Random) -> dict[str, Any]:
@@ -245,9 +249,6 @@ def short_job_spec() -> common_pb2.JobSpec:
 def security(h: Harness) -> dict[str, Any]:
     """Each hostile call and the status it must get; `ok` is whether it got exactly that."""
     results: dict[str, Any] = {}
-    with h.client() as admin:
-        other_token = admin.create_tenant("faults-other-" + uuid.uuid4().hex[:6])[1]
-        victim = h.submitted[0] if h.submitted else h.submit(1, 0.5)[0]
     channel = grpc.insecure_channel(h.info["endpoint"])
     jobs = api_pb2_grpc.JobServiceStub(channel)
 
@@ -259,10 +260,28 @@ def security(h: Harness) -> dict[str, Any]:
             got = exc.code().name
         results[name] = {"expected": want.name, "got": got, "ok": got == want.name}
 
+    def list_as(token: str) -> Callable[[], Any]:
+        return lambda: jobs.ListJobs(api_pb2.ListJobsRequest(), timeout=10, metadata=(("authorization", f"Bearer {token}"),))
+
+    with h.client() as admin:
+        other_token = admin.create_tenant("faults-other-" + uuid.uuid4().hex[:6])[1]
+        issued_at = time.monotonic()
+        short_lived = admin.create_tenant("faults-brief-" + uuid.uuid4().hex[:6], token_ttl=TOKEN_TTL)[1]
+        expect("token_before_expiry", grpc.StatusCode.OK, list_as(short_lived))
+        replaced, first_token = admin.create_tenant("faults-moved-" + uuid.uuid4().hex[:6])
+        expect("token_before_replacement", grpc.StatusCode.OK, list_as(first_token))  # now cached
+        admin.issue_token(replaced.name)
+        victim = h.submitted[0] if h.submitted else h.submit(1, 0.5)[0]
+
     get = api_pb2.GetJobRequest(id=victim)
     expect("no_token", grpc.StatusCode.UNAUTHENTICATED, lambda: jobs.GetJob(get, timeout=10))
     expect("bad_token", grpc.StatusCode.UNAUTHENTICATED,
            lambda: jobs.GetJob(get, timeout=10, metadata=(("authorization", "Bearer rt_forged"),)))
+    # Past its expiry a token is refused at once; a replaced one once the api's cached
+    # lookup of it has expired.
+    time.sleep(max(0.0, issued_at + max(TOKEN_TTL.total_seconds(), TOKEN_CACHE_S) - time.monotonic()) + 0.2)
+    expect("expired_token", grpc.StatusCode.UNAUTHENTICATED, list_as(short_lived))
+    expect("replaced_token", grpc.StatusCode.UNAUTHENTICATED, list_as(first_token))
     as_other = (("authorization", f"Bearer {other_token}"),)
     expect("other_tenants_job", grpc.StatusCode.NOT_FOUND, lambda: jobs.GetJob(get, timeout=10, metadata=as_other))
     foreign = api_pb2.SubmitJobRequest(spec=short_job_spec())

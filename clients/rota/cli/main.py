@@ -114,7 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
     tadd = tsub.add_parser("add", help="create a tenant (admin) and print its token")
     tadd.add_argument("name")
     tadd.add_argument("--share", type=float, default=1.0)
+    tadd.add_argument("--token-ttl", default="", metavar="DURATION",
+                      help="how long the token is valid (e.g. 720h, 90m); default: until replaced")
     _connection_args(tadd)
+    ttoken = tsub.add_parser("token", help="issue a tenant a new token (admin); its old one stops working")
+    ttoken.add_argument("name")
+    ttoken.add_argument("--ttl", default="", metavar="DURATION",
+                        help="how long the new token is valid (e.g. 720h, 90m); default: until replaced")
+    _connection_args(ttoken)
     tlist = tsub.add_parser("list", help="list tenants")
     _connection_args(tlist)
 

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf import json_format
+from google.protobuf import duration_pb2, json_format
 
 from rota.client.checkpoint import (
     RPC_MARGIN_S,
@@ -75,6 +75,18 @@ def state_name(value: int) -> str:
 
 def _time(ts: Any) -> datetime | None:
     return ts.ToDatetime() if ts.seconds or ts.nanos else None
+
+
+def _duration(value: timedelta | None) -> duration_pb2.Duration | None:
+    if value is None:
+        return None
+    d = duration_pb2.Duration()
+    d.FromTimedelta(value)
+    return d
+
+
+def _tenant(t: common_pb2.Tenant) -> Tenant:
+    return Tenant(t.name, t.share, _time(t.token_expires_at))
 
 
 def _numbers(values: dict[str, Any]) -> dict[str, Any]:
@@ -186,6 +198,7 @@ class Node:
 class Tenant:
     name: str
     share: float
+    token_expires_at: datetime | None = None  # UTC, naive; None: the token does not expire
 
 
 @dataclass(frozen=True)
@@ -402,14 +415,23 @@ class Client:
         return DemandForecast.from_proto(self._call(forecast_stub(self._channel).DemandCurve, request))
 
     # Tenants.
-    def create_tenant(self, name: str, *, share: float = 1.0) -> tuple[Tenant, str]:
-        """Returns the tenant and its bearer token (shown once)."""
-        reply = self._call(self._tenants.CreateTenant, api_pb2.CreateTenantRequest(name=name, share=share))
-        return Tenant(reply.tenant.name, reply.tenant.share), reply.token
+    def create_tenant(self, name: str, *, share: float = 1.0, token_ttl: timedelta | None = None) -> tuple[Tenant, str]:
+        """Returns the tenant and its bearer token (shown once), valid for `token_ttl`
+        (None: until replaced by issue_token)."""
+        request = api_pb2.CreateTenantRequest(name=name, share=share, token_ttl=_duration(token_ttl))
+        reply = self._call(self._tenants.CreateTenant, request)
+        return _tenant(reply.tenant), reply.token
+
+    def issue_token(self, name: str, *, ttl: timedelta | None = None) -> tuple[Tenant, str]:
+        """A new bearer token for the tenant (shown once), valid for `ttl` (None: until
+        replaced); its previous token is refused from then on. Admin only."""
+        request = api_pb2.IssueTenantTokenRequest(name=name, token_ttl=_duration(ttl))
+        reply = self._call(self._tenants.IssueTenantToken, request)
+        return _tenant(reply.tenant), reply.token
 
     def list_tenants(self) -> list[Tenant]:
         reply = self._call(self._tenants.ListTenants, api_pb2.ListTenantsRequest())
-        return [Tenant(t.name, t.share) for t in reply.tenants]
+        return [_tenant(t) for t in reply.tenants]
 
     # Cluster.
     def nodes(self) -> list[Node]:

@@ -10,6 +10,7 @@ Bad input -> INVALID_ARGUMENT whose message starts with the field name.
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from rota.v1 import common_pb2 as _common_pb2
@@ -296,21 +297,29 @@ Global___StreamLogsResponse: _TypeAlias = StreamLogsResponse  # noqa: Y015
 
 @_typing.final
 class CreateTenantRequest(_message.Message):
+    """share > 0 (0 = 1.0). token_ttl: how long the token is valid; unset or zero: until
+    replaced. A call with an expired token gets UNAUTHENTICATED ("token expired").
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
     SHARE_FIELD_NUMBER: _builtins.int
+    TOKEN_TTL_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     share: _builtins.float
+    @_builtins.property
+    def token_ttl(self) -> _duration_pb2.Duration: ...
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         share: _builtins.float = ...,
+        token_ttl: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["token_ttl", b"token_ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "share", b"share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "share", b"share", "token_ttl", b"token_ttl"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -338,6 +347,52 @@ class CreateTenantResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreateTenantResponse: _TypeAlias = CreateTenantResponse  # noqa: Y015
+
+@_typing.final
+class IssueTenantTokenRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TOKEN_TTL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def token_ttl(self) -> _duration_pb2.Duration: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        token_ttl: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["token_ttl", b"token_ttl"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "token_ttl", b"token_ttl"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IssueTenantTokenRequest: _TypeAlias = IssueTenantTokenRequest  # noqa: Y015
+
+@_typing.final
+class IssueTenantTokenResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    token: _builtins.str
+    @_builtins.property
+    def tenant(self) -> _common_pb2.Tenant: ...
+    def __init__(
+        self,
+        *,
+        tenant: _common_pb2.Tenant | None = ...,
+        token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["tenant", b"tenant"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tenant", b"tenant", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IssueTenantTokenResponse: _TypeAlias = IssueTenantTokenResponse  # noqa: Y015
 
 @_typing.final
 class ListTenantsRequest(_message.Message):

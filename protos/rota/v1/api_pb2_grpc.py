@@ -342,6 +342,11 @@ class TenantServiceStub:
                 request_serializer=rota_dot_v1_dot_api__pb2.ListTenantsRequest.SerializeToString,
                 response_deserializer=rota_dot_v1_dot_api__pb2.ListTenantsResponse.FromString,
                 _registered_method=True)
+        self.IssueTenantToken = channel.unary_unary(
+                '/rota.v1.TenantService/IssueTenantToken',
+                request_serializer=rota_dot_v1_dot_api__pb2.IssueTenantTokenRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_api__pb2.IssueTenantTokenResponse.FromString,
+                _registered_method=True)
 
 
 class TenantServiceServicer:
@@ -361,6 +366,15 @@ class TenantServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def IssueTenantToken(self, request, context):
+        """Admin only. A new bearer token for the tenant (returned once), replacing its current
+        one, which is refused from then on (UNAUTHENTICATED, within the services' few seconds
+        of token caching). NOT_FOUND for an unknown tenant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TenantServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -373,6 +387,11 @@ def add_TenantServiceServicer_to_server(servicer, server):
                     servicer.ListTenants,
                     request_deserializer=rota_dot_v1_dot_api__pb2.ListTenantsRequest.FromString,
                     response_serializer=rota_dot_v1_dot_api__pb2.ListTenantsResponse.SerializeToString,
+            ),
+            'IssueTenantToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.IssueTenantToken,
+                    request_deserializer=rota_dot_v1_dot_api__pb2.IssueTenantTokenRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_api__pb2.IssueTenantTokenResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -429,6 +448,33 @@ class TenantService:
             '/rota.v1.TenantService/ListTenants',
             rota_dot_v1_dot_api__pb2.ListTenantsRequest.SerializeToString,
             rota_dot_v1_dot_api__pb2.ListTenantsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IssueTenantToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.TenantService/IssueTenantToken',
+            rota_dot_v1_dot_api__pb2.IssueTenantTokenRequest.SerializeToString,
+            rota_dot_v1_dot_api__pb2.IssueTenantTokenResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -153,6 +153,11 @@ class TenantServiceStub:
     once; only its hash is stored.
     """
     ListTenants: _grpc.UnaryUnaryMultiCallable[_api_pb2.ListTenantsRequest, _api_pb2.ListTenantsResponse]
+    IssueTenantToken: _grpc.UnaryUnaryMultiCallable[_api_pb2.IssueTenantTokenRequest, _api_pb2.IssueTenantTokenResponse]
+    """Admin only. A new bearer token for the tenant (returned once), replacing its current
+    one, which is refused from then on (UNAUTHENTICATED, within the services' few seconds
+    of token caching). NOT_FOUND for an unknown tenant.
+    """
 
 @_typing.type_check_only
 class TenantServiceAsyncStub(TenantServiceStub):
@@ -162,6 +167,11 @@ class TenantServiceAsyncStub(TenantServiceStub):
     once; only its hash is stored.
     """
     ListTenants: _aio.UnaryUnaryMultiCallable[_api_pb2.ListTenantsRequest, _api_pb2.ListTenantsResponse]  # type: ignore[assignment]
+    IssueTenantToken: _aio.UnaryUnaryMultiCallable[_api_pb2.IssueTenantTokenRequest, _api_pb2.IssueTenantTokenResponse]  # type: ignore[assignment]
+    """Admin only. A new bearer token for the tenant (returned once), replacing its current
+    one, which is refused from then on (UNAUTHENTICATED, within the services' few seconds
+    of token caching). NOT_FOUND for an unknown tenant.
+    """
 
 class TenantServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -180,6 +190,17 @@ class TenantServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _api_pb2.ListTenantsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_api_pb2.ListTenantsResponse, _abc.Awaitable[_api_pb2.ListTenantsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def IssueTenantToken(
+        self,
+        request: _api_pb2.IssueTenantTokenRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.IssueTenantTokenResponse, _abc.Awaitable[_api_pb2.IssueTenantTokenResponse]]:
+        """Admin only. A new bearer token for the tenant (returned once), replacing its current
+        one, which is refused from then on (UNAUTHENTICATED, within the services' few seconds
+        of token caching). NOT_FOUND for an unknown tenant.
+        """
 
 def add_TenantServiceServicer_to_server(servicer: TenantServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -412,20 +412,26 @@ class Tenant(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     SHARE_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
+    TOKEN_EXPIRES_AT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     share: _builtins.float
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def token_expires_at(self) -> _timestamp_pb2.Timestamp:
+        """unset: the token does not expire"""
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         share: _builtins.float = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
+        token_expires_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "token_expires_at", b"token_expires_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "name", b"name", "share", b"share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "name", b"name", "share", b"share", "token_expires_at", b"token_expires_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

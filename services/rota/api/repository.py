@@ -33,11 +33,23 @@ DRAINING = "DRAINING"  # set by `rota drain`: alive, takes no new jobs
 
 
 # Tenants.
-def create_tenant(session: Session, name: str, share: float, token_hash: str) -> TenantRow:
+def create_tenant(
+    session: Session, name: str, share: float, token_hash: str, token_expires_at: datetime | None = None
+) -> TenantRow:
     if session.get(TenantRow, name) is not None:
         raise AlreadyExists(f"tenant {name!r} already exists")
-    tenant = TenantRow(name=name, share=share, token_hash=token_hash)
+    tenant = TenantRow(name=name, share=share, token_hash=token_hash, token_expires_at=token_expires_at)
     session.add(tenant)
+    session.flush()
+    return tenant
+
+
+def replace_token(session: Session, name: str, token_hash: str, token_expires_at: datetime | None) -> TenantRow:
+    """The tenant's new token (its old one matches nothing from now on)."""
+    tenant = session.get(TenantRow, name, with_for_update=True)
+    if tenant is None:
+        raise NotFound(f"tenant {name!r} not found")
+    tenant.token_hash, tenant.token_expires_at = token_hash, token_expires_at
     session.flush()
     return tenant
 

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import grpc
@@ -24,7 +25,7 @@ from rota.common.auth import Identity, current_identity, hash_token, new_token
 from rota.common.config import Settings
 from rota.common.db import Database
 from rota.common.errors import FailedPrecondition, InvalidArgument, NotFound
-from rota.common.jobs_repo import Events, get_job, history
+from rota.common.jobs_repo import Events, get_job, history, utcnow
 from rota.common.jobspec import JobSpecData, validate
 from rota.common.live import LiveState
 from rota.common.models import GpuRow, JobRow, NodeRow
@@ -38,6 +39,7 @@ MAX_LIST = 500
 LARGEST_NODE_TTL_S = 1.0
 MAX_UNPUBLISHED = 100_000
 PUBLISH_GATHER_S = 0.01
+MAX_TOKEN_TTL_S = 3650 * 86400  # ten years
 
 
 class ApiContext:
@@ -278,6 +280,19 @@ FINAL_PROTO_STATES = {convert.state_value(s) for s in jobstate.FINAL_STATES}
 PENDING_PROTO = convert.state_value(jobstate.PENDING)
 
 
+def _token_expiry(request: api_pb2.CreateTenantRequest | api_pb2.IssueTenantTokenRequest) -> datetime | None:
+    """When a token asked for with `token_ttl` (unset or zero: never) expires."""
+    if not request.HasField("token_ttl"):
+        return None
+    ttl = request.token_ttl
+    seconds = ttl.seconds + ttl.nanos / 1e9
+    if seconds < 0 or ttl.nanos < 0:
+        raise InvalidArgument("token_ttl", f"must not be negative (got {seconds:g}s)")
+    if seconds > MAX_TOKEN_TTL_S:
+        raise InvalidArgument("token_ttl", f"at most {MAX_TOKEN_TTL_S // 86400} days (got {seconds:g}s)")
+    return None if seconds == 0 else utcnow() + timedelta(seconds=seconds)
+
+
 class TenantService(api_pb2_grpc.TenantServiceServicer):
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
@@ -290,9 +305,23 @@ class TenantService(api_pb2_grpc.TenantServiceServicer):
         share = request.share or 1.0
         if not (0 < share <= 1e6):
             raise InvalidArgument("share", f"must be positive (got {request.share:g})")
+        expires_at = _token_expiry(request)
         token = new_token("rt")
-        tenant = await self.ctx.tx(lambda s: convert.tenant_to_proto(repository.create_tenant(s, name, share, hash_token(token))))
+        tenant = await self.ctx.tx(lambda s: convert.tenant_to_proto(
+            repository.create_tenant(s, name, share, hash_token(token), expires_at)))
         return api_pb2.CreateTenantResponse(tenant=tenant, token=token)
+
+    async def IssueTenantToken(
+        self, request: api_pb2.IssueTenantTokenRequest, context: grpc.aio.ServicerContext
+    ) -> api_pb2.IssueTenantTokenResponse:
+        current_identity().require_admin()
+        if not request.name:
+            raise InvalidArgument("name", "required")
+        expires_at = _token_expiry(request)
+        token = new_token("rt")
+        tenant = await self.ctx.tx(lambda s: convert.tenant_to_proto(
+            repository.replace_token(s, request.name, hash_token(token), expires_at)))
+        return api_pb2.IssueTenantTokenResponse(tenant=tenant, token=token)
 
     async def ListTenants(self, request: api_pb2.ListTenantsRequest, context: grpc.aio.ServicerContext) -> api_pb2.ListTenantsResponse:
         identity = current_identity()

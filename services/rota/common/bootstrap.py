@@ -6,15 +6,19 @@ from __future__ import annotations
 import asyncio
 import hmac
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import grpc
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from rota.common.agents import AgentClients
 from rota.common.auth import ADMIN, TENANT, Identity, hash_token
 from rota.common.config import Settings
 from rota.common.db import Database, make_engine
+from rota.common.errors import Unauthenticated
+from rota.common.jobs_repo import utcnow
 from rota.common.live import LiveState, connect_redis
 from rota.common.models import TenantRow
 from rota.common.refresh import RefreshAhead
@@ -27,22 +31,33 @@ TOKEN_CACHE_S = 5.0
 
 class TokenAuthenticator:
     """Admin token from config; tenant tokens by hash from Postgres, cached briefly
-    (a revoked token stops working within TOKEN_CACHE_S) and refreshed ahead of expiry."""
+    (a replaced token stops working within TOKEN_CACHE_S) and refreshed ahead of expiry.
+    A token past its expiry time is refused at once, cached or not."""
 
     def __init__(self, admin_token: str, db: Database) -> None:
         self._admin_token = admin_token
         self._db = db
-        self._tenants: RefreshAhead[str, str | None] = RefreshAhead(self._lookup, TOKEN_CACHE_S)
+        self._tenants: RefreshAhead[str, tuple[str, datetime | None] | None] = RefreshAhead(self._lookup, TOKEN_CACHE_S)
 
     async def __call__(self, token: str) -> Identity | None:
         if hmac.compare_digest(token.encode(), self._admin_token.encode()):
             return Identity(ADMIN)
-        name = await self._tenants.get(hash_token(token))
-        return Identity(TENANT, name) if name is not None else None
+        found = await self._tenants.get(hash_token(token))
+        if found is None:
+            return None
+        name, expires_at = found
+        if expires_at is not None and utcnow() >= expires_at:
+            raise Unauthenticated(f"token expired at {expires_at.isoformat(timespec='seconds')}")
+        return Identity(TENANT, name)
 
-    async def _lookup(self, digest: str) -> str | None:
-        stmt = select(TenantRow.name).where(TenantRow.token_hash == digest)
-        return await asyncio.to_thread(self._db.run, lambda s: s.scalars(stmt).first())
+    async def _lookup(self, digest: str) -> tuple[str, datetime | None] | None:
+        stmt = select(TenantRow.name, TenantRow.token_expires_at).where(TenantRow.token_hash == digest)
+
+        def read(session: Session) -> tuple[str, datetime | None] | None:
+            row = session.execute(stmt).first()
+            return None if row is None else (row[0], row[1])
+
+        return await asyncio.to_thread(self._db.run, read)
 
 
 class ServiceParts:

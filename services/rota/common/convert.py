@@ -136,7 +136,8 @@ def job_to_proto(job: JobRow, transitions: Sequence[JobTransitionRow] = ()) -> c
 
 
 def tenant_to_proto(tenant: TenantRow) -> common_pb2.Tenant:
-    return common_pb2.Tenant(name=tenant.name, share=tenant.share, created_at=timestamp(tenant.created_at))
+    return common_pb2.Tenant(name=tenant.name, share=tenant.share, created_at=timestamp(tenant.created_at),
+                             token_expires_at=timestamp(tenant.token_expires_at))
 
 
 def node_to_proto(node: NodeRow, gpus: Sequence[GpuRow], claims: Sequence[GpuClaimRow]) -> common_pb2.Node:

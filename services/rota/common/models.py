@@ -41,6 +41,7 @@ class TenantRow(Base):
     share: Mapped[float] = mapped_column(Float, nullable=False)
     token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    token_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # None: never
 
 
 class JobRow(Base):
