@@ -12,11 +12,11 @@ from rota.common.jobspec import JobSpecData, validate
 from rota.common.models import GpuRow
 
 
-def setup_cluster(db: Database, gpus: int = 4) -> tuple[str, str]:
+def setup_cluster(db: Database, gpus: int = 4, address: str = "127.0.0.1:1") -> tuple[str, str]:
     tenant, node = "t-" + secrets.token_hex(3), "n-" + secrets.token_hex(3)
     db.run(lambda s: api.create_tenant(s, tenant, 1.0, secrets.token_hex(32)))
     rows = [GpuRow(node=node, index=i, uuid=f"{node}-{i}", model="virtual", virtual=True) for i in range(gpus)]
-    db.run(lambda s: api.register_node(s, node, "127.0.0.1:1", rows))
+    db.run(lambda s: api.register_node(s, node, address, rows))
     return tenant, node
 
 

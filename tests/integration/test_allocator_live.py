@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import socket
 from typing import Any
 
 import pytest
@@ -109,3 +110,23 @@ def test_under_fair_an_over_share_tenant_yields_an_expired_lease_to_an_under_ser
     assert yielded is not None and yielded.state == "PENDING" and yielded.node is None
     assert f"yielded its GPUs to {waiting}" in yielded.reason
     assert started is not None and started.state == "SCHEDULED"
+
+
+def test_an_agent_that_never_answers_does_not_hold_the_cycle(db: Database, redis_url: str) -> None:
+    # A listening socket nobody accepts from: the kernel completes the connection, nothing
+    # answers, as with an agent frozen by SIGSTOP. Its launch call would wait out a 10 s deadline.
+    frozen = socket.socket()
+    frozen.bind(("127.0.0.1", 0))
+    frozen.listen(8)
+    tenant, node = setup_cluster(db, gpus=1, address=f"127.0.0.1:{frozen.getsockname()[1]}")
+    job = submit(db, tenant)
+    settings = Settings(plan_step_s=60.0, plan_horizon=4, full_interval_s=0, api_addr="127.0.0.1:1")
+    live = LiveState(connect_redis(redis_url), "rota-test-" + secrets.token_hex(3))
+    loop = SchedulingLoop(settings, db, live, AgentClients("token"))
+    try:
+        report = asyncio.run(asyncio.wait_for(loop.cycle(), timeout=5.0))
+    finally:
+        loop.leadership.release()
+        frozen.close()
+    assert report.placed == 1
+    assert db.run(lambda s: alloc.get_job(s, job).state) == "SCHEDULED"  # type: ignore[union-attr]

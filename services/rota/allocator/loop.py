@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +128,7 @@ class SchedulingLoop:
         self.leadership = Leadership(db.engine)
         self.memory = _Memory(last_full=clock())
         self.specs = repository.SpecCache()
+        self._agent_calls: set[asyncio.Task[None]] = set()
         self.forecasts = Forecasts(
             settings.service_addrs.get("forecaster"), settings.admin_token, settings.forecast_quantile,
             tls=tls_files(settings),
@@ -208,12 +209,14 @@ class SchedulingLoop:
         self.memory.step_index = horizon.step_index
         if policy == "full":
             self.memory.last_full = self.clock()
-        # 6. After the commits: refresh the cache, publish events, tell the agents.
+        # 6. After the commits: refresh the cache, publish events, tell the agents (in the
+        #    background: a frozen agent must not hold the loop for a call's deadline, when
+        #    no node could be declared dead; a call that fails is retried by reconciliation).
         await asyncio.to_thread(self._refresh_cache, events)
-        await asyncio.gather(
-            *(self._launch(address, request) for address, request in launches),
-            *(self._resize(address, request) for address, request in resizes),
-        )
+        for address, request in launches:
+            self._to_agent(self._launch(address, request))
+        for address, resize in resizes:
+            self._to_agent(self._resize(address, resize))
         # 7. Moves of started jobs through the checkpoint coordinator, in the background:
         #    lease yields (`fair`), a priced preemption (`fast`, `full`), fragmentation repair.
         #    The next cycle sees the paused job's GPUs free and plans into them.
@@ -257,7 +260,13 @@ class SchedulingLoop:
         self.memory.yielded_to[y.job_id] = y.to_job
         await asyncio.to_thread(self._publish, events)
         if held[0] in addresses:
-            await self._stop(addresses[held[0]], y.job_id, held[1], reason)
+            self._to_agent(self._stop(addresses[held[0]], y.job_id, held[1], reason))
+
+    def _to_agent(self, call: Coroutine[Any, Any, None]) -> None:
+        """An agent call that the cycle does not wait for (kept referenced until done)."""
+        task = asyncio.create_task(call)
+        self._agent_calls.add(task)
+        task.add_done_callback(self._agent_calls.discard)
 
     def _held_back(self, view: repository.LiveView) -> dict[str, str]:
         """Yielded jobs stay out of the plan until the job they yielded to has GPUs (or is gone)."""
