@@ -44,7 +44,6 @@ from rota.v1 import agent_pb2
 log = logging.getLogger(__name__)
 LEADER_LOCK_KEY = 0x526F7461  # "Rota"
 PLAN_BUDGET = 5  # re-plans on events wait this many times the last plan's cost
-AGENT_WAIT_S = 1.0  # the longest a cycle waits for the agents' answers to its launches
 
 
 class Leadership:
@@ -210,15 +209,14 @@ class SchedulingLoop:
         self.memory.step_index = horizon.step_index
         if policy == "full":
             self.memory.last_full = self.clock()
-        # 6. After the commits: refresh the cache, publish events, tell the agents. The
-        #    cycle waits for their answers (milliseconds) at most AGENT_WAIT_S: a frozen
-        #    agent must not hold the loop for a call's deadline, when no node could be
-        #    declared dead; a call that fails is retried by reconciliation.
+        # 6. After the commits: refresh the cache, publish events, tell the agents (in the
+        #    background: a frozen agent must not hold the loop for a call's deadline, when
+        #    no node could be declared dead; a call that fails is retried by reconciliation).
         await asyncio.to_thread(self._refresh_cache, events)
-        calls = [self._to_agent(self._launch(address, request)) for address, request in launches]
-        calls += [self._to_agent(self._resize(address, resize)) for address, resize in resizes]
-        if calls:
-            await asyncio.wait(calls, timeout=AGENT_WAIT_S)
+        for address, request in launches:
+            self._to_agent(self._launch(address, request))
+        for address, resize in resizes:
+            self._to_agent(self._resize(address, resize))
         # 7. Moves of started jobs through the checkpoint coordinator, in the background:
         #    lease yields (`fair`), a priced preemption (`fast`, `full`), fragmentation repair.
         #    The next cycle sees the paused job's GPUs free and plans into them.
@@ -264,12 +262,11 @@ class SchedulingLoop:
         if held[0] in addresses:
             self._to_agent(self._stop(addresses[held[0]], y.job_id, held[1], reason))
 
-    def _to_agent(self, call: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """An agent call that outlives the cycle if it must (kept referenced until done)."""
+    def _to_agent(self, call: Coroutine[Any, Any, None]) -> None:
+        """An agent call that the cycle does not wait for (kept referenced until done)."""
         task = asyncio.create_task(call)
         self._agent_calls.add(task)
         task.add_done_callback(self._agent_calls.discard)
-        return task
 
     def _held_back(self, view: repository.LiveView) -> dict[str, str]:
         """Yielded jobs stay out of the plan until the job they yielded to has GPUs (or is gone)."""
