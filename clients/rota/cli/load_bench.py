@@ -6,7 +6,8 @@ On a real local cluster with the live loop running, through the api with durable
 2. paced: submissions at a fixed rate R (open loop, default 200/s); latency percentiles
    (a call that falls behind the pace still counts from its scheduled time);
 3. idle: one job at a time on an idle cluster, from submit to RUNNING.
-Every job is a short sleep; what is still queued at the end is cancelled. The clients
+Every job is a short sleep (coreutils `sleep 1`: see JOB_COMMAND); what is still queued
+at the end is cancelled. The clients
 are separate processes because one Python process's threads share one interpreter lock:
 on a small machine a threaded client measures itself as much as the api.
 """
@@ -34,10 +35,21 @@ from rota.client.client import _RETRY_CONFIG
 from rota.v1 import common_pb2
 
 START_DELAY_S = 0.5  # every client process is up and connected before the clock starts
+CONNECT_TIMEOUT_S = 10.0
+
+
+# Real processes, started by the agents, but the cheapest there are, a second long: on this
+# one machine the jobs (and their launchers) share the control plane's two cores, which a
+# real cluster's GPU nodes would not; a Python job's start-up (about 0.15 s of CPU), a few
+# times a second, would be measured instead of the api.
+JOB_COMMAND = ("sleep", "1")
 
 
 def _spec(priority: int = 1) -> common_pb2.JobSpec:
-    return sleep_spec(0.2, interval=0.1, priority=priority, restart="never")
+    spec = sleep_spec(0.2, interval=0.1, priority=priority, restart="never")
+    spec.ClearField("command")
+    spec.command.extend(JOB_COMMAND)
+    return spec
 
 
 def _connect(endpoint: str, token: str) -> Client:
@@ -45,7 +57,11 @@ def _connect(endpoint: str, token: str) -> Client:
     otherwise share one connection among a process's channels, and the kernel spreads
     connections, not calls, over the api processes sharing the port."""
     options = [("grpc.service_config", _RETRY_CONFIG), ("grpc.enable_retries", 1), ("grpc.use_local_subchannel_pool", 1)]
-    return Client(grpc.insecure_channel(endpoint, options=options), token=token, timeout=timedelta(seconds=20))
+    channel = grpc.insecure_channel(endpoint, options=options)
+    # Connected before the clock starts: a phase measures submissions, not TCP and HTTP/2
+    # set-up (16 connections opening at once took the first 0.7 s of a paced phase).
+    grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT_S)
+    return Client(channel, token=token, timeout=timedelta(seconds=20))
 
 
 def _ready(_k: int) -> bool:
@@ -206,6 +222,7 @@ def main(argv: list[str]) -> int:
         with h.client() as client:
             report["cancelled_after"] = cancel_queued(client)
         report["api_workers"] = args.api_workers
+        report["job_command"] = list(JOB_COMMAND)
         report["postgres"] = durability(h)
     finally:
         h.stop()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -86,7 +85,7 @@ class Submission:
 
     def __post_init__(self) -> None:
         if not self.body:
-            self.body = json.dumps(self.spec.to_dict(), sort_keys=True)
+            self.body = self.spec.canonical_json()
             self.digest = hashlib.sha256(self.body.encode()).hexdigest()
         if not self.job_id:
             self.job_id = new_job_id()
@@ -109,15 +108,17 @@ class Stored:
 # the old advisory lock gave, in one round trip. Rows go in key order, so two batches
 # sharing keys wait on each other in one order only (no deadlock), and of two equal
 # request ids in one batch the one that arrived first is stored. The text is the same
-# for every batch size, so the server plans it once per connection.
+# for every batch size, so the server plans it once per connection. The arrays go in
+# binary (%b): in text form every character of every JSON body is escaped for the array
+# literal, which cost more CPU than the rest of the statement.
 INSERT_BATCH_SQL = """
 INSERT INTO jobs (id, tenant, name, kind, priority, gpus, spec, spec_hash, request_id, state,
                   reason, gpu_indices, progress, error, epoch, attempts)
 SELECT v.id, v.tenant, v.name, v.kind, v.priority, v.gpus, v.spec::jsonb, v.spec_hash, v.request_id,
        %(state)s, 'submitted', '{}', '{}', '', 0, 0
-FROM unnest(%(ids)s::text[], %(tenants)s::text[], %(names)s::text[], %(kinds)s::text[],
-            %(priorities)s::int[], %(gpus)s::int[], %(specs)s::text[], %(hashes)s::text[],
-            %(request_ids)s::text[]) WITH ORDINALITY
+FROM unnest(%(ids)b::text[], %(tenants)b::text[], %(names)b::text[], %(kinds)b::text[],
+            %(priorities)b::int[], %(gpus)b::int[], %(specs)b::text[], %(hashes)b::text[],
+            %(request_ids)b::text[]) WITH ORDINALITY
      AS v(id, tenant, name, kind, priority, gpus, spec, spec_hash, request_id, n)
 JOIN tenants t ON t.name = v.tenant
 ORDER BY v.tenant, v.request_id, v.n

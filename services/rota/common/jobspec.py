@@ -57,9 +57,15 @@ class JobSpecData:
     def from_dict(data: dict[str, Any]) -> JobSpecData:
         return JobSpecData(**data)
 
+    def canonical_json(self) -> str:
+        """The spec as JSON with sorted keys: what a job row stores, and what `digest` hashes.
+        Every field is a JSON value already, so the fields serialize as they are, without
+        the deep copy `to_dict` makes (this runs for every submission)."""
+        return json.dumps(vars(self), sort_keys=True)
+
     def digest(self) -> str:
         """Identity of the submission body, for idempotent retries."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
 
 
 def is_power_of_two(n: int) -> bool:

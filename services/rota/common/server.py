@@ -13,6 +13,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,19 +76,35 @@ class RotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         tracer: trace.Tracer,
         authenticate: Authenticator | None,
         default_deadline_s: float,
+        traced: bool = True,
     ) -> None:
         self._tracer = tracer
+        # Without an exporter a span records nothing, and no outgoing call injects the
+        # context (the forwarder passes the caller's traceparent on as metadata): opening
+        # one per call would be pure cost.
+        self._traced = traced
         self._authenticate = authenticate
         self._default_deadline_s = default_deadline_s
+        # The wrapped handler of each method, made on its first call: building it (and its
+        # closure) again for every call cost as much as a small handler's own work.
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
         method: str = details.method
-        if handler is None or method.startswith("/grpc.health") or method.startswith("/grpc.reflection"):
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            handler = await continuation(details)
+            if handler is None:
+                return None
+            wrapped = self._wrapped[method] = self._wrap(method, handler)
+        return wrapped
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        if method.startswith("/grpc.health") or method.startswith("/grpc.reflection"):
             return handler
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
@@ -132,6 +149,8 @@ class RotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return max(0.001, min(remaining, self._default_deadline_s))
 
     def _span(self, method: str, context: grpc.aio.ServicerContext) -> Any:
+        if not self._traced:
+            return nullcontext()
         carrier = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
         parent = propagate.extract(carrier)
         return self._tracer.start_as_current_span(method, context=parent, kind=trace.SpanKind.SERVER)
