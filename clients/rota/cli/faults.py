@@ -104,6 +104,9 @@ class Harness:
     # The cluster reaches PostgreSQL through this proxy, so a case can cut it off; the load
     # benchmark, which cuts nothing, connects directly (the proxy would add a hop per query).
     proxy_postgres: bool = True
+    # The fault cases shorten the timers (heartbeats, scheduling cycle, ledger period) so a
+    # fault is seen within a round; the load benchmark runs the defaults an operator gets.
+    fast_timers: bool = True
     pg_proxy: FaultProxy | None = None
     direct_url: str = ""
     _pg: Any = None
@@ -127,10 +130,13 @@ class Harness:
 
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
-        env.update({"ROTA_SCHEDULE_INTERVAL": "0.2", "ROTA_LEDGER_INTERVAL": "1", "ROTA_PLAN_STEP": "5"})
+        if self.fast_timers:
+            env.update({"ROTA_SCHEDULE_INTERVAL": "0.2", "ROTA_LEDGER_INTERVAL": "1", "ROTA_PLAN_STEP": "5"})
         argv = [sys.executable, "-m", "rota.cli.main", "up", "--home", str(self.home), "--nodes", str(self.nodes),
                 "--gpus-per-node", str(self.gpus_per_node), "--allocators", str(self.allocators),
-                "--heartbeat-interval", "0.5", "--api-workers", str(self.api_workers)]
+                "--api-workers", str(self.api_workers)]
+        if self.fast_timers:
+            argv += ["--heartbeat-interval", "0.5"]
         self.home.mkdir(parents=True, exist_ok=True)
         argv += ["--database-url", self._database_through_proxy()]
         if self.redis_url:

@@ -211,7 +211,7 @@ def main(argv: list[str]) -> int:
     home = Path(tempfile.mkdtemp(prefix="rota-load-")) / "home"
     # No PostgreSQL proxy: nothing is cut off here, and a proxy would add a hop per query.
     h = Harness(home, args.database_url, args.redis_url, allocators=1, api_workers=args.api_workers,
-                proxy_postgres=False)
+                proxy_postgres=False, fast_timers=False)
     try:
         h.start()
         report: dict[str, Any] = {"idle_submit_to_running": idle_to_running(h, 5)}
@@ -223,6 +223,7 @@ def main(argv: list[str]) -> int:
             report["cancelled_after"] = cancel_queued(client)
         report["api_workers"] = args.api_workers
         report["job_command"] = list(JOB_COMMAND)
+        report["timers"] = "defaults"  # heartbeats, scheduling cycle, ledger period: as `rota up` sets them
         report["postgres"] = durability(h)
     finally:
         h.stop()
