@@ -86,7 +86,13 @@ class Heartbeats:
             launched_after_request = job.started_at > sent_at
             if (target is None or target.epoch > job.epoch) and not launched_after_request:
                 log.info("stopping %s (epoch %d): no longer placed here", job.job_id, job.epoch)
-                await self.runtime.stop(job.job_id, 0, "no longer placed on this node", 5.0)
+                # That epoch only: while this waited for the runtime's lock, a launch may have
+                # started a newer placement of the same job here (a pause then a resume onto
+                # this node), which this reply, older than that launch, knows nothing about.
+                try:
+                    await self.runtime.stop(job.job_id, job.epoch, "no longer placed on this node", 5.0)
+                except DomainError as exc:
+                    log.info("not stopping %s: %s", job.job_id, exc)
         for job_id, placed in wanted.items():
             local = self.runtime.table.jobs.get(job_id)
             if local is None or local.epoch < placed.epoch:
