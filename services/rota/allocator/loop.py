@@ -43,7 +43,7 @@ from rota.v1 import agent_pb2
 
 log = logging.getLogger(__name__)
 LEADER_LOCK_KEY = 0x526F7461  # "Rota"
-PLAN_BUDGET = 5  # re-plans on events wait this many times the last plan's cost
+PLAN_BUDGET = 5  # re-plans on events wait this many times the last plan's CPU time
 
 
 class Leadership:
@@ -107,7 +107,7 @@ class _Memory:
     yielded_to: dict[str, str] = field(default_factory=dict)
     # Heartbeats could not be recorded while the database was unreachable: after it
     # returns, no node is declared dead before a full node timeout has passed.
-    planned_at: float = 0.0  # monotonic time of the last plan, and what it cost
+    planned_at: float = 0.0  # monotonic time of the last plan, and the CPU it cost
     plan_cost_s: float = 0.0
     seen_db_errors: int = 0
     no_deaths_until: float = 0.0
@@ -174,7 +174,7 @@ class SchedulingLoop:
         if self._resting(horizon, force_full):
             await asyncio.to_thread(self._refresh_cache, events)
             return report
-        began = time.monotonic()
+        began = time.process_time()
         view = await asyncio.to_thread(self.db.run, lambda s: repository.live_view(s, self.specs))
         policy, trigger = self._trigger(view, horizon, force_full)
         if trigger is None:
@@ -182,9 +182,7 @@ class SchedulingLoop:
             return report
         # 4. The pure core plans the horizon (in a thread: full mode takes seconds) on the
         #    forecaster's durations and curves; `fair` first reads the ledger's standings.
-        asked = time.monotonic()
         jobs, forecasts = await self.forecasts.apply(view.jobs, view.specs, horizon)
-        began += time.monotonic() - asked  # a slow forecaster is not the plan's cost
         fair = await asyncio.to_thread(self.db.run, self._fair_inputs) if policy == "fair" else None
         held_back = self._held_back(view)
         moves = await asyncio.to_thread(self.db.run, lambda s: self._move_inputs(s, view))
@@ -200,11 +198,14 @@ class SchedulingLoop:
         changed = {k: v for k, v in forecasts.items() if self.memory.saved_forecasts.get(k) != v}
         await asyncio.to_thread(self.db.run, lambda s: self._record(s, outcome, trigger, horizon, forecasts, changed))
         self.memory.saved_forecasts = forecasts
-        # The plan's cost: snapshot, planning and its writes (not the calls to other services).
+        # The plan's cost: this process's CPU for the snapshot, planning and its writes. CPU,
+        # not elapsed time: the rest exists to leave the cores to the api under a burst, and
+        # waits (commits under load, the forecaster) cost none; on a busy machine a two-job
+        # plan took long enough to rest for seconds and leave new arrivals without a plan.
         # A plan that moves jobs frees GPUs for the next one to fill: that one does not wait.
         moving = bool(outcome.yields or outcome.preemption or outcome.migrations)
         self.memory.planned_at = time.monotonic()
-        self.memory.plan_cost_s = 0.0 if moving else self.memory.planned_at - began
+        self.memory.plan_cost_s = 0.0 if moving else time.process_time() - began
         self.memory.fingerprint = _expected_fingerprint(view, outcome.decision, {r.job.id for _, r in launches})
         self.memory.step_index = horizon.step_index
         if policy == "full":
@@ -282,7 +283,7 @@ class SchedulingLoop:
 
     def _resting(self, horizon: Horizon, force_full: bool) -> bool:
         """Under a burst of arrivals, planning (with its reads and writes) gets at most
-        1/(1 + PLAN_BUDGET) of the time: one plan then covers every event since the last.
+        1/(1 + PLAN_BUDGET) of a core: one plan then covers every event since the last.
         A full re-plan, a new step or a new leader does not wait."""
         if self.memory.fingerprint is None or self._full_due(force_full):
             return False
