@@ -130,12 +130,11 @@ class Harness:
 
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
-        if self.fast_timers:
-            env.update({"ROTA_SCHEDULE_INTERVAL": "0.2", "ROTA_LEDGER_INTERVAL": "1", "ROTA_PLAN_STEP": "5"})
         argv = [sys.executable, "-m", "rota.cli.main", "up", "--home", str(self.home), "--nodes", str(self.nodes),
                 "--gpus-per-node", str(self.gpus_per_node), "--allocators", str(self.allocators),
                 "--api-workers", str(self.api_workers)]
         if self.fast_timers:
+            env.update({"ROTA_SCHEDULE_INTERVAL": "0.2", "ROTA_LEDGER_INTERVAL": "1", "ROTA_PLAN_STEP": "5"})
             argv += ["--heartbeat-interval", "0.5"]
         self.home.mkdir(parents=True, exist_ok=True)
         argv += ["--database-url", self._database_through_proxy()]

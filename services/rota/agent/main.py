@@ -165,7 +165,7 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
         listen=listen,
         register=register,
         interceptor=RotaInterceptor(tracer=tracer, authenticate=admin_only, default_deadline_s=settings.default_deadline_s,
-                                    traced=settings.tracing != "none"),
+                                    traced=settings.traced),
         max_message_bytes=settings.max_message_bytes,
         tls=tls_files(settings),
         background=[heartbeats.run_forever, DetectorLink(settings, table).run_forever],

@@ -91,7 +91,7 @@ class ServiceParts:
                 tracer=self.tracer,
                 authenticate=TokenAuthenticator(self.settings.admin_token, self.db),
                 default_deadline_s=self.settings.default_deadline_s,
-                traced=self.settings.tracing != "none",
+                traced=self.settings.traced,
             ),
             max_message_bytes=self.settings.max_message_bytes,
             background=background,

@@ -141,6 +141,11 @@ class Settings:
             reuse_port=os.environ.get("ROTA_REUSE_PORT", "") in ("1", "true", "yes"),
         )
 
+    @property
+    def traced(self) -> bool:
+        """Whether spans are exported at all (RotaInterceptor opens none otherwise)."""
+        return self.tracing != "none"
+
     def require(self, *names: str) -> None:
         """Fails fast, naming the missing setting, instead of failing on first use."""
         for name in names:
