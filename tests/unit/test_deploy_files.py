@@ -1,4 +1,5 @@
-"""docker-compose.yml, deploy/Dockerfile and deploy/k8s: every command is a real entry point.
+"""docker-compose.yml (and its TLS overlay), deploy/Dockerfile and deploy/k8s (base and TLS
+overlay): every command is a real entry point.
 
 A command is real when its first word is the `rota` console script declared in
 pyproject.toml and the rest parses with the CLI's own argparse parser
@@ -12,6 +13,7 @@ import argparse
 import contextlib
 import importlib
 import io
+import subprocess
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +22,15 @@ from typing import Any
 import pytest
 import yaml
 
+from rota.cli import probe
 from rota.common.config import FORWARDED_SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
+COMPOSE_TLS = ROOT / "docker-compose.tls.yml"
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
-K8S = ROOT / "deploy" / "k8s"
+K8S = ROOT / "deploy" / "k8s" / "base"
+K8S_TLS = ROOT / "deploy" / "k8s" / "tls"
 OTEL = ROOT / "deploy" / "otel-collector.yaml"
 
 CONTROL_PLANE = ("api", "allocator", "forecaster", "ledger", "checkpoint", "detector")
@@ -57,6 +62,8 @@ def rota_services() -> dict[str, dict[str, Any]]:
 def k8s_documents() -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
     for path in sorted(K8S.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
         for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
             if doc is not None:
                 assert isinstance(doc, dict), path
@@ -176,13 +183,22 @@ def test_compose_start_order_and_health() -> None:
         assert deps["migrate"]["condition"] == "service_completed_successfully", name
         assert deps["postgres"]["condition"] == "service_healthy", name
         assert deps["redis"]["condition"] == "service_healthy", name
-        port = svc["environment"]["ROTA_LISTEN"].rpartition(":")[2]
-        test = " ".join(svc["healthcheck"]["test"])
-        assert "grpc_health" in test and port in test, name
+        assert_probes_own_port(svc, name)
     for name, svc in rota_services().items():
         if svc["command"][:2] == ["rota", "agent"]:
             assert svc["depends_on"]["api"]["condition"] == "service_healthy", name
-            assert svc["healthcheck"]["test"], name
+            assert_probes_own_port(svc, name)
+
+
+def assert_probes_own_port(svc: dict[str, Any], name: str) -> None:
+    """The health check is rota.cli.probe (plaintext or TLS, as the service's environment
+    says) on the port the service listens on, with arguments its parser accepts."""
+    test = svc["healthcheck"]["test"]
+    assert test[:4] == ["CMD", "python", "-m", "rota.cli.probe"], name
+    parser = argparse.ArgumentParser()
+    probe.add_arguments(parser)
+    args = parser.parse_args(test[4:])
+    assert args.address.rpartition(":")[2] == svc["environment"]["ROTA_LISTEN"].rpartition(":")[2], name
 
 
 # --- deploy/Dockerfile ---------------------------------------------------------------------
@@ -296,3 +312,154 @@ def test_otel_collector_pipelines_use_defined_components() -> None:
         for section in ("receivers", "processors", "exporters"):
             for component in pipe.get(section, []):
                 assert component in cfg[section], f"pipeline {name}: {section} {component} is not defined"
+
+
+# --- high availability -----------------------------------------------------------------------
+
+
+def test_the_allocator_runs_a_standby_replica_in_compose_and_k8s() -> None:
+    assert rota_services()["allocator"]["deploy"]["replicas"] >= 2
+    allocator = next(d for d in k8s_documents() if d["kind"] == "Deployment" and d["metadata"]["name"] == "allocator")
+    assert allocator["spec"]["replicas"] >= 2
+
+
+# --- mutual TLS: docker-compose.tls.yml ------------------------------------------------------
+
+
+def compose_tls() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE_TLS.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def dialled_hosts() -> set[str]:
+    """Every host a Rota process dials in docker-compose.yml: service addresses and agents'."""
+    hosts = set()
+    for svc in rota_services().values():
+        for name, value in svc["environment"].items():
+            if name.startswith("ROTA_") and name.endswith("_ADDR"):
+                hosts.add(value.rpartition(":")[0])
+        command = svc["command"]
+        if "--advertise" in command:
+            hosts.add(command[command.index("--advertise") + 1].rpartition(":")[0])
+    return hosts
+
+
+def test_compose_tls_overlay_gives_every_service_and_agent_the_certificate_files() -> None:
+    overlay = compose_tls()
+    for name, svc in rota_services().items():
+        if name == "migrate":  # talks to PostgreSQL only
+            continue
+        patch = overlay["services"][name]
+        env = patch["environment"]
+        assert {"ROTA_TLS_CA", "ROTA_TLS_CERT", "ROTA_TLS_KEY"} <= set(env), name
+        volume, _, target = next(v for v in patch["volumes"] if v.startswith("tls:")).partition(":")
+        target = target.removesuffix(":ro")
+        assert all(env[k].startswith(target + "/") for k in ("ROTA_TLS_CA", "ROTA_TLS_CERT", "ROTA_TLS_KEY")), name
+        assert volume in overlay["volumes"]
+        assert patch["depends_on"]["certs"]["condition"] == "service_completed_successfully", name
+        # The base mounts nothing at the same place, so the two files merge.
+        assert all(not str(v).endswith(target) for v in svc.get("volumes", [])), name
+
+
+def test_compose_tls_certs_service_names_every_host_a_process_dials() -> None:
+    certs = compose_tls()["services"]["certs"]
+    command = certs["command"]
+    assert_rota_command("docker-compose.tls.yml service certs", command)
+    args = cli_parser().parse_args(command[1:])
+    assert set(args.host) >= dialled_hosts() - {"otel-collector"}
+    assert any(v.startswith(f"tls:{args.directory}") for v in certs["volumes"])
+    assert certs["image"] == rota_services()["api"]["image"]
+
+
+def test_the_image_prepares_the_tls_folder_for_its_user() -> None:
+    # A new named volume takes the ownership of the image's folder: uid 10001 must write it.
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert "/var/lib/rota-tls" in text and "chown -R rota:rota" in text
+
+
+# --- mutual TLS: deploy/k8s/tls ---------------------------------------------------------------
+
+
+def kustomization(folder: Path) -> dict[str, Any]:
+    data = yaml.safe_load((folder / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert data["kind"] == "Kustomization"
+    return data
+
+
+def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]], where: str) -> None:
+    """RFC 6902 `replace`, the only op the overlay uses: the path must already exist."""
+    for op in ops:
+        assert op["op"] == "replace", where
+        *parents, last = op["path"].strip("/").split("/")
+        node: Any = doc
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        key: Any = int(last) if isinstance(node, list) else last
+        assert (key < len(node)) if isinstance(node, list) else (key in node), f"{where}: {op['path']} is missing"
+        node[key] = op["value"]
+
+
+def tls_overlay_documents() -> list[dict[str, Any]]:
+    """The base with the overlay's patches applied, as `kubectl apply -k deploy/k8s/tls` would."""
+    docs = k8s_documents()
+    for patch in kustomization(K8S_TLS)["patches"]:
+        body = yaml.safe_load((K8S_TLS / patch["path"]).read_text(encoding="utf-8"))
+        target = patch.get("target")
+        if target is None:  # a strategic merge patch of one object: its data merges
+            doc = next(d for d in docs if d["kind"] == body["kind"] and d["metadata"]["name"] == body["metadata"]["name"])
+            assert doc["metadata"]["namespace"] == body["metadata"]["namespace"]
+            doc["data"].update(body["data"])
+            continue
+        matched = [d for d in docs if d["kind"] == target["kind"]]
+        assert matched, target
+        for doc in matched:
+            apply_json_patch(doc, body, f"{patch['path']} on {doc['metadata']['name']}")
+    return docs
+
+
+def test_the_k8s_base_kustomization_lists_every_manifest() -> None:
+    listed = set(kustomization(K8S)["resources"])
+    assert listed == {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert kustomization(K8S_TLS)["resources"] == ["../base"]
+
+
+def test_the_k8s_tls_overlay_points_every_pod_at_the_mounted_secret() -> None:
+    docs = tls_overlay_documents()
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+    assert config["ROTA_TLS_SERVER_NAME"]
+    for where, container in k8s_containers_of(docs, kinds={"Deployment", "DaemonSet"}):
+        pod = container["_pod"]
+        secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"] if m["name"] in secrets}
+        for var in ("ROTA_TLS_CA", "ROTA_TLS_CERT", "ROTA_TLS_KEY"):
+            folder = str(Path(config[var]).parent)
+            assert folder in mounts and secrets[mounts[folder]] == "rota-tls", f"{where}: {var}"
+        assert {"configMapRef": {"name": "rota"}} in container["envFrom"], where
+
+
+def test_the_k8s_tls_probes_run_the_probe_on_the_containers_own_port() -> None:
+    for where, container in k8s_containers_of(tls_overlay_documents(), kinds={"Deployment", "DaemonSet"}):
+        listen = next(e["value"] for e in container["env"] if e["name"] == "ROTA_LISTEN")
+        port = str(container["ports"][0]["containerPort"])
+        for probe_name in ("readinessProbe", "livenessProbe"):
+            if probe_name not in container:
+                continue
+            command = container[probe_name]["exec"]["command"]
+            assert command[:2] == ["sh", "-c"], where
+            # What the shell runs, with the container's ROTA_LISTEN.
+            echoed = subprocess.run(["sh", "-c", command[2].replace("exec python", "echo python", 1)],
+                                    env={"ROTA_LISTEN": listen, "PATH": "/usr/bin:/bin"},
+                                    capture_output=True, text=True, check=True).stdout.split()
+            assert echoed[:3] == ["python", "-m", "rota.cli.probe"], where
+            parser = argparse.ArgumentParser()
+            probe.add_arguments(parser)
+            assert parser.parse_args(echoed[3:]).address == f"127.0.0.1:{port}", where
+
+
+def k8s_containers_of(docs: list[dict[str, Any]], *, kinds: set[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for doc in docs:
+        if doc["kind"] in kinds:
+            pod = doc["spec"]["template"]["spec"]
+            for container in pod["containers"]:
+                yield f"{doc['kind']}/{doc['metadata']['name']}", {**container, "_pod": pod}

@@ -22,6 +22,7 @@ from rota.common.tls import (
     SERVICE_CN,
     TLSFiles,
     certificate_identity,
+    channel_options,
     on_behalf_of,
     tls_files,
 )
@@ -31,7 +32,7 @@ TLS_ENV = ("ROTA_TLS_CERT", "ROTA_TLS_KEY", "ROTA_TLS_CA")
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    for name in TLS_ENV:
+    for name in (*TLS_ENV, "ROTA_TLS_SERVER_NAME"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -51,6 +52,20 @@ def test_all_three_tls_variables_are_read(clean_env: pytest.MonkeyPatch) -> None
     assert tls_files(settings) == TLSFiles(
         cert=Path("/pki/service.pem"), key=Path("/pki/service.key"), ca=Path("/pki/ca.pem")
     )
+
+
+def test_the_server_name_is_read_and_checked_on_every_channel_instead_of_the_host(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    for name, value in zip(TLS_ENV, ("/pki/service.pem", "/pki/service.key", "/pki/ca.pem"), strict=True):
+        clean_env.setenv(name, value)
+    clean_env.setenv("ROTA_TLS_SERVER_NAME", " rota-services ")
+    files = tls_files(Settings.from_env())
+    assert files is not None and files.server_name == "rota-services"
+    assert ("grpc.ssl_target_name_override", "rota-services") in channel_options(files, [("a", 1)])
+    unnamed = TLSFiles(cert=files.cert, key=files.key, ca=files.ca)
+    assert channel_options(unnamed, [("a", 1)]) == [("a", 1)]
+    assert channel_options(None, None) == []
 
 
 @pytest.mark.parametrize("missing", TLS_ENV)

@@ -19,6 +19,7 @@ warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 from rota.cli import (  # noqa: E402
     checkpoint_commands,
     commands,
+    deploy_commands,
     detector_commands,
     forecast_commands,
     ledger_commands,
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     forecast_commands.add_parsers(sub, _connection_args, HANDLERS)
     checkpoint_commands.add_parsers(sub, _connection_args, HANDLERS)
     detector_commands.add_parsers(sub, _connection_args, HANDLERS)
+    deploy_commands.add_parsers(sub, HANDLERS)
 
     tenants = sub.add_parser("tenants", help="manage tenants")
     tsub = tenants.add_subparsers(dest="tenants_command", required=True, metavar="ACTION")

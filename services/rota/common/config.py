@@ -98,6 +98,10 @@ class Settings:
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""
+    # The name the services' certificate carries, checked on every channel a service opens
+    # instead of the address's host (ROTA_TLS_SERVER_NAME): agents advertise addresses (a
+    # pod's IP) that no certificate issued ahead of time can name. Empty: the host is checked.
+    tls_server_name: str = ""
     # Several processes of one service share its port (SO_REUSEPORT; the kernel spreads the
     # connections): `rota up --api-workers N` runs N api processes on the api's address.
     reuse_port: bool = False
@@ -138,6 +142,7 @@ class Settings:
             tls_cert=tls_cert,
             tls_key=tls_key,
             tls_ca=tls_ca,
+            tls_server_name=os.environ.get("ROTA_TLS_SERVER_NAME", "").strip(),
             reuse_port=os.environ.get("ROTA_REUSE_PORT", "") in ("1", "true", "yes"),
         )
 

@@ -35,11 +35,14 @@ ChannelOptions = Sequence[tuple[str, Any]]
 
 @dataclass(frozen=True)
 class TLSFiles:
-    """PEM files: this process's certificate chain and key, and the CA that signs its peers."""
+    """PEM files: this process's certificate chain and key, and the CA that signs its peers;
+    `server_name`, when set, is the name a server's certificate must carry (instead of the
+    host of the address dialled)."""
 
     cert: Path
     key: Path
     ca: Path
+    server_name: str = ""
 
     def read(self) -> tuple[bytes, bytes, bytes]:
         """(cert, key, ca) bytes; a missing file fails naming its variable."""
@@ -60,7 +63,8 @@ def tls_files(settings: Settings) -> TLSFiles | None:
                             ("ROTA_TLS_CA", settings.tls_ca)):
         if not value:
             raise ValueError(f"{variable}: required with the other ROTA_TLS_* settings")
-    return TLSFiles(cert=Path(settings.tls_cert), key=Path(settings.tls_key), ca=Path(settings.tls_ca))
+    return TLSFiles(cert=Path(settings.tls_cert), key=Path(settings.tls_key), ca=Path(settings.tls_ca),
+                    server_name=settings.tls_server_name)
 
 
 def server_credentials(tls: TLSFiles) -> grpc.ServerCredentials:
@@ -75,9 +79,17 @@ def channel_credentials(tls: TLSFiles) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
 
+def channel_options(tls: TLSFiles | None, options: ChannelOptions | None) -> list[tuple[str, Any]]:
+    """`options`, with the server-name override when the TLS files name one."""
+    opts = list(options or ())
+    if tls is not None and tls.server_name:
+        opts.append(("grpc.ssl_target_name_override", tls.server_name))
+    return opts
+
+
 def open_channel(address: str, tls: TLSFiles | None, options: ChannelOptions | None = None) -> grpc.Channel:
     """A synchronous channel to `address`: mutual TLS when `tls` is given, else plaintext."""
-    opts = list(options or ())
+    opts = channel_options(tls, options)
     if tls is None:
         return grpc.insecure_channel(address, options=opts)
     return grpc.secure_channel(address, channel_credentials(tls), options=opts)
@@ -85,7 +97,7 @@ def open_channel(address: str, tls: TLSFiles | None, options: ChannelOptions | N
 
 def open_aio_channel(address: str, tls: TLSFiles | None, options: ChannelOptions | None = None) -> grpc.aio.Channel:
     """An asyncio channel to `address`: mutual TLS when `tls` is given, else plaintext."""
-    opts = list(options or ())
+    opts = channel_options(tls, options)
     if tls is None:
         return grpc.aio.insecure_channel(address, options=opts)
     return grpc.aio.secure_channel(address, channel_credentials(tls), options=opts)
