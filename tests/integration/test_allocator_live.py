@@ -1,5 +1,5 @@
 """The allocator's live planning on a real PostgreSQL: the view it plans from, resizes of
-realtime apps under new epochs, and the plan records `rota plan` reads.
+realtime apps under new epochs, the plan records `rota plan` reads and their retention.
 
 Each test gets its own database, since the view reads every job in it.
 """
@@ -9,15 +9,17 @@ from __future__ import annotations
 import asyncio
 import secrets
 import socket
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from allocator_fixtures import setup_cluster, submit
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 
 from rota.allocator import repository as alloc
 from rota.allocator.liveplan import Start
-from rota.allocator.loop import SchedulingLoop
+from rota.allocator.loop import PRUNE_INTERVAL_S, SchedulingLoop
+from rota.allocator.models import PlanStepRow
 from rota.api import repository as api
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
@@ -130,3 +132,58 @@ def test_an_agent_that_never_answers_does_not_hold_the_cycle(db: Database, redis
         frozen.close()
     assert report.placed == 1
     assert db.run(lambda s: alloc.get_job(s, job).state) == "SCHEDULED"  # type: ignore[union-attr]
+
+
+def record_steps(db: Database, count: int, age_s: float) -> list[int]:
+    """`count` plan steps created `age_s` seconds ago; their ids, oldest first."""
+    def write(s: Any) -> list[int]:
+        rows = [alloc.record_plan_step(s, policy="fast", trigger="test", step_seconds=60.0, horizon=6, step_index=0,
+                                       figures={}, assignments={}, grid={}) for _ in range(count)]
+        ids = [r.id for r in rows]
+        s.execute(update(PlanStepRow).where(PlanStepRow.id.in_(ids))
+                  .values(created_at=func.now() - timedelta(seconds=age_s)))
+        return ids
+    return db.run(write)
+
+
+def step_ids(db: Database) -> list[int]:
+    return db.run(lambda s: list(s.scalars(select(PlanStepRow.id).order_by(PlanStepRow.id))))
+
+
+def test_pruning_deletes_steps_past_retention_oldest_first_in_batches(db: Database) -> None:
+    old = record_steps(db, 5, age_s=8 * 86400)
+    recent = record_steps(db, 2, age_s=3600)
+    assert db.run(lambda s: alloc.prune_plan_steps(s, 7 * 86400, batch=3)) == 3
+    assert step_ids(db) == old[3:] + recent
+    assert db.run(lambda s: alloc.prune_plan_steps(s, 7 * 86400, batch=3)) == 2
+    assert step_ids(db) == recent
+
+
+def test_pruning_keeps_the_newest_step_however_old_it_is(db: Database) -> None:
+    old = record_steps(db, 3, age_s=30 * 86400)
+    assert db.run(lambda s: alloc.prune_plan_steps(s, 86400, batch=100)) == 2
+    assert step_ids(db) == old[-1:]
+
+
+def test_the_leader_prunes_plan_steps_once_per_interval(db: Database, redis_url: str) -> None:
+    now = [6000.0]
+    settings = Settings(plan_retention_s=86400, api_addr="127.0.0.1:1")
+    live = LiveState(connect_redis(redis_url), "rota-test-" + secrets.token_hex(3))
+    loop = SchedulingLoop(settings, db, live, AgentClients("token"), clock=lambda: now[0])
+    async def cycles() -> list[int]:
+        pruned = []
+        record_steps(db, 4, age_s=2 * 86400)
+        record_steps(db, 1, age_s=0)
+        pruned.append((await loop.cycle()).pruned)
+        record_steps(db, 2, age_s=2 * 86400)
+        record_steps(db, 1, age_s=0)
+        now[0] += PRUNE_INTERVAL_S / 2
+        pruned.append((await loop.cycle()).pruned)  # not yet: once per interval
+        now[0] += PRUNE_INTERVAL_S / 2
+        pruned.append((await loop.cycle()).pruned)
+        return pruned
+
+    try:
+        assert asyncio.run(cycles()) == [4, 0, 2]
+    finally:
+        loop.leadership.release()

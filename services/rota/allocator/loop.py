@@ -44,6 +44,10 @@ from rota.v1 import agent_pb2
 log = logging.getLogger(__name__)
 LEADER_LOCK_KEY = 0x526F7461  # "Rota"
 PLAN_BUDGET = 5  # re-plans on events wait this many times the last plan's CPU time
+# Plan steps past their retention are deleted this often, at most this many at a time (an
+# allocator that was down for long catches up over a few minutes, never in one long delete).
+PRUNE_INTERVAL_S = 60.0
+PRUNE_BATCH = 5000
 
 
 class Leadership:
@@ -93,6 +97,7 @@ class CycleReport:
     led: bool = False
     planned: str = ""  # the trigger of this cycle's re-plan; "" when nothing changed
     moved: list[str] = field(default_factory=list)  # started jobs this cycle began to move
+    pruned: int = 0  # plan steps deleted past their retention
 
 
 @dataclass
@@ -113,6 +118,7 @@ class _Memory:
     no_deaths_until: float = 0.0
     # What job_forecasts already holds, so a re-plan writes only what changed.
     saved_forecasts: dict[str, Forecast] = field(default_factory=dict)
+    pruned_at: float = float("-inf")  # clock time of the last plan-step pruning
 
 
 class SchedulingLoop:
@@ -155,6 +161,7 @@ class SchedulingLoop:
             self.memory.fingerprint = None  # a new leader re-plans from scratch
             return report
         report.led = True
+        report.pruned = await self._prune_history()
         events = Events()
         # 2. Nodes silent past the timeout are dead; their jobs lost and handled. Only while
         #    the api (which receives heartbeats) is up and the database has been reachable
@@ -233,6 +240,15 @@ class SchedulingLoop:
                 self.memory.yielded_to[m.job_id] = m.for_job  # not back into the block it freed
                 report.moved.append(m.job_id)
         return report
+
+    async def _prune_history(self) -> int:
+        """Housekeeping of the leader, once per PRUNE_INTERVAL_S: old plan steps go."""
+        now = self.clock()
+        if now - self.memory.pruned_at < PRUNE_INTERVAL_S:
+            return 0
+        self.memory.pruned_at = now
+        retention = self.settings.plan_retention_s
+        return await asyncio.to_thread(self.db.run, lambda s: repository.prune_plan_steps(s, retention, PRUNE_BATCH))
 
     def _move_inputs(self, session, view: repository.LiveView) -> MoveInputs:  # type: ignore[no-untyped-def]
         # Without a checkpoint service nothing can be paused: no costs, so no moves; the

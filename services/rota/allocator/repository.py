@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
 from rota.allocator.liveplan import LiveJob, LiveNode, Start
@@ -217,6 +217,20 @@ def record_plan_step(session: Session, **values: Any) -> PlanStepRow:
     session.add(row)
     session.flush()
     return row
+
+
+def prune_plan_steps(session: Session, older_than_s: float, batch: int) -> int:
+    """Deletes up to `batch` plan steps created more than `older_than_s` ago, oldest first,
+    never the newest (CurrentPlan shows it however old it is); returns how many went."""
+    newest = select(func.max(PlanStepRow.id)).scalar_subquery()
+    doomed = (
+        select(PlanStepRow.id)
+        .where(PlanStepRow.created_at < func.now() - timedelta(seconds=older_than_s), PlanStepRow.id < newest)
+        .order_by(PlanStepRow.id)
+        .limit(batch)
+    )
+    result = session.execute(delete(PlanStepRow).where(PlanStepRow.id.in_(doomed)))
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
 def latest_plan_step(session: Session) -> PlanStepRow | None:

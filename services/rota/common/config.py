@@ -83,6 +83,9 @@ class Settings:
     policy: str = "fast"  # fifo | fast | fair: what re-plans on every arrival, completion, node change
     plan_step_s: float = 3600.0
     plan_horizon: int = 24
+    # Committed plan steps are kept this long (ROTA_PLAN_RETENTION, seconds; the newest is
+    # always kept): each holds its grid and forecasts, and a busy allocator plans often.
+    plan_retention_s: float = 7 * 24 * 3600.0
     full_interval_s: float = 1800.0  # the CP-SAT re-plan's period; 0 turns it off
     full_time_limit_s: float = 10.0
     forecast_quantile: float = 0.5  # batch-like jobs are planned on this quantile of their forecast
@@ -127,6 +130,7 @@ class Settings:
             policy=_env_choice("ROTA_POLICY", "fast", ("fifo", "fast", "fair")),
             plan_step_s=_env_positive("ROTA_PLAN_STEP", 3600.0),
             plan_horizon=int(_env_positive("ROTA_PLAN_HORIZON", 24)),
+            plan_retention_s=_env_positive("ROTA_PLAN_RETENTION", 7 * 24 * 3600.0),
             full_interval_s=_env_float("ROTA_FULL_INTERVAL", 1800.0),
             full_time_limit_s=_env_positive("ROTA_FULL_TIME_LIMIT", 10.0),
             forecast_quantile=_env_quantile("ROTA_FORECAST_QUANTILE", 0.5),
