@@ -286,16 +286,22 @@ def heartbeat(
     node.last_heartbeat = utcnow()
     if node.health == DEAD:
         node.health = ALIVE
+    # One locked read of what the node holds serves both the reports and the answer (a
+    # query per report cost about a millisecond of CPU each): a report about anything
+    # else (requeued, placed elsewhere, finished) changes nothing.
+    held = session.scalars(
+        select(JobRow)
+        .where(JobRow.node == node_name, JobRow.state.in_(jobstate.HOLDING_STATES))
+        .order_by(JobRow.id)
+        .with_for_update()
+    ).all()
+    by_id = {job.id: job for job in held}
     for report in reports:
-        job = get_job(session, report.job_id, lock=True)
-        if job is None or job.epoch != report.epoch or job.node != node_name:
-            continue
-        if job.state not in jobstate.HOLDING_STATES:
+        job = by_id.get(report.job_id)
+        if job is None or job.epoch != report.epoch:
             continue
         _apply_report(session, job, report, events)
-    assigned = session.scalars(
-        select(JobRow).where(JobRow.node == node_name, JobRow.state.in_(jobstate.HOLDING_STATES))
-    ).all()
+    assigned = [job for job in held if job.node == node_name and job.state in jobstate.HOLDING_STATES]
     return node, assigned
 
 
