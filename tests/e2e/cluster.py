@@ -84,16 +84,16 @@ class RunningCluster:
 
 def start_cluster(
     home: Path, database_url: str, redis_url: str, *, nodes: int = 2, gpus_per_node: int = 2,
-    extra_env: dict[str, str] | None = None, tls: bool = False,
+    extra_env: dict[str, str] | None = None, tls: bool = False, heartbeat_interval_s: float = 0.5,
 ) -> RunningCluster:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
-    # Heartbeats every 0.5 s; a node is dead after 3 s of silence.
+    # Heartbeats every 0.5 s (by default); a node is dead after 3 s of silence.
     env.update({"ROTA_NODE_TIMEOUT": "3", "ROTA_SCHEDULE_INTERVAL": "0.3", **(extra_env or {})})
     log = (home.parent / f"{home.name}-up.log").open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "rota.cli.main", "up", "--home", str(home), "--nodes", str(nodes),
          "--gpus-per-node", str(gpus_per_node), "--database-url", database_url, "--redis-url", redis_url,
-         "--heartbeat-interval", "0.5", *(["--tls"] if tls else [])],
+         "--heartbeat-interval", str(heartbeat_interval_s), *(["--tls"] if tls else [])],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     cluster = RunningCluster(home, process, database_url)

@@ -66,6 +66,9 @@ class AgentRuntime:
         self.checkpoints = checkpoints
         # Serialises launches and stops so fencing checks and process starts do not interleave.
         self.lock = asyncio.Lock()
+        # Set by a launch: the heartbeat loop reports the new process without waiting out
+        # its interval (the control plane learns RUNNING from heartbeats).
+        self.launched = asyncio.Event()
 
     async def launch(self, job: common_pb2.Job, epoch: int, resume_image: str = "", layout: str = "") -> LocalJob:
         if not job.id or epoch <= 0:
@@ -83,6 +86,8 @@ class AgentRuntime:
         if restore is not None and fresh:
             # The image is made ready while the interpreter and torch start up.
             self.checkpoints.start_restore(restore, resume_image)
+        if fresh:
+            self.launched.set()
         return local
 
     async def resize(self, job_id: str, epoch: int, gpus: list[int]) -> LocalJob:
