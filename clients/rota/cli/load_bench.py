@@ -5,7 +5,8 @@ On a real local cluster with the live loop running, through the api with durable
    fast as the api answers for S seconds; submissions per second and latency percentiles;
 2. paced: submissions at a fixed rate R (open loop, default 200/s); latency percentiles
    (a call that falls behind the pace still counts from its scheduled time);
-3. idle: one job at a time on an idle cluster, from submit to RUNNING.
+3. idle: one job at a time on an idle cluster (IDLE_SETTLE_S after the previous one
+   finished), from submit to RUNNING.
 Every job is a short sleep (coreutils `sleep 1`: see JOB_COMMAND); what is still queued
 at the end is cancelled. The clients
 are separate processes because one Python process's threads share one interpreter lock:
@@ -35,6 +36,10 @@ from rota.client.client import _RETRY_CONFIG
 from rota.v1 import common_pb2
 
 START_DELAY_S = 0.5  # every client process is up and connected before the clock starts
+# Between idle samples: the previous job's completion is planned for (and the allocator's
+# short rest after that plan is over) before the next submission, so each sample starts
+# on an idle cluster rather than mid-cycle.
+IDLE_SETTLE_S = 1.0
 CONNECT_TIMEOUT_S = 10.0
 
 
@@ -170,6 +175,7 @@ def idle_to_running(h: Harness, samples: int) -> dict[str, Any]:
     times: list[float] = []
     with h.client() as client:
         for _ in range(samples):
+            time.sleep(IDLE_SETTLE_S)
             t0 = time.perf_counter()
             job = client.submit(spec=_spec(priority=10))
             while client.get_job(job.id).state not in ("RUNNING", "SUCCEEDED", "FAILED"):

@@ -28,6 +28,7 @@ from rota.allocator.moves import MoveInputs
 from rota.allocator.moving import Mover
 from rota.allocator.planner import FairInputs, PlanOutcome, plan_live
 from rota.allocator.policy_fair import Yield
+from rota.allocator.wakeups import Wakeups
 from rota.checkpoint.repository import resume_image
 from rota.common import convert
 from rota.common.agents import AgentClients
@@ -48,6 +49,8 @@ PLAN_BUDGET = 5  # re-plans on events wait this many times the last plan's CPU t
 # allocator that was down for long catches up over a few minutes, never in one long delete).
 PRUNE_INTERVAL_S = 60.0
 PRUNE_BATCH = 5000
+# Woken cycles (work arrived) come at most this often, and not during a costly plan's rest.
+MIN_CYCLE_GAP_S = 0.1
 
 
 class Leadership:
@@ -124,9 +127,10 @@ class _Memory:
 class SchedulingLoop:
     def __init__(
         self, settings: Settings, db: Database, live: LiveState, agents: AgentClients,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, wakeups: Wakeups | None = None,
     ) -> None:
         self.settings = settings
+        self.wakeups = wakeups
         self.db = db
         self.live = live
         self.agents = agents
@@ -152,7 +156,22 @@ class SchedulingLoop:
                 self.leadership.db_errors += 1
             except Exception:  # noqa: BLE001 - the loop must outlive any one bad cycle
                 log.exception("scheduling cycle failed")
-            await asyncio.sleep(self.settings.schedule_interval_s)
+            await self._pause()
+
+    async def _pause(self) -> None:
+        """Until the next cycle: the interval, or sooner when the api wakes the loop (work
+        arrived), though not within MIN_CYCLE_GAP_S of the last cycle nor during the rest
+        after a costly plan, which a burst of arrivals would otherwise cut short."""
+        interval = self.settings.schedule_interval_s
+        if self.wakeups is None:
+            await asyncio.sleep(interval)
+            return
+        ended = time.monotonic()
+        if not await self.wakeups.wait(interval):
+            return
+        rest_ends = self.memory.planned_at + PLAN_BUDGET * self.memory.plan_cost_s
+        resume_at = min(max(ended + MIN_CYCLE_GAP_S, rest_ends), ended + interval)
+        await asyncio.sleep(max(0.0, resume_at - time.monotonic()))
 
     async def cycle(self, *, force_full: bool = False) -> CycleReport:
         report = CycleReport()

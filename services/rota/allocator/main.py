@@ -8,6 +8,7 @@ import grpc
 
 from rota.allocator.loop import SchedulingLoop
 from rota.allocator.service import AllocatorService
+from rota.allocator.wakeups import Wakeups
 from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
 from rota.v1 import allocator_pb2, allocator_pb2_grpc
@@ -15,7 +16,8 @@ from rota.v1 import allocator_pb2, allocator_pb2_grpc
 
 async def serve(settings: Settings) -> None:
     parts = ServiceParts("allocator", settings)
-    loop = SchedulingLoop(settings, parts.db, parts.live, parts.agents)
+    wakeups = Wakeups(parts.live.client, parts.live.wake_channel)
+    loop = SchedulingLoop(settings, parts.db, parts.live, parts.agents, wakeups=wakeups)
 
     def register(server: grpc.aio.Server) -> list[str]:
         allocator_pb2_grpc.add_AllocatorServiceServicer_to_server(AllocatorService(parts.db, settings), server)
@@ -24,6 +26,7 @@ async def serve(settings: Settings) -> None:
     try:
         await parts.serve(register, background=[loop.run_forever])
     finally:
+        wakeups.close()
         loop.leadership.release()
 
 

@@ -38,11 +38,13 @@ T = TypeVar("T")
 MAX_LIST = 500
 LARGEST_NODE_TTL_S = 1.0
 MAX_UNPUBLISHED = 100_000
-# Submitted events wait this long to share one Redis pipeline (and one worker thread): a
-# PENDING event is news to nobody in a hurry, and each pipeline has a fixed cost (a thread
-# hop and a round trip) that a 10 ms wait paid every second or third submission at 200/s.
+# Submitted events go to Redis in pipelines at most this often (one worker thread and one
+# round trip each): a pipeline has a fixed cost that one per batch paid every second or
+# third submission at 200/s. The first after a quiet spell goes at once (it wakes the allocator).
 PUBLISH_GATHER_S = 0.05
 MAX_TOKEN_TTL_S = 3650 * 86400  # ten years
+# States whose event wakes the allocator: queued again, or GPUs freed.
+WAKE_STATES = frozenset({jobstate.PENDING, jobstate.PAUSED, *jobstate.FINAL_STATES})
 
 
 class ApiContext:
@@ -59,21 +61,19 @@ class ApiContext:
             lambda _: self.tx(repository.largest_node_gpus), LARGEST_NODE_TTL_S)
         self._unpublished: list[tuple[str, str, dict[str, Any]]] = []
         self._publishing: asyncio.Task[None] | None = None
+        self._published_at = float("-inf")  # event-loop time of the last pipeline sent
 
     async def tx(self, fn: Callable[[Session], T]) -> T:
         return await asyncio.to_thread(self.db.run, fn)
 
     async def publish(self, events: Events) -> None:
-        """Best effort: Redis is a cache, a failure here loses no state."""
+        """Best effort: Redis is a cache, a failure here loses no state. A job that left
+        its GPUs or went back to the queue wakes the allocator: it has work."""
         if not events.items:
             return
-
-        def send() -> None:
-            for job_id, event, snapshot in events.items:
-                self.live.publish_job_event(job_id, event, snapshot)
-
+        wake = any(event == "state" and snapshot.get("state") in WAKE_STATES for _, event, snapshot in events.items)
         try:
-            await asyncio.to_thread(send)
+            await asyncio.to_thread(self.live.publish_job_events, events.items, wake=wake)
         except Exception as exc:  # noqa: BLE001
             log.warning("could not publish %d job events: %s", len(events.items), exc)
 
@@ -96,13 +96,16 @@ class ApiContext:
             self._publishing = asyncio.create_task(self._drain_unpublished())
 
     async def _drain_unpublished(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._unpublished:
-            # A moment's wait gathers the batches committed meanwhile into one pipeline:
-            # under load, one trip to Redis (and one worker thread) per many submissions.
-            await asyncio.sleep(PUBLISH_GATHER_S)
+            # Pipelines go at most every PUBLISH_GATHER_S: under load the batches committed
+            # meanwhile share one trip to Redis (and one worker thread); after a quiet spell
+            # the first goes at once, and with it the allocator's wake-up.
+            await asyncio.sleep(max(0.0, self._published_at + PUBLISH_GATHER_S - loop.time()))
             items, self._unpublished = self._unpublished, []
+            self._published_at = loop.time()
             try:
-                await asyncio.to_thread(self.live.publish_job_events, items)
+                await asyncio.to_thread(self.live.publish_job_events, items, wake=True)
             except Exception as exc:  # noqa: BLE001 - a cache; Postgres has the jobs
                 log.warning("could not publish %d job events: %s", len(items), exc)
                 return

@@ -5,6 +5,7 @@ Keys (all under the cluster's prefix):
   {p}:node:{node}        node inventory (JSON), refreshed by every heartbeat
   {p}:placement          hash job id -> committed placement (JSON)
   {p}:events:{job}       stream of the job's events (state changes, progress)
+  {p}:wake               pub/sub channel: work for the allocator (rota.allocator.wakeups)
 Every call has socket timeouts: a lost Redis makes calls fail fast, never hang.
 """
 
@@ -72,13 +73,20 @@ class LiveState:
         fields = {"event": event, "payload": json.dumps(payload)}
         self.client.xadd(self._key("events", job_id), fields, maxlen=EVENT_STREAM_MAXLEN)  # type: ignore[arg-type]
 
-    def publish_job_events(self, items: list[tuple[str, str, dict[str, Any]]]) -> None:
-        """Many (job id, event, payload) in one round trip (a batch of submissions)."""
+    def publish_job_events(self, items: list[tuple[str, str, dict[str, Any]]], *, wake: bool = False) -> None:
+        """Many (job id, event, payload) in one round trip (a batch of submissions); with
+        `wake`, the same trip wakes the allocator (there is work for it)."""
         pipe = self.client.pipeline(transaction=False)
         for job_id, event, payload in items:
             fields = {"event": event, "payload": json.dumps(payload)}
             pipe.xadd(self._key("events", job_id), fields, maxlen=EVENT_STREAM_MAXLEN)  # type: ignore[arg-type]
+        if wake:
+            pipe.publish(self.wake_channel, "1")
         pipe.execute()
+
+    @property
+    def wake_channel(self) -> str:
+        return self._key("wake")
 
     def read_job_events(
         self, job_id: str, last_id: str, block_ms: int
