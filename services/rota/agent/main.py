@@ -35,7 +35,7 @@ log = logging.getLogger("rota.agent")
 LEASE_FRACTION = 0.6  # of the node timeout: the launcher's lease expires well before the verdict
 # After a launch the next heartbeat comes early: EARLY_GATHER_S later (launches of one plan
 # arrive together and share it), and never sooner than EARLY_MIN_GAP_S after the previous
-# beat ended, so a burst of launches costs the api at most a few beats a second.
+# early one, so a burst of launches costs the api at most a few more beats a second.
 EARLY_GATHER_S = 0.02
 EARLY_MIN_GAP_S = 0.25
 # A failed beat (the api starting or restarting) is tried again this soon when the interval
@@ -53,6 +53,7 @@ class Heartbeats:
         self.channel = open_aio_channel(settings.api_addr, tls_files(settings))
         self.cluster = api_pb2_grpc.ClusterServiceStub(self.channel)
         self.registered = False
+        self._early_at = float("-inf")  # monotonic time of the last early beat
 
     async def run_forever(self) -> None:
         while True:
@@ -73,13 +74,12 @@ class Heartbeats:
     async def until_next_beat(self, interval: float) -> None:
         """`interval`, or less after a launch: a job's RUNNING reaches the control plane a
         moment after it starts instead of up to a whole interval later."""
-        beat_ended = time.monotonic()
         try:
             await asyncio.wait_for(self.runtime.launched.wait(), interval)
         except TimeoutError:
             return
-        earliest = beat_ended + EARLY_MIN_GAP_S
-        await asyncio.sleep(max(EARLY_GATHER_S, earliest - time.monotonic()))
+        await asyncio.sleep(max(EARLY_GATHER_S, self._early_at + EARLY_MIN_GAP_S - time.monotonic()))
+        self._early_at = time.monotonic()
 
     async def beat(self) -> None:
         timeout = max(1.0, self.settings.heartbeat_interval_s * 2)
