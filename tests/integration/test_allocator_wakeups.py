@@ -29,59 +29,53 @@ def live(redis_url: str) -> Iterator[LiveState]:
     client.close()
 
 
-def subscribed(client: redis.Redis, channel: str, *, not_by: frozenset[int] = frozenset()) -> frozenset[int]:
-    """Waits until a connection other than `not_by` holds the listener's subscription
-    (publications before it are lost); returns the subscribed connections' ids."""
+@pytest.fixture
+def wakeups(live: LiveState) -> Iterator[Wakeups]:
+    listener = Wakeups(live.client, live.wake_channel)
+    yield listener
+    listener.close(wait_s=5)  # before the fixture above closes the client it reads
+
+
+async def listening(wakeups: Wakeups, live: LiveState) -> None:
+    """Starts the listener in this event loop and waits until it has subscribed."""
+    wakeups.start()
+    await asyncio.to_thread(subscribed, live.client, live.wake_channel)
+
+
+def subscribed(client: redis.Redis, channel: str) -> None:
+    """Waits until the listener's subscription is in place (publications before it are lost)."""
     deadline = time.monotonic() + SUBSCRIBED_WITHIN_S
-    while True:
-        ids = frozenset(int(c["id"]) for c in client.client_list(_type="pubsub"))
-        if dict(client.pubsub_numsub(channel)).get(channel, 0) >= 1 and ids - not_by:
-            return ids
+    while dict(client.pubsub_numsub(channel)).get(channel, 0) < 1:
         assert time.monotonic() < deadline, "the listener never subscribed"
         time.sleep(0.02)
 
 
-def test_a_publication_ends_the_wait_and_is_consumed(live: LiveState) -> None:
-    wakeups = Wakeups(live.client, live.wake_channel)
-
+def test_a_publication_ends_the_wait_and_is_consumed(live: LiveState, wakeups: Wakeups) -> None:
     async def scenario() -> tuple[bool, bool, bool]:
-        wakeups.start()
-        await asyncio.to_thread(subscribed, live.client, live.wake_channel)
+        await listening(wakeups, live)
         quiet = await wakeups.wait(0.1)
         await asyncio.to_thread(live.publish_job_events, [("j-1", "state", {"state": "PENDING"})], wake=True)
         woken = await wakeups.wait(LONG_S)
         again = await wakeups.wait(0.1)  # the one wake-up was consumed
         return quiet, woken, again
 
-    try:
-        assert asyncio.run(scenario()) == (False, True, False)
-        assert wakeups.received == 1
-    finally:
-        wakeups.close(wait_s=5)
+    assert asyncio.run(scenario()) == (False, True, False)
+    assert wakeups.received == 1
 
 
-def test_events_without_wake_do_not_wake(live: LiveState) -> None:
-    wakeups = Wakeups(live.client, live.wake_channel)
-
+def test_events_without_wake_do_not_wake(live: LiveState, wakeups: Wakeups) -> None:
     async def scenario() -> bool:
-        wakeups.start()
-        await asyncio.to_thread(subscribed, live.client, live.wake_channel)
+        await listening(wakeups, live)
         await asyncio.to_thread(live.publish_job_events, [("j-1", "progress", {"step": 3})])
         return await wakeups.wait(0.3)
 
-    try:
-        assert asyncio.run(scenario()) is False
-        assert live.client.xlen(f"{live.prefix}:events:j-1") == 1  # the event itself went out
-    finally:
-        wakeups.close(wait_s=5)
+    assert asyncio.run(scenario()) is False
+    assert live.client.xlen(f"{live.prefix}:events:j-1") == 1  # the event itself went out
 
 
-def test_a_killed_subscription_is_made_again(live: LiveState) -> None:
-    wakeups = Wakeups(live.client, live.wake_channel)
-
+def test_a_killed_subscription_is_made_again(live: LiveState, wakeups: Wakeups) -> None:
     async def scenario() -> bool:
-        wakeups.start()
-        await asyncio.to_thread(subscribed, live.client, live.wake_channel)
+        await listening(wakeups, live)
         live.client.client_kill_filter(_type="pubsub")  # as a Redis restart would
         # Publications while the listener subscribes again are lost (it cycles on its
         # interval meanwhile): publish until one gets through.
@@ -92,20 +86,15 @@ def test_a_killed_subscription_is_made_again(live: LiveState) -> None:
                 return True
         return False
 
-    try:
-        assert asyncio.run(scenario()) is True
-    finally:
-        wakeups.close(wait_s=5)
+    assert asyncio.run(scenario()) is True
 
 
-def test_a_wake_up_ends_the_allocators_pause_between_cycles(live: LiveState, private_db: Database) -> None:
-    wakeups = Wakeups(live.client, live.wake_channel)
+def test_a_wake_up_ends_the_allocators_pause_between_cycles(live: LiveState, wakeups: Wakeups, private_db: Database) -> None:
     loop = SchedulingLoop(Settings(schedule_interval_s=LONG_S, api_addr="127.0.0.1:1"), private_db, live,
                           AgentClients("token"), wakeups=wakeups)
 
     async def scenario() -> None:
-        wakeups.start()
-        await asyncio.to_thread(subscribed, live.client, live.wake_channel)
+        await listening(wakeups, live)
         pause = asyncio.create_task(loop._pause())
         await asyncio.sleep(0.05)
         live.client.publish(live.wake_channel, "1")
@@ -114,5 +103,4 @@ def test_a_wake_up_ends_the_allocators_pause_between_cycles(live: LiveState, pri
     try:
         asyncio.run(scenario())
     finally:
-        wakeups.close(wait_s=5)
         loop.leadership.release()

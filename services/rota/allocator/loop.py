@@ -180,7 +180,7 @@ class SchedulingLoop:
             self.memory.fingerprint = None  # a new leader re-plans from scratch
             return report
         report.led = True
-        report.pruned = await self._prune_history()
+        report.pruned = await self._prune_history()  # housekeeping: old plan steps, once a minute
         events = Events()
         # 2. Nodes silent past the timeout are dead; their jobs lost and handled. Only while
         #    the api (which receives heartbeats) is up and the database has been reachable
