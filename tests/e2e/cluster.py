@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from rota.client import TLS, Client, Job, UnavailableError
+from rota.client import TLS, Client, Job, UnavailableError, spec_from_mapping
 
 REPO = Path(__file__).resolve().parents[2]
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -54,6 +54,13 @@ class RunningCluster:
         info = self.info
         tls = TLS.from_dict(info["tls"]) if info.get("tls") else None  # `rota up --tls`
         return Client.connect(info["endpoint"], token=token or self.token, timeout=timedelta(seconds=20), tls=tls)
+
+    def submit_job(self, name: str, command: list[str], *, tenant: str = "demo", **fields: Any) -> str:
+        """A one-GPU training job (`fields` add to or override the spec) through the SDK; its id."""
+        spec = spec_from_mapping({"name": name, "tenant": tenant, "kind": "training", "gpus": 1, "command": command,
+                                  **fields}, base_dir=REPO)
+        with self.client() as client:
+            return client.submit(spec=spec).id
 
     def wait_job(self, job_id: str, states: tuple[str, ...] = FINAL, timeout_s: float = 120) -> Job:
         deadline = time.monotonic() + timeout_s

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import REPO, RunningCluster, processes_of, reference, start_cluster, wait_lines
+from cluster import RunningCluster, processes_of, reference, start_cluster, wait_lines
 
-from rota.client import FailedPreconditionError, spec_from_mapping
+from rota.client import FailedPreconditionError
 
 pytestmark = pytest.mark.e2e
 
@@ -42,10 +42,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url:
 
 
 def submit(cluster: RunningCluster, name: str, command: list[str], **fields: Any) -> str:
-    spec = spec_from_mapping({"name": name, "tenant": "demo", "kind": "training", "gpus": 1, "command": command,
-                              "preemptible": True, **fields}, base_dir=REPO)
-    with cluster.client() as client:
-        return client.submit(spec=spec).id
+    """This module's jobs are preemptible unless a test says otherwise."""
+    return cluster.submit_job(name, command, **{"preemptible": True, **fields})
 
 
 def gpu_holders(cluster: RunningCluster) -> dict[str, str | None]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 from cluster import REPO, RunningCluster, job_processes, processes_of
 from sqlalchemy import create_engine, text
 
+from rota.cli.faults import Watch
 from rota.client import load_job_file, spec_from_mapping
 
 
@@ -21,31 +21,6 @@ def _sleep_spec(seconds: int, *, restart: str = "on-failure") -> Any:
     data["command"] = ["python", "examples/sleep_job.py", "--seconds", str(seconds)]
     data["restart"] = restart
     return spec_from_mapping(data, base_dir=REPO)
-
-
-class DoubleBookingWatch:
-    """Samples the job processes on this machine: no two jobs may hold one (node, GPU)."""
-
-    def __init__(self) -> None:
-        self.conflicts: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> DoubleBookingWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            holders: dict[tuple[str, str], set[str]] = {}
-            for env in job_processes().values():
-                for gpu in env.get("ROTA_GPUS", "").split(","):
-                    holders.setdefault((env.get("ROTA_NODE", ""), gpu), set()).add(env["ROTA_JOB_ID"])
-            self.conflicts += [f"{slot}: {jobs}" for slot, jobs in holders.items() if len(jobs) > 1]
 
 
 def _overlapping_claims(database_url: str) -> list[Any]:
@@ -102,7 +77,7 @@ def test_killing_an_agent_makes_its_node_dead_and_its_job_lost_then_requeued(clu
 def test_restarting_api_and_allocator_mid_run_loses_no_job_and_double_books_no_gpu(cluster: RunningCluster) -> None:
     with cluster.client() as client:
         ids = [client.submit(spec=_sleep_spec(4, restart="never")).id for _ in range(5)]
-    with DoubleBookingWatch() as watch:
+    with Watch(cluster.home) as watch:
         cluster.wait_job(ids[0], ("RUNNING",))
         old = cluster.info["pids"]
         os.kill(old["api"], signal.SIGKILL)
@@ -111,6 +86,7 @@ def test_restarting_api_and_allocator_mid_run_loses_no_job_and_double_books_no_g
         finished = [cluster.wait_job(i, timeout_s=120) for i in ids]
     assert cluster.info["pids"]["api"] != old["api"]
     assert [j.state for j in finished] == ["SUCCEEDED"] * len(ids), [(j.id, j.state, j.reason) for j in finished]
-    assert watch.conflicts == []
+    assert watch.seen_jobs >= set(ids)  # it watched this cluster's jobs
+    assert watch.double_booked == set() and watch.two_copies == set()
     assert _overlapping_claims(cluster.database_url) == []
     assert all(processes_of(i) == [] for i in ids)

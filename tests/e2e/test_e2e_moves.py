@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import REPO, RunningCluster, own_cluster, reference, wait_lines
-
-from rota.client import spec_from_mapping
+from cluster import RunningCluster, own_cluster, reference, wait_lines
 
 pytestmark = pytest.mark.e2e
 
@@ -28,13 +26,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url:
     yield from own_cluster(tmp_path_factory, databases, redis_url, "moves", nodes=1, gpus_per_node=2, extra_env=fair)
 
 
-def submit(cluster: RunningCluster, tenant: str, name: str, command: list[str], **fields: Any) -> str:
-    spec = spec_from_mapping({"name": name, "tenant": tenant, "kind": "training", "gpus": 1, "command": command,
-                              **fields}, base_dir=REPO)
-    with cluster.client() as client:
-        return client.submit(spec=spec).id
-
-
 def test_under_fair_an_expired_lease_with_an_image_yields_by_a_pause_and_resumes_without_loss(
     cluster: RunningCluster, tmp_path: Path
 ) -> None:
@@ -42,15 +33,15 @@ def test_under_fair_an_expired_lease_with_an_image_yields_by_a_pause_and_resumes
     want = reference(LM, tmp_path / "ref.txt")
     losses = tmp_path / "hog.txt"
     # `demo` takes both GPUs (quota: one each); its training job never restarts, but it can pause.
-    hog = submit(cluster, "demo", "hog", [*LM, "--step-delay", "0.4", "--losses", str(losses)],
+    hog = cluster.submit_job("hog", tenant="demo", command=[*LM, "--step-delay", "0.4", "--losses", str(losses)],
                  preemptible=True, restart="never")
     cluster.wait_job(hog, ("RUNNING",))
-    filler = submit(cluster, "demo", "filler", ["python", "examples/sleep_job.py", "--seconds", "300"])
+    filler = cluster.submit_job("filler", tenant="demo", command=["python", "examples/sleep_job.py", "--seconds", "300"])
     cluster.wait_job(filler, ("RUNNING",))
     wait_lines(losses, 5)
     cluster.cli("checkpoint", hog)
 
-    poor = submit(cluster, "poor", "poor", ["python", "examples/sleep_job.py", "--seconds", "2"])
+    poor = cluster.submit_job("poor", tenant="poor", command=["python", "examples/sleep_job.py", "--seconds", "2"])
     paused = cluster.wait_job(hog, ("PAUSED", "PENDING"), timeout_s=60)
     reasons = " ".join(h.reason for h in paused.history)
     assert f"yielded its GPUs to {poor}" in reasons and "paused at step" in reasons, reasons

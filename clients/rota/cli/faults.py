@@ -63,6 +63,7 @@ class Watch:
         self.home = str(home.resolve())
         self.double_booked: set[tuple[str, str]] = set()
         self.two_copies: set[str] = set()
+        self.seen_jobs: set[str] = set()  # every job of this cluster seen running
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -85,6 +86,7 @@ class Watch:
                 nodes.setdefault(job, set()).add(env.get("ROTA_NODE", ""))
                 for gpu in filter(None, env.get("ROTA_GPUS", "").split(",")):
                     holders.setdefault((env.get("ROTA_NODE", ""), gpu), set()).add(job)
+            self.seen_jobs |= set(nodes)
             self.double_booked |= {slot for slot, jobs in holders.items() if len(jobs) > 1}
             self.two_copies |= {job for job, where in nodes.items() if len(where) > 1}
 
