@@ -85,9 +85,9 @@ def test_prefixes_isolate_clusters(live: LiveState) -> None:
 def test_event_stream_publish_and_read(live: LiveState) -> None:
     assert live.last_event_id("j-1") == "0-0"
     assert live.read_job_events("j-1", "0-0", block_ms=50) == []
-    live.publish_job_event("j-1", "state", {"state": "PENDING"})
-    live.publish_job_event("j-1", "progress", {"progress": {"step": 1, "loss": 2.5}})
-    live.publish_job_event("j-2", "state", {"state": "RUNNING"})
+    live.publish_job_events([("j-1", "state", {"state": "PENDING"})])
+    live.publish_job_events([("j-1", "progress", {"progress": {"step": 1, "loss": 2.5}})])
+    live.publish_job_events([("j-2", "state", {"state": "RUNNING"})])
     events = live.read_job_events("j-1", "0-0", block_ms=50)
     assert [(e[1], e[2]) for e in events] == [
         ("state", {"state": "PENDING"}),
@@ -100,7 +100,7 @@ def test_event_stream_publish_and_read(live: LiveState) -> None:
 
 
 def test_blocking_read_times_out_empty(live: LiveState) -> None:
-    live.publish_job_event("j-1", "state", {"state": "PENDING"})
+    live.publish_job_events([("j-1", "state", {"state": "PENDING"})])
     started = time.monotonic()
     assert live.read_job_events("j-1", live.last_event_id("j-1"), block_ms=200) == []
     assert 0.15 <= time.monotonic() - started < 3.0
@@ -108,7 +108,7 @@ def test_blocking_read_times_out_empty(live: LiveState) -> None:
 
 def test_blocking_read_wakes_on_a_new_event(live: LiveState, redis_url: str) -> None:
     publisher = LiveState(connect_redis(redis_url), live.prefix)
-    timer = threading.Timer(0.2, lambda: publisher.publish_job_event("j-1", "state", {"state": "RUNNING"}))
+    timer = threading.Timer(0.2, lambda: publisher.publish_job_events([("j-1", "state", {"state": "RUNNING"})]))
     timer.start()
     try:
         started = time.monotonic()
@@ -123,7 +123,7 @@ def test_blocking_read_wakes_on_a_new_event(live: LiveState, redis_url: str) -> 
 def test_event_stream_is_capped(live: LiveState) -> None:
     published = 3 * EVENT_STREAM_MAXLEN
     for i in range(published):
-        live.publish_job_event("j-1", "progress", {"step": i})
+        live.publish_job_events([("j-1", "progress", {"step": i})])
     length = live.client.xlen(f"{live.prefix}:events:j-1")
     # Trimming may be approximate (whole stream nodes), but the stream stays bounded.
     assert EVENT_STREAM_MAXLEN <= length < 2 * EVENT_STREAM_MAXLEN

@@ -71,11 +71,21 @@ def k8s_documents() -> list[dict[str, Any]]:
     return docs
 
 
+WORKLOADS = frozenset({"Deployment", "DaemonSet", "Job", "StatefulSet"})
+
+
+def k8s_pods(docs: list[dict[str, Any]], kinds: frozenset[str] = WORKLOADS) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(where, pod spec, container) of every container of the given kinds of workload."""
+    for doc in docs:
+        if doc["kind"] in kinds:
+            pod = doc["spec"]["template"]["spec"]
+            for container in pod["containers"]:
+                yield f"{doc['kind']}/{doc['metadata']['name']}", pod, container
+
+
 def k8s_containers() -> Iterator[tuple[str, dict[str, Any]]]:
-    for doc in k8s_documents():
-        if doc["kind"] in {"Deployment", "DaemonSet", "Job", "StatefulSet"}:
-            for container in doc["spec"]["template"]["spec"]["containers"]:
-                yield f"{doc['kind']}/{doc['metadata']['name']}", container
+    for where, _pod, container in k8s_pods(k8s_documents()):
+        yield where, container
 
 
 def cli_parser() -> argparse.ArgumentParser:
@@ -195,10 +205,14 @@ def assert_probes_own_port(svc: dict[str, Any], name: str) -> None:
     says) on the port the service listens on, with arguments its parser accepts."""
     test = svc["healthcheck"]["test"]
     assert test[:4] == ["CMD", "python", "-m", "rota.cli.probe"], name
+    assert probed_address(test[4:]).rpartition(":")[2] == svc["environment"]["ROTA_LISTEN"].rpartition(":")[2], name
+
+
+def probed_address(argv: list[str]) -> str:
+    """The address rota.cli.probe's own parser reads from `argv` (a bad flag fails the test)."""
     parser = argparse.ArgumentParser()
     probe.add_arguments(parser)
-    args = parser.parse_args(test[4:])
-    assert args.address.rpartition(":")[2] == svc["environment"]["ROTA_LISTEN"].rpartition(":")[2], name
+    return str(parser.parse_args(argv).address)
 
 
 # --- deploy/Dockerfile ---------------------------------------------------------------------
@@ -380,6 +394,8 @@ def test_the_image_prepares_the_tls_folder_for_its_user() -> None:
 
 # --- mutual TLS: deploy/k8s/tls ---------------------------------------------------------------
 
+LONG_RUNNING = frozenset({"Deployment", "DaemonSet"})  # what the overlay patches (not the migration Job)
+
 
 def kustomization(folder: Path) -> dict[str, Any]:
     data = yaml.safe_load((folder / "kustomization.yaml").read_text(encoding="utf-8"))
@@ -428,8 +444,7 @@ def test_the_k8s_tls_overlay_points_every_pod_at_the_mounted_secret() -> None:
     docs = tls_overlay_documents()
     config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
     assert config["ROTA_TLS_SERVER_NAME"]
-    for where, container in k8s_containers_of(docs, kinds={"Deployment", "DaemonSet"}):
-        pod = container["_pod"]
+    for where, pod, container in k8s_pods(docs, LONG_RUNNING):
         secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"] if m["name"] in secrets}
         for var in ("ROTA_TLS_CA", "ROTA_TLS_CERT", "ROTA_TLS_KEY"):
@@ -439,7 +454,7 @@ def test_the_k8s_tls_overlay_points_every_pod_at_the_mounted_secret() -> None:
 
 
 def test_the_k8s_tls_probes_run_the_probe_on_the_containers_own_port() -> None:
-    for where, container in k8s_containers_of(tls_overlay_documents(), kinds={"Deployment", "DaemonSet"}):
+    for where, _pod, container in k8s_pods(tls_overlay_documents(), LONG_RUNNING):
         listen = next(e["value"] for e in container["env"] if e["name"] == "ROTA_LISTEN")
         port = str(container["ports"][0]["containerPort"])
         for probe_name in ("readinessProbe", "livenessProbe"):
@@ -452,14 +467,4 @@ def test_the_k8s_tls_probes_run_the_probe_on_the_containers_own_port() -> None:
                                     env={"ROTA_LISTEN": listen, "PATH": "/usr/bin:/bin"},
                                     capture_output=True, text=True, check=True).stdout.split()
             assert echoed[:3] == ["python", "-m", "rota.cli.probe"], where
-            parser = argparse.ArgumentParser()
-            probe.add_arguments(parser)
-            assert parser.parse_args(echoed[3:]).address == f"127.0.0.1:{port}", where
-
-
-def k8s_containers_of(docs: list[dict[str, Any]], *, kinds: set[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-    for doc in docs:
-        if doc["kind"] in kinds:
-            pod = doc["spec"]["template"]["spec"]
-            for container in pod["containers"]:
-                yield f"{doc['kind']}/{doc['metadata']['name']}", {**container, "_pod": pod}
+            assert probed_address(echoed[3:]) == f"127.0.0.1:{port}", where

@@ -408,8 +408,7 @@ class SchedulingLoop:
 
     def _publish(self, events: Events) -> None:
         try:
-            for job_id, event, payload in events.items:
-                self.live.publish_job_event(job_id, event, payload)
+            self.live.publish_job_events(events.items)
         except Exception as exc:  # noqa: BLE001 - Redis is a cache; Postgres has it all
             log.warning("publishing %d job events failed: %s", len(events.items), exc)
 

@@ -30,8 +30,7 @@ async def serve(settings: Settings) -> None:
 
     def publish(events: Events) -> None:
         try:
-            for job_id, event, payload in events.items:
-                parts.live.publish_job_event(job_id, event, payload)
+            parts.live.publish_job_events(events.items)
         except Exception as exc:  # noqa: BLE001 - Redis is a cache; Postgres has it all
             log.warning("publishing job events failed: %s", exc)
 

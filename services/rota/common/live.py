@@ -69,10 +69,6 @@ class LiveState:
         pipe.execute()
 
     # Job events.
-    def publish_job_event(self, job_id: str, event: str, payload: dict[str, Any]) -> None:
-        fields = {"event": event, "payload": json.dumps(payload)}
-        self.client.xadd(self._key("events", job_id), fields, maxlen=EVENT_STREAM_MAXLEN)  # type: ignore[arg-type]
-
     def publish_job_events(self, items: list[tuple[str, str, dict[str, Any]]], *, wake: bool = False) -> None:
         """Many (job id, event, payload) in one round trip (a batch of submissions); with
         `wake`, the same trip wakes the allocator (there is work for it)."""

@@ -253,14 +253,8 @@ class DetectorService(detector_pb2_grpc.DetectorServiceServicer):
     async def _publish(self, events: Events) -> None:
         if self.live is None or not events.items:
             return
-        live = self.live
-
-        def send() -> None:
-            for job_id, event, snapshot in events.items:
-                live.publish_job_event(job_id, event, snapshot)
-
         try:
-            await asyncio.to_thread(send)
+            await asyncio.to_thread(self.live.publish_job_events, events.items)
         except Exception as exc:  # noqa: BLE001 - Redis is a cache; Postgres has the change
             log.warning("could not publish %d job events: %s", len(events.items), exc)
 
