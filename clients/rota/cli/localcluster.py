@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def distinct_free_ports() -> Iterator[int]:
+    """Free ports, none twice: a port probed and closed may be handed out again by the next
+    probe, and two children told the same port fight over it (one never serves)."""
+    given: set[int] = set()
+    while True:
+        port = free_port()
+        if port not in given:
+            given.add(port)
+            yield port
 
 
 @dataclass
@@ -165,7 +177,8 @@ class LocalCluster:
         token = token_file.read_text().strip() if token_file.exists() else new_token("ra")
         token_file.write_text(token + "\n")
         token_file.chmod(0o600)
-        ports = {name: free_port() for name in SERVICES}
+        port_pool = distinct_free_ports()
+        ports = {name: next(port_pool) for name in SERVICES}
         tls_env, client_tls = self.make_tls()
         env = {
             **os.environ,
@@ -197,11 +210,11 @@ class LocalCluster:
             self.children.append(Child(worker, [*rota, "serve", "api"], child_env, logs / f"{worker}.log", restart=True))
         for k in range(2, self.allocators + 1):
             replica = f"allocator-{k}"
-            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{free_port()}"}
+            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{next(port_pool)}"}
             self.children.append(Child(replica, [*rota, "serve", "allocator"], child_env, logs / f"{replica}.log", restart=True))
         agents = {}
         for i in range(1, self.nodes + 1):
-            name, port = f"node-{i}", free_port()
+            name, port = f"node-{i}", next(port_pool)
             agents[name] = {"address": f"127.0.0.1:{port}", "gpus": self.gpus_per_node}
             argv = [*rota, "agent", "--name", name, "--gpus", str(self.gpus_per_node), "--listen", f"127.0.0.1:{port}"]
             self.children.append(Child(name, argv, env, logs / f"{name}.log", restart=False))
