@@ -12,7 +12,7 @@ import pytest
 from cluster import REPO, RunningCluster, job_processes, processes_of
 from sqlalchemy import create_engine, text
 
-from rota.cli.faults import Watch
+from rota.bench.fault_harness import Watch
 from rota.client import load_job_file, spec_from_mapping
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from rota.cli.faults import Harness
-from rota.cli.faults_bench import redis_kills, run_suite
+from rota.bench.fault_harness import Harness
+from rota.bench.faults import redis_kills, run_suite
 
 ROUNDS = 10
 

@@ -8,8 +8,8 @@ from typing import Any
 from rota.api import repository as api
 from rota.common.db import Database
 from rota.common.jobs_repo import Events
-from rota.common.jobspec import JobSpecData, validate
 from rota.common.models import GpuRow
+from rota.core.jobspec import JobSpecData, validate
 
 
 def setup_cluster(db: Database, gpus: int = 4, address: str = "127.0.0.1:1") -> tuple[str, str]:

@@ -16,7 +16,7 @@ import pytest
 
 from rota.agent.launcher import FENCED_EXIT
 from rota.agent.processes import ERROR_TAIL_LINES, LocalJob, ProcessTable
-from rota.common.errors import FailedPrecondition
+from rota.core.errors import FailedPrecondition
 
 PY = sys.executable
 SLEEP = [PY, "-c", "import time; time.sleep(60)"]

@@ -17,7 +17,6 @@ from allocator_fixtures import setup_cluster, submit
 from sqlalchemy import func, select, update
 
 from rota.allocator import repository as alloc
-from rota.allocator.liveplan import Start
 from rota.allocator.loop import PRUNE_INTERVAL_S, SchedulingLoop
 from rota.allocator.models import PlanStepRow
 from rota.api import repository as api
@@ -27,6 +26,7 @@ from rota.common.db import Database
 from rota.common.jobs_repo import Events
 from rota.common.live import LiveState, connect_redis
 from rota.common.models import GpuClaimRow, PlacementRow
+from rota.core.planning.liveplan import Start
 
 
 @pytest.fixture

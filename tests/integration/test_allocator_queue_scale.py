@@ -13,13 +13,13 @@ from allocator_fixtures import setup_cluster, submit
 from sqlalchemy import text
 
 from rota.allocator import repository as alloc
-from rota.allocator.liveplan import Start
 from rota.allocator.loop import SchedulingLoop
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
 from rota.common.db import Database
 from rota.common.jobs_repo import Events
 from rota.common.live import LiveState, connect_redis
+from rota.core.planning.liveplan import Start
 
 
 @pytest.fixture

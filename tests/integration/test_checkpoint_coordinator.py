@@ -19,7 +19,6 @@ import torch
 from sqlalchemy import select, update
 
 from rota.allocator import repository as alloc
-from rota.allocator.liveplan import Start
 from rota.allocator.loop import SchedulingLoop
 from rota.api import repository as api
 from rota.checkpoint import gc
@@ -29,11 +28,12 @@ from rota.checkpoint.coordinator import AgentCallFailed, Coordinator
 from rota.checkpoint.images import chunk_digests, digest_of, materialize, write_staged
 from rota.checkpoint.models import ImageRow, ManifestRow, OperationRow
 from rota.checkpoint.store import FileChunkStore
-from rota.common import jobstate as js
 from rota.common.db import Database
 from rota.common.jobs_repo import Events, get_job
-from rota.common.jobspec import JobSpecData, validate
 from rota.common.models import GpuClaimRow, GpuRow, PlacementRow
+from rota.core import jobstate as js
+from rota.core.jobspec import JobSpecData, validate
+from rota.core.planning.liveplan import Start
 from rota.runtime import imagefmt
 from rota.v1 import agent_pb2
 

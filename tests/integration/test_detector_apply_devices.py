@@ -23,10 +23,9 @@ import pytest
 from opentelemetry import trace
 
 from rota.allocator import repository as alloc
-from rota.allocator.liveplan import Horizon, Start
 from rota.allocator.loop import SchedulingLoop
-from rota.allocator.planner import plan_live
 from rota.api import repository as api
+from rota.bench.detector_workload import Generator, parse_config
 from rota.client import (
     Client,
     DeadlineExceededError,
@@ -35,21 +34,22 @@ from rota.client import (
     NotFoundError,
     PermissionDeniedError,
 )
-from rota.common import jobstate
 from rota.common.auth import hash_token
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
-from rota.common.errors import FailedPrecondition
 from rota.common.jobs_repo import Events, get_job
-from rota.common.jobspec import JobSpecData, validate
 from rota.common.models import GpuRow
 from rota.common.server import RotaInterceptor
+from rota.core import jobstate
+from rota.core.detection.devices import DeviceMark
+from rota.core.detection.failslow import DetectorConfig
+from rota.core.detection.layout import flatten
+from rota.core.errors import FailedPrecondition
+from rota.core.jobspec import JobSpecData, validate
+from rota.core.planning.liveplan import Horizon, Start
+from rota.core.planning.planner import plan_live
 from rota.detector import repository as detector_repo
 from rota.detector.applier import MigrateFailed, MigrationGoesOn
-from rota.detector.devices import DeviceMark
-from rota.detector.failslow import DetectorConfig
-from rota.detector.generator import Generator, parse_config
-from rota.detector.layout import flatten
 from rota.detector.service import DetectorService
 from rota.v1 import checkpoint_pb2, detector_pb2, detector_pb2_grpc
 

@@ -10,16 +10,16 @@ import pytest
 from sqlalchemy import update
 
 from rota.allocator import repository as alloc
-from rota.allocator.liveplan import Horizon, Start
-from rota.allocator.planner import plan_live
 from rota.api import repository as api
 from rota.api.main import restart_grace
-from rota.common import jobstate
 from rota.common.db import Database
-from rota.common.errors import FailedPrecondition
 from rota.common.jobs_repo import Events, get_job, utcnow
-from rota.common.jobspec import JobSpecData, validate
 from rota.common.models import GpuRow, NodeRow
+from rota.core import jobstate
+from rota.core.errors import FailedPrecondition
+from rota.core.jobspec import JobSpecData, validate
+from rota.core.planning.liveplan import Horizon, Start
+from rota.core.planning.planner import plan_live
 from rota.detector import repository as detector
 
 

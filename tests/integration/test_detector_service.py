@@ -21,20 +21,20 @@ import pytest
 from opentelemetry import trace
 
 from rota.allocator import repository as alloc
-from rota.allocator.liveplan import Start
 from rota.api import repository as api
+from rota.bench.detector_workload import Generator, parse_config
 from rota.client import Client, InvalidArgumentError, NotFoundError, PermissionDeniedError
-from rota.common import jobstate
 from rota.common.auth import hash_token
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
 from rota.common.jobs_repo import Events, get_job, history
-from rota.common.jobspec import JobSpecData, validate
 from rota.common.models import GpuRow
 from rota.common.server import RotaInterceptor
-from rota.detector.failslow import DetectorConfig
-from rota.detector.generator import Generator, parse_config
-from rota.detector.layout import flatten
+from rota.core import jobstate
+from rota.core.detection.failslow import DetectorConfig
+from rota.core.detection.layout import flatten
+from rota.core.jobspec import JobSpecData, validate
+from rota.core.planning.liveplan import Start
 from rota.detector.service import DetectorService
 from rota.v1 import detector_pb2, detector_pb2_grpc
 

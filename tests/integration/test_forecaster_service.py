@@ -24,10 +24,10 @@ from rota.common.auth import hash_token
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
 from rota.common.jobs_repo import Events
-from rota.common.jobspec import JobSpecData, validate
 from rota.common.server import RotaInterceptor
-from rota.forecaster.features import parse_training
-from rota.forecaster.prior import training_seconds
+from rota.core.forecasting.features import parse_training
+from rota.core.forecasting.prior import training_seconds
+from rota.core.jobspec import JobSpecData, validate
 from rota.forecaster.service import ForecasterService
 from rota.v1 import common_pb2, forecaster_pb2, forecaster_pb2_grpc
 

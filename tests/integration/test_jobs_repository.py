@@ -16,15 +16,15 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from rota.allocator import repository as alloc
-from rota.allocator.liveplan import Start
 from rota.api import repository as api
 from rota.checkpoint import repository as ckpt
-from rota.common import jobstate as js
 from rota.common.db import Database, make_engine
-from rota.common.errors import AlreadyExists, InvalidArgument, NotFound
 from rota.common.jobs_repo import Events, get_job, history, utcnow
-from rota.common.jobspec import JobSpecData, validate
 from rota.common.models import GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
+from rota.core import jobstate as js
+from rota.core.errors import AlreadyExists, InvalidArgument, NotFound
+from rota.core.jobspec import JobSpecData, validate
+from rota.core.planning.liveplan import Start
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,8 @@ from sqlalchemy.exc import IntegrityError
 
 from rota.common import migrate
 from rota.common.db import Database, make_engine
-from rota.common.errors import AlreadyExists, InvalidArgument
 from rota.common.models import PlacementRow
+from rota.core.errors import AlreadyExists, InvalidArgument
 from rota.ledger import repository
 from rota.ledger.collector import collect_all, hour_index
 from rota.ledger.models import CollectedRow, UsageRow

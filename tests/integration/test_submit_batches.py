@@ -15,12 +15,12 @@ from sqlalchemy import func, select
 
 from rota.api import repository as api
 from rota.api.batcher import SubmitBatcher
-from rota.common import jobstate as js
 from rota.common.db import Database, make_engine
-from rota.common.errors import AlreadyExists, InvalidArgument, Unavailable
 from rota.common.jobs_repo import get_job
-from rota.common.jobspec import JobSpecData, validate
 from rota.common.models import JobRow
+from rota.core import jobstate as js
+from rota.core.errors import AlreadyExists, InvalidArgument, Unavailable
+from rota.core.jobspec import JobSpecData, validate
 
 
 @pytest.fixture(scope="module")

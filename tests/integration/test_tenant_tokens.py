@@ -13,8 +13,8 @@ from rota.api import repository as api
 from rota.common.auth import TENANT, Identity, hash_token
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database, make_engine
-from rota.common.errors import NotFound, Unauthenticated
 from rota.common.jobs_repo import utcnow
+from rota.core.errors import NotFound, Unauthenticated
 
 ADMIN_TOKEN = "admin-" + secrets.token_hex(8)
 

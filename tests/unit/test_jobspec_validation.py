@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from rota.common.errors import InvalidArgument
-from rota.common.jobspec import (
+from rota.core.errors import InvalidArgument
+from rota.core.jobspec import (
     DEFAULT_MAX_RETRIES,
     MAX_ARG_BYTES,
     MAX_ARGS,

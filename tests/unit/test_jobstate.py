@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from rota.common import jobstate as js
-from rota.common.errors import FailedPrecondition
+from rota.core import jobstate as js
+from rota.core.errors import FailedPrecondition
 
 ALLOWED = {
     (js.PENDING, js.SCHEDULED), (js.PENDING, js.CANCELLED), (js.PENDING, js.FAILED),

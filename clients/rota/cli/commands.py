@@ -307,9 +307,9 @@ def migrate(args: argparse.Namespace) -> int:
 
 def bench(args: argparse.Namespace) -> int:
     targets = {
-        "allocator": "rota.allocator.bench", "forecaster": "rota.forecaster.bench", "faults": "rota.cli.faults_bench",
-        "load": "rota.cli.load_bench", "detector": "rota.detector.bench",
-        "checkpoint": "rota.checkpoint.bench", "moves": "rota.allocator.movesbench",
+        "allocator": "rota.bench.allocator", "forecaster": "rota.bench.forecaster", "faults": "rota.bench.faults",
+        "load": "rota.bench.load", "detector": "rota.bench.detector",
+        "checkpoint": "rota.bench.checkpoint", "moves": "rota.bench.moves",
     }
     if args.target not in targets:
         raise ValueError(f"bench: unknown target {args.target!r}; one of {', '.join(targets)}")

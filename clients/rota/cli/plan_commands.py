@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # t
 
 
 def plan(args: argparse.Namespace) -> int:
-    from rota.allocator import picture  # matplotlib is loaded only for --render
+    from rota.cli import plan_picture as picture  # matplotlib is loaded only for --render
 
     with connect(args) as client:
         current = client.current_plan()

@@ -28,7 +28,7 @@ from typing import Any
 from rota.agent.processes import PAUSED_MARKER, LocalJob, ProcessTable
 from rota.checkpoint import images
 from rota.checkpoint.config import EXIT_GRACE_S, CheckpointSettings, default_staging_root
-from rota.common.errors import FailedPrecondition, InvalidArgument
+from rota.core.errors import FailedPrecondition, InvalidArgument
 from rota.runtime import control, imagefmt
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rota.agent import launcher as launcher_module
-from rota.common.errors import FailedPrecondition
+from rota.core.errors import FailedPrecondition
 
 ERROR_TAIL_LINES = 20
 REPLICAS_FILE = "replicas.json"

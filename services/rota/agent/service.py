@@ -11,7 +11,7 @@ import grpc
 from rota.agent.checkpoints import AgentCheckpoints, ImageRecord
 from rota.agent.processes import LocalJob, ProcessTable
 from rota.common.auth import current_identity
-from rota.common.errors import InvalidArgument, NotFound
+from rota.core.errors import InvalidArgument, NotFound
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, common_pb2
 
 MAX_LOG_CHUNK = 1024 * 1024

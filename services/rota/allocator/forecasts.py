@@ -19,10 +19,10 @@ from typing import Any
 
 import grpc
 
-from rota.allocator.liveplan import Horizon, LiveJob
 from rota.common import convert
-from rota.common.jobspec import JobSpecData
 from rota.common.tls import TLSFiles, open_aio_channel
+from rota.core.jobspec import JobSpecData
+from rota.core.planning.liveplan import Horizon, LiveJob
 from rota.v1 import forecaster_pb2, forecaster_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -22,24 +22,24 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import Connection, Engine, text
 
 from rota.allocator import repository
+from rota.allocator.checkpoint_link import Mover
 from rota.allocator.forecasts import Forecast, Forecasts
-from rota.allocator.liveplan import Horizon, LiveScenario, Start, StepDecision
-from rota.allocator.moves import MoveInputs
-from rota.allocator.moving import Mover
-from rota.allocator.planner import FairInputs, PlanOutcome, plan_live
-from rota.allocator.policy_fair import Yield
 from rota.allocator.wakeups import Wakeups
 from rota.checkpoint.repository import resume_image
 from rota.common import convert
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
 from rota.common.db import Database
-from rota.common.errors import Unavailable
 from rota.common.jobs_repo import Events
 from rota.common.live import LiveState
 from rota.common.tls import open_aio_channel, tls_files
+from rota.core.errors import Unavailable
+from rota.core.fairness.ltgf import FairnessConfig
+from rota.core.planning.liveplan import Horizon, LiveScenario, Start, StepDecision
+from rota.core.planning.moves import MoveInputs
+from rota.core.planning.planner import FairInputs, PlanOutcome, plan_live
+from rota.core.planning.policy_fair import Yield
 from rota.ledger import repository as ledger
-from rota.ledger.fairness import FairnessConfig
 from rota.v1 import agent_pb2
 
 log = logging.getLogger(__name__)

@@ -11,15 +11,15 @@ from typing import Any
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
-from rota.allocator.liveplan import LiveJob, LiveNode, Start
 from rota.allocator.models import JobForecastRow, PlanStepRow
-from rota.allocator.moves import MoveCost, MoveInputs
 from rota.checkpoint.models import OperationRow
 from rota.checkpoint.repository import checkpoint_costs, latest_image
-from rota.common import jobstate
 from rota.common.jobs_repo import Events, get_job, release, requeue_or_fail, transition, utcnow
-from rota.common.jobspec import JobSpecData, gpus_to_hold
 from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
+from rota.core import jobstate
+from rota.core.jobspec import JobSpecData, gpus_to_hold
+from rota.core.planning.liveplan import LiveJob, LiveNode, Start
+from rota.core.planning.moves import MoveCost, MoveInputs
 from rota.detector import repository as detector
 
 ALIVE = "ALIVE"

@@ -10,20 +10,21 @@ from typing import Any
 
 import grpc
 
-from rota.allocator import policies, repository
-from rota.allocator.liveplan import Horizon, LiveJob
-from rota.allocator.metrics import measure
+from rota.allocator import repository
 from rota.allocator.models import PlanStepRow
-from rota.allocator.planner import plan_live
-from rota.allocator.scenario import ScenarioError, from_dict
 from rota.common import convert
 from rota.common.auth import Identity, current_identity
 from rota.common.config import Settings
 from rota.common.db import Database
-from rota.common.errors import InvalidArgument, NotFound
 from rota.common.jobs_repo import get_job, utcnow
-from rota.common.jobspec import JobSpecData, gpus_to_hold, validate
 from rota.common.models import TenantRow
+from rota.core.errors import InvalidArgument, NotFound
+from rota.core.jobspec import JobSpecData, gpus_to_hold, validate
+from rota.core.planning import policies
+from rota.core.planning.liveplan import Horizon, LiveJob
+from rota.core.planning.metrics import measure
+from rota.core.planning.planner import plan_live
+from rota.core.planning.scenario import ScenarioError, from_dict
 from rota.v1 import allocator_pb2, allocator_pb2_grpc
 
 MAX_FULL_TIME_LIMIT_S = 60.0

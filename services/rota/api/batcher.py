@@ -27,7 +27,7 @@ import psycopg
 
 from rota.api import repository
 from rota.common.db import CONNECT_TIMEOUT_S, application_name, libpq_url
-from rota.common.errors import DomainError, InvalidArgument, Unavailable
+from rota.core.errors import DomainError, InvalidArgument, Unavailable
 
 log = logging.getLogger(__name__)
 

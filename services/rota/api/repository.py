@@ -11,8 +11,6 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from rota.common import jobstate
-from rota.common.errors import AlreadyExists, DomainError, InvalidArgument, NotFound
 from rota.common.jobs_repo import (
     Events,
     get_job,
@@ -23,8 +21,10 @@ from rota.common.jobs_repo import (
     transition,
     utcnow,
 )
-from rota.common.jobspec import JobSpecData
 from rota.common.models import GpuClaimRow, GpuRow, JobRow, NodeRow, TenantRow
+from rota.core import jobstate
+from rota.core.errors import AlreadyExists, DomainError, InvalidArgument, NotFound
+from rota.core.jobspec import JobSpecData
 
 ALIVE = "ALIVE"
 DEAD = "DEAD"

@@ -19,17 +19,18 @@ from sqlalchemy.orm import Session
 from rota.api import repository
 from rota.api.batcher import SubmitBatcher
 from rota.checkpoint.repository import resume_image
-from rota.common import convert, jobstate
+from rota.common import convert
 from rota.common.agents import AgentClients
 from rota.common.auth import Identity, current_identity, hash_token, new_token
 from rota.common.config import Settings
 from rota.common.db import Database
-from rota.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from rota.common.jobs_repo import Events, get_job, history, utcnow
-from rota.common.jobspec import JobSpecData, validate
 from rota.common.live import LiveState
 from rota.common.models import GpuRow, JobRow, NodeRow
 from rota.common.refresh import RefreshAhead
+from rota.core import jobstate
+from rota.core.errors import FailedPrecondition, InvalidArgument, NotFound
+from rota.core.jobspec import JobSpecData, validate
 from rota.detector.repository import applied_layout
 from rota.v1 import agent_pb2, api_pb2, api_pb2_grpc, common_pb2
 

@@ -18,9 +18,9 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from rota.checkpoint.models import ChunkRow, ImageChunkRow, ImageRow, ManifestRow, OperationRow
-from rota.common import jobstate
 from rota.common.jobs_repo import utcnow
 from rota.common.models import JobRow
+from rota.core import jobstate
 
 WRITING, COMPLETE, FAILED = "writing", "complete", "failed"
 # Operation states. An operation ends in DONE or FAILED; the others say how far it got.

@@ -15,8 +15,8 @@ from rota.checkpoint.coordinator import Coordinator
 from rota.checkpoint.models import OperationRow
 from rota.common.auth import current_identity
 from rota.common.db import Database
-from rota.common.errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
 from rota.common.jobs_repo import get_job
+from rota.core.errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
 from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc
 
 MAX_TIMEOUT_S = 600.0

@@ -7,7 +7,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 
-from rota.common.errors import PermissionDenied
+from rota.core.errors import PermissionDenied
 
 ADMIN = "admin"
 TENANT = "tenant"

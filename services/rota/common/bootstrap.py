@@ -17,7 +17,6 @@ from rota.common.agents import AgentClients
 from rota.common.auth import ADMIN, TENANT, Identity, hash_token
 from rota.common.config import Settings
 from rota.common.db import Database, make_engine
-from rota.common.errors import Unauthenticated
 from rota.common.jobs_repo import utcnow
 from rota.common.live import LiveState, connect_redis
 from rota.common.models import TenantRow
@@ -25,6 +24,7 @@ from rota.common.refresh import RefreshAhead
 from rota.common.server import RotaInterceptor, run_server
 from rota.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
 from rota.common.tls import tls_files
+from rota.core.errors import Unauthenticated
 
 TOKEN_CACHE_S = 5.0
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
-from rota.common.errors import InvalidArgument
-from rota.common.jobspec import JobSpecData
 from rota.common.models import GpuClaimRow, GpuRow, JobRow, JobTransitionRow, NodeRow, TenantRow
+from rota.core.errors import InvalidArgument
+from rota.core.jobspec import JobSpecData
 from rota.v1 import common_pb2
 
 KIND_NAMES = {

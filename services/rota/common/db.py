@@ -13,7 +13,7 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from rota.common.errors import Unavailable
+from rota.core.errors import Unavailable
 
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 5

@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from rota.common import jobstate
 from rota.common.models import GpuClaimRow, JobRow, JobTransitionRow, PlacementRow
+from rota.core import jobstate
 
 
 def utcnow() -> datetime:

@@ -24,9 +24,9 @@ from opentelemetry import propagate, trace
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 
 from rota.common.auth import Identity, bearer, set_identity
-from rota.common.errors import DomainError, Unauthenticated, Unavailable
 from rota.common.tls import TLSFiles, bind, certificate_identity
 from rota.common.wire import reject_nul
+from rota.core.errors import DomainError, Unauthenticated, Unavailable
 
 log = logging.getLogger(__name__)
 

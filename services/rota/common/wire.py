@@ -12,7 +12,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from rota.common.errors import InvalidArgument
+from rota.core.errors import InvalidArgument
 
 
 def reject_nul(message: Any, prefix: str = "") -> None:

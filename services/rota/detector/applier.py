@@ -12,8 +12,8 @@ from typing import Protocol
 
 import grpc
 
-from rota.common.errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from rota.common.tls import TLSFiles, open_aio_channel
+from rota.core.errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc
 
 # Codes after which the migration certainly did not happen (the stored layout is undone);

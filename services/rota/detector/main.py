@@ -18,9 +18,9 @@ import grpc
 from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
 from rota.common.tls import tls_files
+from rota.core.detection.devices import BEYOND_REPAIR_RATIO
+from rota.core.detection.failslow import DetectorConfig
 from rota.detector.applier import GrpcCheckpoint
-from rota.detector.devices import BEYOND_REPAIR_RATIO
-from rota.detector.failslow import DetectorConfig
 from rota.detector.service import DetectorService
 from rota.v1 import detector_pb2, detector_pb2_grpc
 

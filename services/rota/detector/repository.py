@@ -13,12 +13,12 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from rota.checkpoint.repository import latest_image
-from rota.common import jobstate
-from rota.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from rota.common.jobs_repo import Events, get_job, release, requeue_or_fail, transition, utcnow
 from rota.common.models import JobRow, NodeRow, PlacementRow
-from rota.detector.devices import BAD, CLEARED, DeviceMark
-from rota.detector.failslow import Verdict
+from rota.core import jobstate
+from rota.core.detection.devices import BAD, CLEARED, DeviceMark
+from rota.core.detection.failslow import Verdict
+from rota.core.errors import FailedPrecondition, InvalidArgument, NotFound
 from rota.detector.models import DeviceHealthRow, JobLayoutRow, VerdictRow
 
 ALIVE = "ALIVE"

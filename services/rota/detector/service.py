@@ -26,17 +26,17 @@ from sqlalchemy.orm import Session
 
 from rota.common.auth import Identity, current_identity
 from rota.common.db import Database
-from rota.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from rota.common.jobs_repo import Events
 from rota.common.live import LiveState
+from rota.core.detection.devices import BEYOND_REPAIR_RATIO, check_beyond_repair, mark_for
+from rota.core.detection.failslow import JOB, SLOW, STOP, DetectorConfig, FailSlowDetector, Verdict
+from rota.core.detection.failstop import HeartbeatMonitor, Silent
+from rota.core.detection.layout import IterationReport, Layout, unflatten
+from rota.core.detection.replan import Replan, layout_document, replan, require_accepts
+from rota.core.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from rota.detector import repository
 from rota.detector.applier import CheckpointPort, MigrateFailed
-from rota.detector.devices import BEYOND_REPAIR_RATIO, check_beyond_repair, mark_for
-from rota.detector.failslow import JOB, SLOW, STOP, DetectorConfig, FailSlowDetector, Verdict
-from rota.detector.failstop import HeartbeatMonitor, Silent
-from rota.detector.layout import IterationReport, Layout, unflatten
 from rota.detector.models import DeviceHealthRow, VerdictRow
-from rota.detector.replan import Replan, layout_document, replan, require_accepts
 from rota.v1 import checkpoint_pb2, detector_pb2, detector_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -245,7 +245,7 @@ class DetectorService(detector_pb2_grpc.DetectorServiceServicer):
         await self._publish(events)
 
     def _mark_device(self, session: Session, row: VerdictRow, verdict: Verdict) -> None:
-        """Takes the verdict's device out of the plan when it calls for that (rota.detector.devices)."""
+        """Takes the verdict's device out of the plan when it calls for that (rota.core.detection.devices)."""
         mark = mark_for(verdict, row.job_id, row.node, row.gpu, self.beyond_repair)
         if mark is not None and repository.mark_device(session, mark):
             log.warning("device %s/%d is out of the plan until cleared: %s", mark.node, mark.gpu, mark.reason)

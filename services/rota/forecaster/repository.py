@@ -10,8 +10,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from rota.common.models import JobRow
+from rota.core.forecasting.predict import Completion
 from rota.forecaster.models import CompletionRow, TrafficRow
-from rota.forecaster.predict import Completion
 
 
 def record_completion(

@@ -19,9 +19,10 @@ from sqlalchemy.orm import Session
 from rota.common import convert
 from rota.common.auth import current_identity
 from rota.common.db import Database
-from rota.common.errors import InvalidArgument, NotFound
-from rota.forecaster import realtime, repository
-from rota.forecaster.predict import Completion, Forecaster
+from rota.core.errors import InvalidArgument, NotFound
+from rota.core.forecasting import realtime
+from rota.core.forecasting.predict import Completion, Forecaster
+from rota.forecaster import repository
 from rota.v1 import forecaster_pb2, forecaster_pb2_grpc
 
 T = TypeVar("T")

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from rota.common.db import Database
-from rota.common.errors import Unavailable
+from rota.core.errors import Unavailable
 from rota.ledger import repository
 from rota.ledger.models import HOUR_S
 from rota.ledger.repository import UsageRecord

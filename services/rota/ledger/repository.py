@@ -17,13 +17,13 @@ from sqlalchemy import ColumnElement, SQLColumnExpression, and_, delete, func, l
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from rota.common import jobstate
-from rota.common.errors import AlreadyExists, InvalidArgument
 from rota.common.models import GpuClaimRow, GpuRow, JobRow, JobTransitionRow, NodeRow, PlacementRow, TenantRow
-from rota.ledger.fairness import FairnessConfig, quotas
+from rota.core import jobstate
+from rota.core.errors import AlreadyExists, InvalidArgument
+from rota.core.fairness.ltgf import FairnessConfig, quotas
+from rota.core.fairness.standings import JobLife, Span, job_standings, tenant_standing, window_start
+from rota.core.fairness.twostage import JobView, TenantState
 from rota.ledger.models import HOUR_S, CollectedRow, UsageRow
-from rota.ledger.standings import JobLife, Span, job_standings, tenant_standing, window_start
-from rota.ledger.twostage import JobView, TenantState
 
 COLLECTOR_LOCK_KEY = 0x4C656467  # "Ledg"
 BY = ("job", "tenant", "day", "gpu")

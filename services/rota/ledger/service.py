@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session
 
 from rota.common.auth import current_identity
 from rota.common.db import Database
-from rota.common.errors import InvalidArgument
+from rota.core.errors import InvalidArgument
+from rota.core.fairness.ltgf import FairnessConfig, ratio
 from rota.ledger import repository
-from rota.ledger.fairness import FairnessConfig, ratio
 from rota.ledger.models import HOUR_S
 from rota.ledger.repository import UsageRecord
 from rota.v1 import ledger_pb2, ledger_pb2_grpc

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from rota.allocator.grid import Grid
-from rota.allocator.legality import violations
-from rota.allocator.metrics import measure
-from rota.allocator.scenario import Scenario, from_dict
+from rota.core.planning.grid import Grid
+from rota.core.planning.legality import violations
+from rota.core.planning.metrics import measure
+from rota.core.planning.scenario import Scenario, from_dict
 
 KEY = {"A": "a", "B": "b", "R": "run", "c": "chat"}
 

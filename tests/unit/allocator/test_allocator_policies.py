@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from rota.allocator import bench, policy_fast, policy_fifo, policy_full
-from rota.allocator.grid import Grid
-from rota.allocator.legality import violations
-from rota.allocator.metrics import measure
-from rota.allocator.scenario import RealtimeApp, Scenario, from_dict
+from rota.bench import allocator as bench
+from rota.core.planning import policy_fast, policy_fifo, policy_full
+from rota.core.planning.grid import Grid
+from rota.core.planning.legality import violations
+from rota.core.planning.metrics import measure
+from rota.core.planning.scenario import RealtimeApp, Scenario, from_dict
 
 
 def job(id: str, gpus: int = 1, duration: int = 1, arrival: int = 0, priority: int = 5, **kw: Any) -> dict[str, Any]:

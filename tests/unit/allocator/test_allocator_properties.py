@@ -8,11 +8,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rota.allocator import policy_fast, policy_fifo, policy_full
-from rota.allocator.grid import pinned_board
-from rota.allocator.legality import violations
-from rota.allocator.metrics import measure
-from rota.allocator.scenario import Scenario, from_dict
+from rota.core.planning import policy_fast, policy_fifo, policy_full
+from rota.core.planning.grid import pinned_board
+from rota.core.planning.legality import violations
+from rota.core.planning.metrics import measure
+from rota.core.planning.scenario import Scenario, from_dict
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -88,7 +88,7 @@ def live_scenarios(draw: st.DrawFn) -> Scenario:
 
 
 def from_dict_jobs(s: Scenario) -> list[dict[str, Any]]:
-    from rota.allocator.scenario import to_dict
+    from rota.core.planning.scenario import to_dict
 
     return list(to_dict(s)["jobs"])
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rota.allocator.scenario import REALTIME, ScenarioError, from_dict, load, to_dict
+from rota.core.planning.scenario import REALTIME, ScenarioError, from_dict, load, to_dict
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "bench" / "scenarios"
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from rota.allocator.legality import violations
-from rota.allocator.liveplan import RESERVED_PREFIX, Horizon, LiveJob, LiveNode, Start, build, decide
-from rota.allocator.planner import plan_live
+from rota.core.planning.legality import violations
+from rota.core.planning.liveplan import RESERVED_PREFIX, Horizon, LiveJob, LiveNode, Start, build, decide
+from rota.core.planning.planner import plan_live
 
 STEP = 60.0
 NOW = 1_000_000 * STEP  # a wall-clock time on a step boundary: step index 1,000,000

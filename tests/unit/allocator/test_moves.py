@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from rota.allocator.liveplan import Horizon, LiveJob, LiveNode, Start
-from rota.allocator.moves import MoveCost, MoveInputs, pin_targets
-from rota.allocator.planner import plan_live
+from rota.core.planning.liveplan import Horizon, LiveJob, LiveNode, Start
+from rota.core.planning.moves import MoveCost, MoveInputs, pin_targets
+from rota.core.planning.planner import plan_live
 
 STEP = 60.0
 NOW = 1_000_000 * STEP
@@ -175,7 +175,7 @@ def test_nothing_moves_when_there_is_no_room_elsewhere_for_the_occupant() -> Non
 
 
 def test_the_moves_benchmark_moves_nothing_without_moves_and_serves_high_priority_sooner_with_them() -> None:
-    from rota.allocator import movesbench
+    from rota.bench import moves as movesbench
 
     jobs = movesbench.workload(seed=7, steps=60)
     base, moved = (movesbench.figures(movesbench.simulate(jobs, 60, m), 60) for m in (False, True))

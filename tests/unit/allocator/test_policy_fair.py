@@ -1,4 +1,4 @@
-"""The `fair` policy on the plan grid, and which leases yield at expiry (rota.allocator.policy_fair)."""
+"""The `fair` policy on the plan grid, and which leases yield at expiry (rota.core.planning.policy_fair)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rota.allocator import policies, policy_fair, policy_fifo
-from rota.allocator.grid import Grid
-from rota.allocator.legality import violations
-from rota.allocator.policy_fair import Lease, lease_yields
-from rota.allocator.scenario import Scenario, from_dict
-from rota.ledger.fairness import FairnessConfig
-from rota.ledger.twostage import JobView, TenantState
+from rota.core.fairness.ltgf import FairnessConfig
+from rota.core.fairness.twostage import JobView, TenantState
+from rota.core.planning import policies, policy_fair, policy_fifo
+from rota.core.planning.grid import Grid
+from rota.core.planning.legality import violations
+from rota.core.planning.policy_fair import Lease, lease_yields
+from rota.core.planning.scenario import Scenario, from_dict
 
 CFG = FairnessConfig()
 DAY = CFG.window_s

@@ -17,7 +17,7 @@ import torch
 from rota.agent.checkpoints import AgentCheckpoints
 from rota.agent.processes import LocalJob, ProcessTable
 from rota.checkpoint.config import CheckpointSettings
-from rota.common.errors import FailedPrecondition
+from rota.core.errors import FailedPrecondition
 from rota.runtime import Checkpointer, Paused, control, imagefmt, state
 
 

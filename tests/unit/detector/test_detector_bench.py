@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from rota.bench.detector import score
+from rota.bench.detector_workload import Fault, Generator, parse_config
 from rota.cli.main import main as rota_main
-from rota.common.errors import InvalidArgument
-from rota.detector.bench import score
-from rota.detector.failslow import SLOW, STOP, Verdict
-from rota.detector.generator import Fault, Generator, parse_config
+from rota.core.detection.failslow import SLOW, STOP, Verdict
+from rota.core.errors import InvalidArgument
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = json.loads((REPO / "bench" / "detector" / "config.json").read_text())

@@ -17,12 +17,12 @@ from rota.cli.detector_commands import clear_targets, devices, parse_device, rep
 from rota.cli.main import HANDLERS, build_parser
 from rota.client import DeviceHealth, Gpu, InvalidArgumentError, Node, ReplanResult, spec_from_mapping
 from rota.common import convert
-from rota.common.errors import FailedPrecondition, InvalidArgument
-from rota.common.jobspec import JobSpecData
-from rota.detector.devices import BEYOND_REPAIR_RATIO, check_beyond_repair, mark_for
-from rota.detector.failslow import JOB, SLOW, STOP, Verdict
-from rota.detector.layout import Layout
-from rota.detector.replan import layout_document, replan, require_accepts
+from rota.core.detection.devices import BEYOND_REPAIR_RATIO, check_beyond_repair, mark_for
+from rota.core.detection.failslow import JOB, SLOW, STOP, Verdict
+from rota.core.detection.layout import Layout
+from rota.core.detection.replan import layout_document, replan, require_accepts
+from rota.core.errors import FailedPrecondition, InvalidArgument
+from rota.core.jobspec import JobSpecData
 from rota.runtime import layout as runtime_layout
 
 STOPPED = Verdict(3, STOP, 120, 1.2, {"why": "rank 3 missed heartbeats for 3.6s (timeout 3s)"})

@@ -6,10 +6,18 @@ import itertools
 
 import pytest
 
-from rota.detector.costmodel import features, replica_features
-from rota.detector.failslow import JOB, SLOW, DetectorConfig, Episodes, FailSlowDetector, RawBaseline, Verdict
-from rota.detector.layout import IterationReport, Layout, MicroBatch
-from rota.detector.pipeline import makespan
+from rota.core.detection.costmodel import features, replica_features
+from rota.core.detection.failslow import (
+    JOB,
+    SLOW,
+    DetectorConfig,
+    Episodes,
+    FailSlowDetector,
+    RawBaseline,
+    Verdict,
+)
+from rota.core.detection.layout import IterationReport, Layout, MicroBatch
+from rota.core.detection.pipeline import makespan
 
 # True model of every stage: seconds = A·(tokens / 1e4) + B·(Σ l² / 1e8).
 A, B = 0.4, 0.3

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rota.common.errors import InvalidArgument
-from rota.detector.failstop import HeartbeatMonitor
-from rota.detector.layout import Layout
-from rota.detector.replan import balance_layers, regroup, replan
+from rota.core.detection.failstop import HeartbeatMonitor
+from rota.core.detection.layout import Layout
+from rota.core.detection.replan import balance_layers, regroup, replan
+from rota.core.errors import InvalidArgument
 
 
 def test_a_source_silent_past_three_intervals_is_dead_once() -> None:

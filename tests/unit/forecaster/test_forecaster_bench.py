@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rota.forecaster import bench
-from rota.forecaster.traces import traces_dir
+from rota.bench import forecaster as bench
+from rota.bench.forecast_traces import traces_dir
 
 HAVE_TRACES = (traces_dir() / "helios_earth_vc_demand_1min.csv.gz").exists()
 SCENARIO = Path(__file__).resolve().parents[3] / "bench" / "scenarios" / "training-heavy.json"

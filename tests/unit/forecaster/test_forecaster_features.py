@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from rota.common.errors import InvalidArgument
-from rota.forecaster.features import (
+from rota.core.errors import InvalidArgument
+from rota.core.forecasting.features import (
     TRAINING_FEATURES,
     VARIANTS,
     parse_quantization,

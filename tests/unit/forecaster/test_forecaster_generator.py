@@ -6,8 +6,14 @@ import random
 
 import pytest
 
-from rota.forecaster import generator
-from rota.forecaster.generator import declared, quant_job, solve_tokens, training_job, true_training_seconds
+from rota.bench import forecast_workload as generator
+from rota.bench.forecast_workload import (
+    declared,
+    quant_job,
+    solve_tokens,
+    training_job,
+    true_training_seconds,
+)
 
 
 @pytest.mark.parametrize(("guess", "nice"), [(1000, 900), (2600, 3600), (2500, 1800), (5 * 3600, 6 * 3600), (30 * 86400, 30 * 86400)])

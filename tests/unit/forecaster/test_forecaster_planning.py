@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from rota.allocator import policy_fast
-from rota.allocator.legality import violations
-from rota.allocator.metrics import measure
-from rota.allocator.scenario import Scenario, from_dict, load
-from rota.forecaster.planning import execute
+from rota.core.planning import policy_fast
+from rota.core.planning.legality import violations
+from rota.core.planning.metrics import measure
+from rota.core.planning.rolling import execute
+from rota.core.planning.scenario import Scenario, from_dict, load
 
 
 def scenario(*jobs: dict[str, Any], gpus: int = 4, horizon: int = 6) -> Scenario:

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from rota.common.errors import InvalidArgument
-from rota.forecaster.features import parse_training
-from rota.forecaster.predict import MIN_DECLARED, Completion, Forecaster, duration_for_plan
-from rota.forecaster.prior import training_seconds
+from rota.core.errors import InvalidArgument
+from rota.core.forecasting.features import parse_training
+from rota.core.forecasting.predict import MIN_DECLARED, Completion, Forecaster, duration_for_plan
+from rota.core.forecasting.prior import training_seconds
 
 TRAIN: dict[str, Any] = {"variant": "lora-sft", "params": 1.3e9, "tokens": 2e8}
 QUANT: dict[str, Any] = {"algorithm": "awq", "params": 7e9}

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from rota.forecaster import prior
-from rota.forecaster.features import parse_quantization, parse_training
+from rota.core.forecasting import prior
+from rota.core.forecasting.features import parse_quantization, parse_training
 
 # A 1e9-parameter model: d = (1e9 * 128 / 12)^(1/3) = 2201.4 -> 2201, L = round(2201.4 / 128) = 17.
 N, T = 1e9, 1e9

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from rota.forecaster import prior
-from rota.forecaster.features import QuantFeatures
-from rota.forecaster.quantization import QuantModel, plan_gpu_hours, tier_of, work_units
+from rota.core.forecasting import prior
+from rota.core.forecasting.features import QuantFeatures
+from rota.core.forecasting.quantization import QuantModel, plan_gpu_hours, tier_of, work_units
 
 
 def q(algorithm: str = "gptq", billions: float = 7, calib: int = 128, gpu: str = "a100-80gb", gpus: int = 1) -> QuantFeatures:

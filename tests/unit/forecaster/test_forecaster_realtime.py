@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rota.allocator.policy_fast import realtime_targets
-from rota.allocator.scenario import RealtimeApp
-from rota.forecaster import realtime
-from rota.forecaster.realtime import WEEK
+from rota.core.forecasting import realtime
+from rota.core.forecasting.realtime import WEEK
+from rota.core.planning.policy_fast import realtime_targets
+from rota.core.planning.scenario import RealtimeApp
 
 END = 168 * 3000  # a unix hour at a week boundary: hour-of-week index 0
 

@@ -8,9 +8,9 @@ import random
 import numpy as np
 import pytest
 
-from rota.forecaster.features import TrainingFeatures, parse_training
-from rota.forecaster.prior import training_seconds
-from rota.forecaster.training import (
+from rota.core.forecasting.features import TrainingFeatures, parse_training
+from rota.core.forecasting.prior import training_seconds
+from rota.core.forecasting.training import (
     COLD_SIGMA,
     MIN_JOBS,
     Prediction,

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from rota.ledger.fairness import (
+from rota.core.fairness.ltgf import (
     FairnessConfig,
     HourlyWindow,
     JobShareClock,

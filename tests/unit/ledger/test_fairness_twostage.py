@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rota.ledger.fairness import FairnessConfig
-from rota.ledger.twostage import JobView, TenantState, fair_job_key, fair_tenant_key, tenant_walk
+from rota.core.fairness.ltgf import FairnessConfig
+from rota.core.fairness.twostage import JobView, TenantState, fair_job_key, fair_tenant_key, tenant_walk
 
 CFG = FairnessConfig()
 

@@ -1,11 +1,11 @@
-"""Standings from recorded intervals (rota.ledger.standings) on cases worked out by hand."""
+"""Standings from recorded intervals (rota.core.fairness.standings) on cases worked out by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from rota.ledger.fairness import FairnessConfig
-from rota.ledger.standings import JobLife, Span, job_standings, tenant_standing, window_start
+from rota.core.fairness.ltgf import FairnessConfig
+from rota.core.fairness.standings import JobLife, Span, job_standings, tenant_standing, window_start
 
 H = 3600.0
 CFG = FairnessConfig()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rota.cli.ledger_commands import parse_since
-from rota.common.errors import InvalidArgument
+from rota.core.errors import InvalidArgument
 from rota.ledger.collector import hour_index, lease_records, split_hours
 from rota.ledger.repository import LeaseSource
 from rota.ledger.service import record_from_proto

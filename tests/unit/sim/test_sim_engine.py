@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from rota.ledger.fairness import FairnessConfig
+from rota.core.fairness.ltgf import FairnessConfig
 from rota.sim.engine import SimConfig, Simulator
-from rota.sim.policies import POLICIES
+from rota.sim.orderings import POLICIES
 from rota.sim.workload import Job
 
 

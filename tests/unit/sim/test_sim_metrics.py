@@ -6,7 +6,7 @@ import pytest
 
 from rota.sim.engine import SimConfig, Simulator
 from rota.sim.metrics import JobRecord, job_fairness, summarize, tenant_fairness
-from rota.sim.policies import POLICIES
+from rota.sim.orderings import POLICIES
 from rota.sim.workload import Job
 
 # G = 4, shares 1:1 -> Q = 2 each. a1 runs at once; b1 waits 10 s for it.

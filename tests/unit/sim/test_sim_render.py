@@ -15,7 +15,7 @@ import pytest
 from rota.sim.cli import main
 from rota.sim.engine import SimConfig, Simulator
 from rota.sim.metrics import JobRecord, summarize, tenant_fairness
-from rota.sim.policies import POLICIES
+from rota.sim.orderings import POLICIES
 from rota.sim.render import (
     fairness_over_time,
     jct_cdf,

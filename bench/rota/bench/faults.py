@@ -1,0 +1,377 @@
+"""`rota bench faults [--rounds N] [--json]`: inject faults into a real local cluster.
+
+Cases, each over N rounds of short real jobs (numbered as in the reliability issue):
+1. kill -9 the leading allocator at a random point of its cycle; the standby takes over;
+2. the cluster's Redis keys flushed mid-run, and its Redis server killed with kill -9 and
+   restarted by `rota up` (only a Redis the cluster owns: skipped, with the reason, for a
+   --redis-url one): live state rebuilt from Postgres and reports;
+3. PostgreSQL unreachable for 10 s (a proxy cuts it off): status codes clients see, recovery;
+4. an agent killed with kill -9, and one frozen with SIGSTOP past the node timeout;
+5. submissions replayed under client timeouts with one request id;
+6. a partition between an agent and the api (a proxy, in place of tc netem): no false
+   death under 200 ms of jitter, a death within the node timeout under a real cut;
+7. security: no token, a bad token, another tenant's job, a body naming another tenant,
+   an oversized message; plaintext and certificate-less clients of a mutual-TLS port.
+Every case ends with the same checks (see `rota.bench.fault_harness`): lost and duplicated jobs,
+double-booked GPUs, two running copies, ledger conservation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import grpc
+import redis
+
+from rota.bench.fault_harness import TENANT, Harness, Watch, percentiles, sleep_spec
+from rota.cli.netproxy import FaultProxy
+from rota.cli.tls_probe import tls_cases
+from rota.client import RotaError
+from rota.common.bootstrap import TOKEN_CACHE_S
+from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
+
+TOKEN_TTL = timedelta(seconds=2)  # the security case's short-lived token
+
+
+def allocator_kills(h: Harness, rounds: int, rng: random.Random) -> dict[str, Any]:
+    takeovers: list[float] = []
+    for _ in range(rounds):
+        h.submit(2, seconds=1.0)
+        time.sleep(rng.uniform(0.0, 0.6))  # a random point of the leader's cycle
+        leader = wait_for(h.leader_pid, 30)
+        os.kill(leader, signal.SIGKILL)
+        killed = time.monotonic()
+        wait_for(new_leader(h, leader), 60)
+        takeovers.append(time.monotonic() - killed)
+    return {"rounds": rounds, "takeover_s": percentiles(takeovers)}
+
+
+def redis_flushes(h: Harness, rounds: int, rng: random.Random) -> dict[str, Any]:
+    info = h.info
+    client = redis.Redis.from_url(info["redis_url"])
+    prefix = info["redis_prefix"]
+    rebuilt: list[float] = []
+    for _ in range(rounds):
+        h.submit(2, seconds=1.0)
+        time.sleep(rng.uniform(0.0, 0.6))
+        for key in client.scan_iter(f"{prefix}:*"):
+            client.delete(key)
+        flushed = time.monotonic()
+        # Every live node's heartbeat key is back: the next reports rebuilt the present.
+        wait_for(lambda: all(client.exists(f"{prefix}:hb:{n}") for n in info["agents"]), 30)
+        rebuilt.append(time.monotonic() - flushed)
+    return {"rounds": rounds, "rebuilt_s": percentiles(rebuilt), "stale_epoch_refused": stale_epoch_refused(h)}
+
+
+def redis_kills(h: Harness, rounds: int, rng: random.Random) -> dict[str, Any]:
+    """The cluster's own Redis server killed with kill -9 mid-run; `rota up` starts it
+    again (on the same socket, with at most its last snapshot). Rebuilt: every live node
+    has a heartbeat newer than the kill. Skipped when the Redis is not the cluster's own
+    (a URL given to `rota up`): killing a shared server would hit whoever else uses it."""
+    info = h.info
+    if not info.get("redis_pid"):
+        return {"rounds": 0, "skipped": f"the cluster's Redis ({info['redis_url']}) is not its own process "
+                "(given with --redis-url); only an embedded Redis is killed"}
+    client = redis.Redis.from_url(info["redis_url"], socket_timeout=2)
+    prefix = info["redis_prefix"]
+    rebuilt: list[float] = []
+    for _ in range(rounds):
+        h.submit(2, seconds=1.0)
+        time.sleep(rng.uniform(0.0, 0.6))
+        pid = int(h.info["redis_pid"])
+        os.kill(pid, signal.SIGKILL)
+        killed, killed_wall = time.monotonic(), time.time()
+        wait_for(functools.partial(_restarted, h, pid), 60)
+        wait_for(functools.partial(_heartbeats_since, client, prefix, list(info["agents"]), killed_wall), 60)
+        rebuilt.append(time.monotonic() - killed)
+    return {"rounds": rounds, "rebuilt_s": percentiles(rebuilt), "restarts": int(h.info.get("redis_restarts", 0)),
+            "stale_epoch_refused": stale_epoch_refused(h)}
+
+
+def _restarted(h: Harness, old_pid: int) -> bool:
+    return int(h.info.get("redis_pid") or 0) not in (0, old_pid)
+
+
+def _heartbeats_since(client: redis.Redis, prefix: str, nodes: list[str], since: float) -> bool:
+    """Every node's heartbeat key is there and its report was written after `since`."""
+    try:
+        for node in nodes:
+            raw = client.get(f"{prefix}:node:{node}")
+            if not client.exists(f"{prefix}:hb:{node}") or not raw or json.loads(raw)["at"] <= since:
+                return False
+        return True
+    except redis.RedisError:  # not back yet (or this connection predates the restart)
+        return False
+
+
+def stale_epoch_refused(h: Harness) -> bool:
+    """An agent refuses a launch older than what it already runs for the job."""
+    [job_id] = h.submit(1, seconds=3.0)
+    running = wait_for(lambda: (j := h.wait_running(job_id)) is not None and j, 30)
+    address = h.info["agents"][running.node]["address"]
+    with grpc.insecure_channel(address) as channel:
+        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        job = common_pb2.Job(id=job_id, spec=common_pb2.JobSpec(command=["true"]))
+        try:
+            stub.Launch(agent_pb2.LaunchRequest(job=job, epoch=max(1, running.epoch - 1)), timeout=10,
+                        metadata=(("authorization", f"Bearer {h.token}"),))
+        except grpc.RpcError as exc:
+            return bool(exc.code() == grpc.StatusCode.FAILED_PRECONDITION)
+    return False
+
+
+def agent_faults(h: Harness, rounds: int) -> dict[str, Any]:
+    dead_after: list[float] = []
+    for r in range(rounds):
+        node = sorted(h.info["agents"])[r % len(h.info["agents"])]
+        h.submit(2, seconds=2.0)
+        time.sleep(0.8)
+        pid, how = h.agent_pid(node), ("kill" if r % 2 == 0 else "freeze")
+        os.kill(pid, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+        hit = time.monotonic()
+        wait_for(health_is(h, node, "DEAD"), 60)
+        dead_after.append(time.monotonic() - hit)
+        if how == "kill":
+            h.restart_agent(node)
+        else:
+            time.sleep(1.0)
+            os.kill(pid, signal.SIGCONT)  # it wakes up believing in jobs it no longer holds
+        wait_for(health_is(h, node, "ALIVE"), 60)
+    return {"rounds": rounds, "dead_after_s": percentiles(dead_after)}
+
+
+def postgres_outage(h: Harness, outage_s: float = 10.0) -> dict[str, Any]:
+    """PostgreSQL unreachable for `outage_s` mid-run while a client keeps calling."""
+    assert h.pg_proxy is not None
+    ids = h.submit(4, seconds=1.0)
+    codes: dict[str, int] = {}
+    spec = short_job_spec()
+    with h.client(timeout_s=3) as client:
+        h.pg_proxy.cut()
+        cut_at = time.monotonic()
+        while time.monotonic() - cut_at < outage_s:
+            try:
+                client.get_job(ids[0])
+                codes["OK"] = codes.get("OK", 0) + 1
+            except RotaError as exc:
+                codes[exc.code] = codes.get(exc.code, 0) + 1
+            time.sleep(0.2)
+        h.pg_proxy.heal()
+        healed = time.monotonic()
+        job = wait_for(lambda: _try_submit(client, spec), 60)
+    h.submitted.append(job)
+    return {"outage_s": outage_s, "status_codes_during": codes, "recovered_after_s": round(time.monotonic() - healed, 3),
+            "internal_errors": codes.get("INTERNAL", 0)}
+
+
+def _try_submit(client: Any, spec: common_pb2.JobSpec) -> str | None:
+    try:
+        return str(client.submit(spec=spec).id)
+    except RotaError:
+        return None
+
+
+def partition(h: Harness, jitter_s: float = 0.2, seconds: float = 8.0) -> dict[str, Any]:
+    """One node reaches the api through a proxy: 200 ms of jitter must not read as death;
+    a real cut must, within the node timeout; healed, the node serves again."""
+    node = sorted(h.info["agents"])[-1]
+    proxy = FaultProxy(h.info["endpoint"], delay_s=jitter_s / 2, jitter_s=jitter_s / 2).start()
+    try:
+        os.kill(h.agent_pid(node), signal.SIGKILL)
+        wait_for(health_is(h, node, "DEAD"), 60)
+        h.restart_agent(node, api_addr=proxy.address)
+        wait_for(health_is(h, node, "ALIVE"), 60)
+        h.submit(2, seconds=2.0)
+        false_dead = 0
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            false_dead += h.node_health(node) == "DEAD"
+            time.sleep(0.2)
+        proxy.cut()
+        cut_at = time.monotonic()
+        wait_for(health_is(h, node, "DEAD"), 60)
+        dead_after = time.monotonic() - cut_at
+        proxy.heal()
+        wait_for(health_is(h, node, "ALIVE"), 60)
+    finally:
+        proxy.delay_s = proxy.jitter_s = 0.0
+    return {"jitter_ms": jitter_s * 1000, "false_dead_samples": false_dead, "cut_dead_after_s": round(dead_after, 3)}
+
+
+def replays(h: Harness, rounds: int) -> dict[str, Any]:
+    """Each submission sent three times under a client timeout too short to see the answer."""
+    spec = short_job_spec()
+    conflict_refused = True
+    with h.client() as client:
+        channel = grpc.insecure_channel(h.info["endpoint"])
+        stub = api_pb2_grpc.JobServiceStub(channel)
+        meta = (("authorization", f"Bearer {h.token}"),)
+        for _ in range(rounds):
+            rid = str(uuid.uuid4())
+            request = api_pb2.SubmitJobRequest(spec=spec, request_id=rid)
+            for _ in range(3):
+                try:
+                    stub.SubmitJob(request, timeout=0.002, metadata=meta)
+                except grpc.RpcError:
+                    pass  # DEADLINE_EXCEEDED: the client cannot tell whether it landed
+            job = client.submit(spec=spec, request_id=rid)
+            h.submitted.append(job.id)
+            other = api_pb2.SubmitJobRequest(spec=spec, request_id=rid)
+            other.spec.priority = spec.priority % 10 + 1
+            try:
+                stub.SubmitJob(other, timeout=10, metadata=meta)
+                conflict_refused = False
+            except grpc.RpcError as exc:
+                conflict_refused &= exc.code() == grpc.StatusCode.ALREADY_EXISTS
+        channel.close()
+    by_request = h.sql(f"SELECT request_id, count(*) FROM jobs WHERE tenant = '{TENANT}' AND request_id IS NOT NULL "
+                       "GROUP BY request_id HAVING count(*) > 1")
+    return {"rounds": rounds, "duplicates": len(by_request), "different_body_already_exists": conflict_refused}
+
+
+def short_job_spec() -> common_pb2.JobSpec:
+    return sleep_spec(0.5, interval=0.1)
+
+
+def security(h: Harness) -> dict[str, Any]:
+    """Each hostile call and the status it must get; `ok` is whether it got exactly that."""
+    results: dict[str, Any] = {}
+    channel = grpc.insecure_channel(h.info["endpoint"])
+    jobs = api_pb2_grpc.JobServiceStub(channel)
+
+    def expect(name: str, want: grpc.StatusCode, call: Callable[[], Any]) -> None:
+        try:
+            call()
+            got = "OK"
+        except grpc.RpcError as exc:
+            got = exc.code().name
+        results[name] = {"expected": want.name, "got": got, "ok": got == want.name}
+
+    def list_as(token: str) -> Callable[[], Any]:
+        return lambda: jobs.ListJobs(api_pb2.ListJobsRequest(), timeout=10, metadata=(("authorization", f"Bearer {token}"),))
+
+    with h.client() as admin:
+        other_token = admin.create_tenant("faults-other-" + uuid.uuid4().hex[:6])[1]
+        issued_at = time.monotonic()
+        short_lived = admin.create_tenant("faults-brief-" + uuid.uuid4().hex[:6], token_ttl=TOKEN_TTL)[1]
+        expect("token_before_expiry", grpc.StatusCode.OK, list_as(short_lived))
+        replaced, first_token = admin.create_tenant("faults-moved-" + uuid.uuid4().hex[:6])
+        expect("token_before_replacement", grpc.StatusCode.OK, list_as(first_token))  # now cached
+        admin.issue_token(replaced.name)
+        victim = h.submitted[0] if h.submitted else h.submit(1, 0.5)[0]
+
+    get = api_pb2.GetJobRequest(id=victim)
+    expect("no_token", grpc.StatusCode.UNAUTHENTICATED, lambda: jobs.GetJob(get, timeout=10))
+    expect("bad_token", grpc.StatusCode.UNAUTHENTICATED,
+           lambda: jobs.GetJob(get, timeout=10, metadata=(("authorization", "Bearer rt_forged"),)))
+    # Past its expiry a token is refused at once; a replaced one once the api's cached
+    # lookup of it has expired.
+    time.sleep(max(0.0, issued_at + max(TOKEN_TTL.total_seconds(), TOKEN_CACHE_S) - time.monotonic()) + 0.2)
+    expect("expired_token", grpc.StatusCode.UNAUTHENTICATED, list_as(short_lived))
+    expect("replaced_token", grpc.StatusCode.UNAUTHENTICATED, list_as(first_token))
+    as_other = (("authorization", f"Bearer {other_token}"),)
+    expect("other_tenants_job", grpc.StatusCode.NOT_FOUND, lambda: jobs.GetJob(get, timeout=10, metadata=as_other))
+    foreign = api_pb2.SubmitJobRequest(spec=short_job_spec())
+    expect("body_names_another_tenant", grpc.StatusCode.INVALID_ARGUMENT,
+           lambda: jobs.SubmitJob(foreign, timeout=10, metadata=as_other))
+    huge = api_pb2.SubmitJobRequest(spec=short_job_spec(), request_id="x")
+    huge.spec.env["PAD"] = "x" * (5 * 1024 * 1024)
+    expect("oversized_message", grpc.StatusCode.RESOURCE_EXHAUSTED,
+           lambda: jobs.SubmitJob(huge, timeout=10, metadata=(("authorization", f"Bearer {h.token}"),)))
+    results.update(tls_cases())  # a TLS server of its own: this cluster runs in plaintext
+    channel.close()
+    return results
+
+
+def new_leader(h: Harness, old: int) -> Callable[[], int | None]:
+    def check() -> int | None:
+        pid = h.leader_pid()
+        return pid if pid is not None and pid != old else None
+
+    return check
+
+
+def health_is(h: Harness, node: str, health: str) -> Callable[[], bool]:
+    return lambda: h.node_health(node) == health
+
+
+def wait_for(check: Callable[[], Any], timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting after {timeout_s:.0f}s")
+        time.sleep(0.05)
+
+
+def run_suite(h: Harness, rounds: int, seed: int = 7) -> dict[str, Any]:
+    """Every case on one cluster, then the checks over every job submitted."""
+    rng = random.Random(seed)
+    with Watch(h.home) as watch:
+        cases: dict[str, Any] = {
+            "allocator_kill": allocator_kills(h, rounds, rng),
+            "redis_flush": redis_flushes(h, max(1, rounds // 5), rng),
+            "redis_kill": redis_kills(h, max(1, rounds // 5), rng),
+            "agent_kill_and_freeze": agent_faults(h, max(2, rounds // 5)),
+            "replayed_submissions": replays(h, rounds),
+            "postgres_outage": postgres_outage(h),
+            "partition": partition(h),
+        }
+        finals = h.wait_final(list(h.submitted))
+    cases["security"] = security(h)
+    launches = h.launches()
+    return {
+        "rounds": rounds,
+        "jobs": len(finals),
+        "lost_jobs": sum(1 for j in finals.values() if j.state != "SUCCEEDED"),
+        "duplicated_jobs": sum(1 for j in finals.values() if launches.get(j.id, 0) > max(1, j.attempts)),
+        "double_booked_gpus": len(watch.double_booked) + h.overlapping_placements(),
+        "two_running_copies": len(watch.two_copies),
+        "ledger_mismatches": h.ledger_mismatches(),
+        "cases": cases,
+        "not_succeeded": {j.id: f"{j.state}: {j.reason}" for j in finals.values() if j.state != "SUCCEEDED"},
+    }
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="rota bench faults", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=20, help="rounds of the allocator-kill and replay cases")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--database-url", default="", help="default: an embedded PostgreSQL")
+    ap.add_argument("--redis-url", default="", help="default: an embedded Redis")
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds: must be at least 1")
+    home = Path(tempfile.mkdtemp(prefix="rota-faults-")) / "home"
+    h = Harness(home, args.database_url, args.redis_url)
+    try:
+        h.start()
+        report = run_suite(h, args.rounds, args.seed)
+    except (RotaError, TimeoutError) as exc:
+        print(f"rota bench faults: {exc} (cluster logs under {home / 'logs'})", file=sys.stderr)
+        return 1
+    finally:
+        h.stop()
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(json.dumps(report, indent=2))
+    bad = report["lost_jobs"] + report["duplicated_jobs"] + report["double_booked_gpus"] + report["ledger_mismatches"]
+    return 0 if bad == 0 else 1
+

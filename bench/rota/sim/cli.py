@@ -1,0 +1,183 @@
+"""`rota sim`: replay a trace under several policies, or build the semi-real Philly trace.
+
+    rota sim --trace JOBS.csv --tenants TENANTS.csv --gpus N [--gpus-per-node 8]
+             [--policy fifo,sjf,las,drf,ftf,fair] [--json] [--lease-s 1800]
+             [--checkpoint-s 5] [--resume-s 20] [--renew-s 0] [--starvation-s 14400]
+             [--delay-s 300] [--render DIR]
+    rota sim make-trace --out DIR [--seed 0] [--jobs N] [--traces-dir DIR]
+
+The JSON is {"gpus", "gpus_per_node", "config", "policies": {name: {summary figures...,
+"runtime_s", "jobs": [{"id", "tenant", "gpus", "submit_s", "end_s", "intervals"}]}}}.
+Without --json a table of the summary figures is printed. `--render DIR` also writes PNGs
+of per-tenant fairness over time per policy, max F / min F over time and the JCT CDFs
+(`rota.sim.render`; matplotlib is loaded only then), naming the files on stderr. Run it as
+`rota sim ...` or `python -m rota.sim.cli ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from rota.core.fairness.ltgf import FairnessConfig
+from rota.sim.engine import SimConfig, Simulator
+from rota.sim.metrics import JobRecord, summarize
+from rota.sim.orderings import POLICIES
+from rota.sim.traces import make_trace
+from rota.sim.workload import TraceError, read_jobs, read_tenants
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line on stderr, as every rota command does.
+        self.exit(2, f"rota sim: {message}\n")
+
+
+def _run_parser() -> _Parser:
+    p = _Parser(prog="rota sim", description="Replay a trace through the scheduling policies.")
+    p.add_argument(
+        "--trace",
+        required=True,
+        type=Path,
+        help="JOBS.csv: job_id,tenant,submit_s,duration_s,gpus[,priority]",
+    )
+    p.add_argument("--tenants", required=True, type=Path, help="TENANTS.csv: tenant,share")
+    p.add_argument("--gpus", required=True, type=int)
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--policy", default=",".join(POLICIES), help="comma-separated, from " + ",".join(POLICIES))
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--render",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="write PNGs: per-tenant F over time per policy, max F / min F over time, JCT CDFs",
+    )
+    d = FairnessConfig()
+    p.add_argument("--lease-s", type=float, default=d.lease_s)
+    p.add_argument("--starvation-s", type=float, default=d.starvation_s)
+    p.add_argument("--delay-s", type=float, default=d.delay_s)
+    p.add_argument("--checkpoint-s", type=float, default=5.0)
+    p.add_argument("--resume-s", type=float, default=20.0)
+    p.add_argument("--renew-s", type=float, default=0.0)
+    return p
+
+
+def _trace_parser() -> _Parser:
+    p = _Parser(
+        prog="rota sim make-trace", description="Build the semi-real Philly trace (JOBS.csv, TENANTS.csv)."
+    )
+    p.add_argument("--out", required=True, type=Path, help="folder for JOBS.csv and TENANTS.csv")
+    p.add_argument("--seed", type=int, default=0, help="seed of the drawn durations")
+    p.add_argument("--jobs", type=int, default=None, help="keep only the first N arrivals")
+    p.add_argument(
+        "--traces-dir", type=Path, default=None, help="default: $ROTA_TRACES_DIR or ../shared/data/traces"
+    )
+    return p
+
+
+def simulate(args: argparse.Namespace) -> dict[str, Any]:
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies:
+        raise ValueError(
+            f"--policy: unknown {','.join(unknown) or '(none)'}; choose from {','.join(POLICIES)}"
+        )
+    jobs, shares = read_jobs(args.trace), read_tenants(args.tenants)
+    fcfg = FairnessConfig(lease_s=args.lease_s, starvation_s=args.starvation_s, delay_s=args.delay_s)
+    cfg = SimConfig(args.gpus, args.gpus_per_node, fcfg, args.checkpoint_s, args.resume_s, args.renew_s)
+    out: dict[str, Any] = {
+        "gpus": cfg.gpus,
+        "gpus_per_node": cfg.gpus_per_node,
+        "config": {
+            **fcfg.__dict__,
+            "checkpoint_s": cfg.checkpoint_s,
+            "resume_s": cfg.resume_s,
+            "renew_s": cfg.renew_s,
+        },
+        "policies": {},
+    }
+    for name in policies:
+        t0 = time.perf_counter()
+        runs = Simulator(jobs, shares, cfg, POLICIES[name]()).run()
+        runtime = time.perf_counter() - t0
+        records = [
+            JobRecord(r.job.id, r.tenant, r.gpus, r.job.submit_s, r.end_s, r.intervals, r.job.priority)
+            for r in runs
+        ]
+        out["policies"][name] = {
+            **summarize(records, shares, cfg.gpus),
+            "runtime_s": round(runtime, 3),
+            "jobs": [
+                {
+                    "id": j.id,
+                    "tenant": j.tenant,
+                    "gpus": j.gpus,
+                    "submit_s": j.submit_s,
+                    "end_s": j.end_s,
+                    "intervals": j.intervals,
+                }
+                for j in records
+            ],
+        }
+    return out
+
+
+def _fmt(v: object, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def table(result: dict[str, Any]) -> str:
+    head = (
+        f"{'policy':<6} {'avg JCT h':>10} {'util':>6} {'tenant maxF/minF':>17} {'tenant Jain':>11} "
+        f"{'jobs F±5%':>9} {'job Jain':>8} {'preempt':>8} {'sim s':>7}"
+    )
+    lines = [f"{result['gpus']} GPUs, {result['gpus_per_node']} per node", head]
+    for name, p in result["policies"].items():
+        lines.append(
+            f"{name:<6} {p['avg_jct_s'] / 3600:>10.2f} {p['utilization']:>6.3f} {_fmt(p['tenant_f_max_min'], '.3f'):>17} "
+            f"{p['tenant_jain']:>11.4f} {p['job_f_in_band']:>9.3f} {p['job_jain']:>8.4f} {p['preemptions']:>8} "
+            f"{p['runtime_s']:>7.1f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    try:
+        if argv[:1] == ["make-trace"]:
+            a = _trace_parser().parse_args(argv[1:])
+            jobs_csv, tenants_csv = make_trace(a.out, a.traces_dir, a.seed, a.jobs)
+            print(f"wrote {jobs_csv} and {tenants_csv}")
+            return 0
+        args = _run_parser().parse_args(argv)
+        result = simulate(args)
+        print(json.dumps(result) if args.json else table(result))
+        if args.render is not None:
+            for path in render_result(result, read_tenants(args.tenants), args.render):
+                print(f"wrote {path}", file=sys.stderr)
+    except (TraceError, ValueError, OSError) as e:
+        print(f"rota sim: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def render_result(result: dict[str, Any], shares: dict[str, float], out_dir: Path) -> list[Path]:
+    """Draw the figures of `rota.sim.render` from a result in the JSON's shape."""
+    from rota.sim import render  # numpy and matplotlib only when pictures are asked for
+
+    runs = {
+        name: [
+            JobRecord(j["id"], j["tenant"], j["gpus"], j["submit_s"], j["end_s"], j["intervals"])
+            for j in p["jobs"]
+        ]
+        for name, p in result["policies"].items()
+    }
+    return render.render(out_dir, runs, shares, result["gpus"])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

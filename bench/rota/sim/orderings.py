@@ -1,0 +1,216 @@
+"""The six policies `rota sim` compares, each as an ordering of one round's candidates.
+
+- fifo: strict arrival order, no preemption; the queue head blocks everyone behind it
+  (SPEC §3's FIFO baseline: start times never decrease along the queue).
+- sjf:  shortest job first on oracle durations, no preemption, smaller jobs backfill.
+- las:  Tiresias-style two-dimensional least attained service: jobs sit in queues by
+  GPU-seconds received (GPUs × time; thresholds 1, 10, 100, 1000 GPU-hours, Tiresias's
+  discretisation, which stops two near-equal jobs from swapping at every lease), FIFO
+  within a queue; preempting at lease expiry.
+- drf:  instantaneous max-min fairness: the tenant holding the fewest GPUs per unit of
+  share goes next (FIFO within it); preempts at lease expiry. Single resource, so DRF's
+  dominant share is just the GPU share.
+- ftf:  Themis-style finish-time fairness: largest ρ = T_shared / T_ideal first, with
+  T_shared = time waited so far + work left and T_ideal = duration stretched by how far
+  the tenant's demand exceeds its quota (the job's finish time in a private cluster of
+  the tenant's fair share); preempts at lease expiry.
+- fair: ASTRAEA's two-stage rule over the LTGF ledger (rota.core.fairness.twostage).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rota.core.fairness.twostage import JobView, TenantState, fair_job_key, fair_tenant_key, tenant_walk
+from rota.sim.engine import PENDING, Run, Simulator, TryPlace
+
+Done = Callable[[], bool]
+LAS_THRESHOLDS_GPU_S = [3600.0, 36000.0, 360000.0, 3600000.0]
+
+
+def _greedy(cands: list[Run], try_place: TryPlace, done: Done) -> None:
+    for r in cands:
+        if done():
+            return
+        try_place(r)
+
+
+def _fitting(sim: Simulator, cands: list[Run]) -> list[Run]:
+    """Candidates that could fit in the largest block that is or may become free; the rest
+    are left out before sorting (not for fifo, whose head blocks even when it cannot fit)."""
+    largest = sim.alloc.largest_free_order()
+    return [r for r in cands if r.order <= largest]
+
+
+def _by_tenant(sim: Simulator, cands: list[Run]) -> dict[str, list[Run]]:
+    out: dict[str, list[Run]] = {}
+    for r in cands:
+        out.setdefault(r.tenant, []).append(r)
+    return out
+
+
+def _allocated(sim: Simulator, cands: list[Run]) -> dict[str, int]:
+    """GPUs each tenant holds outside this round's contest (expired leases excluded)."""
+    alloc = dict(sim.holding)
+    for r in cands:
+        if r.state != PENDING:
+            alloc[r.tenant] -= r.gpus
+    return alloc
+
+
+@dataclass
+class Fifo:
+    name: str = "fifo"
+    preemptive: bool = False
+
+    def walk(self, sim: Simulator, now: float, cands: list[Run], try_place: TryPlace, done: Done) -> None:
+        for r in sorted(cands, key=lambda r: (r.job.submit_s, r.idx)):
+            if done() or not try_place(r):
+                return
+
+
+@dataclass
+class Sjf:
+    name: str = "sjf"
+    preemptive: bool = False
+
+    def walk(self, sim: Simulator, now: float, cands: list[Run], try_place: TryPlace, done: Done) -> None:
+        _greedy(
+            sorted(_fitting(sim, cands), key=lambda r: (r.job.duration_s, r.job.submit_s, r.idx)),
+            try_place,
+            done,
+        )
+
+
+@dataclass
+class Las:
+    name: str = "las"
+    preemptive: bool = True
+
+    def walk(self, sim: Simulator, now: float, cands: list[Run], try_place: TryPlace, done: Done) -> None:
+        def queue(r: Run) -> int:
+            return bisect.bisect_right(LAS_THRESHOLDS_GPU_S, r.gpus * r.held(now))
+
+        _greedy(
+            sorted(_fitting(sim, cands), key=lambda r: (queue(r), r.job.submit_s, r.idx)), try_place, done
+        )
+
+
+@dataclass
+class Ftf:
+    name: str = "ftf"
+    preemptive: bool = True
+
+    def walk(self, sim: Simulator, now: float, cands: list[Run], try_place: TryPlace, done: Done) -> None:
+        def rho(r: Run) -> float:
+            left = r.remaining - max(0.0, now - r.work_start) if r.state != PENDING else r.remaining
+            shared = (now - r.job.submit_s) + left
+            stretch = max(1.0, sim.demand[r.tenant] / max(1, sim.quota[r.tenant]))
+            return shared / (r.job.duration_s * stretch)
+
+        _greedy(sorted(_fitting(sim, cands), key=lambda r: (-rho(r), r.job.submit_s, r.idx)), try_place, done)
+
+
+@dataclass
+class Drf:
+    name: str = "drf"
+    preemptive: bool = True
+
+    def walk(self, sim: Simulator, now: float, cands: list[Run], try_place: TryPlace, done: Done) -> None:
+        alloc = _allocated(sim, cands)
+        groups = _by_tenant(sim, _fitting(sim, cands))
+        tenants = {t: TenantState(t, sim.quota[t], alloc[t], 0.0, 0.0, share=sim.shares[t]) for t in groups}
+
+        def key(t: TenantState) -> tuple[float, ...]:
+            return (t.allocated / t.share if t.share > 0 else float("inf"),)
+
+        def jobs_of(t: str) -> list[Run]:
+            return sorted(groups[t], key=lambda r: (r.job.submit_s, r.idx))
+
+        tenant_walk(tenants, jobs_of, key, try_place, 0.0, done)
+
+
+@dataclass
+class Fair:
+    """ASTRAEA. At lease expiry only a job of a tenant holding more than its quota is up for
+    grabs, and only a job that keeps its tenant within quota (or a starving job) may take
+    its GPUs: a borrower yields to an under-served tenant, never to another borrower."""
+
+    name: str = "fair"
+    preemptive: bool = True
+
+    def walk(self, sim: Simulator, now: float, cands: list[Run], try_place: TryPlace, done: Done) -> None:
+        cfg = sim.fcfg
+        alloc = _allocated(sim, cands)
+        # 1. Renewals of tenants within their quota are not contested.
+        contest: dict[str, list[Run]] = {}
+        for r in cands:
+            if r.state == PENDING:
+                continue
+            if sim.holding[r.tenant] <= sim.quota[r.tenant]:
+                try_place(r)
+                alloc[r.tenant] += r.gpus
+            else:
+                contest.setdefault(r.tenant, []).append(r)
+        # 2. Pending jobs too large for every block that is or may become free sit out.
+        largest = sim.alloc.largest_free_order()
+        for t, queue in sim.pending_by_tenant.items():
+            fits = [r for r in queue.values() if r.order <= largest]
+            if fits:
+                contest.setdefault(t, []).extend(fits)
+        if not contest:
+            return
+        tenants: dict[str, TenantState] = {}
+        for t in contest:
+            st = sim.accounts[t].standing(now)
+            tenants[t] = TenantState(t, st.quota, alloc[t], st.used, st.entitled, share=sim.shares[t])
+        starving: set[int] = set()
+
+        def key(r: Run) -> tuple[int, float, float]:
+            # Fast path, same result as fair_job_key: a job that has not run yet and is not
+            # starving has U_j = 0 < D_j, so F_j = 0 (most of a long queue looks like this).
+            if r.state == PENDING and r.held_s == 0 and now - r.pending_since < cfg.starvation_s:
+                if sim.quota[r.tenant] > 0 and now > r.job.submit_s:
+                    return (1, 0.0, r.job.submit_s)
+            view = JobView(
+                r.job.id,
+                r.tenant,
+                r.gpus,
+                r.job.submit_s,
+                used=r.gpus * r.held(now),
+                deserved=sim.clocks[r.tenant].deserved(now, r.job.id),
+                pending_since=r.pending_since if r.state == PENDING else None,
+            )
+            k = fair_job_key(view, now, cfg)
+            if k[0] == 0:
+                starving.add(r.idx)
+            return k
+
+        def jobs_of(t: str) -> list[Run]:
+            return sorted(contest[t], key=key)
+
+        def place(r: Run) -> bool:
+            t = tenants[r.tenant]
+            # Displacing only what keeps the taker within its quota stops ping-pong: a
+            # taker that went over quota would itself be displaced at its next expiry.
+            return try_place(r, displace=t.allocated + r.gpus <= t.quota or r.idx in starving)
+
+        # 3. The two-stage walk over the rest.
+        tenant_walk(tenants, jobs_of, lambda t: fair_tenant_key(t, cfg), place, cfg.lease_s, done)
+        # 4. The oldest waiting job (pending is in queueing order), if starving and still
+        #    unplaced, gets a block reserved and drained for it.
+        oldest = next(iter(sim.pending.values()), None)
+        if oldest is not None and now - oldest.pending_since >= cfg.starvation_s:
+            sim.reserve(oldest)
+
+
+POLICIES: dict[str, Callable[[], Fifo | Sjf | Las | Ftf | Drf | Fair]] = {
+    "fifo": Fifo,
+    "sjf": Sjf,
+    "las": Las,
+    "drf": Drf,
+    "ftf": Ftf,
+    "fair": Fair,
+}

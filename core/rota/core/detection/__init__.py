@@ -1,0 +1,2 @@
+"""Detection: pipeline layouts, the 1F1B cost model, fail-slow and fail-stop verdicts and re-plans.
+"""

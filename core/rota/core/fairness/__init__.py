@@ -1,0 +1,2 @@
+"""Fairness: LTGF accounts, the two-stage walk and standings, shared by ledger, allocator and simulator.
+"""

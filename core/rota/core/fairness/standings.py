@@ -1,0 +1,108 @@
+"""Standings from recorded history (pure): what the ledger service reports.
+
+The ledger knows intervals, not ticks: when each job demanded GPUs (from submission until
+it finished) and when each lease held them (its usage rows). These functions replay those
+intervals through the accounting core of `rota.core.fairness.ltgf` (TenantAccount over hourly
+buckets, JobShareClock), so the service, the simulator and the `fair` policy agree on
+every number. Times are seconds since the epoch; results are GPU-seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from rota.core.fairness.ltgf import FairnessConfig, JobShareClock, TenantAccount, TenantStanding, ratio
+
+
+@dataclass(frozen=True)
+class Span:
+    """`gpus` GPUs demanded or held over [start, end)."""
+
+    start: float
+    end: float
+    gpus: int
+
+
+@dataclass(frozen=True)
+class JobLife:
+    """A job as the job-level clock sees it: active from arrival until it finished."""
+
+    id: str
+    gpus: int
+    weight: float  # w_j: the job's priority, as in the simulator
+    arrival: float
+    finished: float | None = None
+
+
+@dataclass(frozen=True)
+class JobStanding:
+    id: str
+    deserved: float  # D_j, GPU-seconds since arrival
+    used: float  # U_j, GPU-seconds it ran
+
+    @property
+    def fairness(self) -> float:
+        return ratio(self.used, self.deserved)
+
+
+def window_start(now: float, cfg: FairnessConfig) -> float:
+    """Start of the oldest bucket the sliding window at `now` reads (see HourlyWindow)."""
+    buckets = max(1, round(cfg.window_s / cfg.bucket_s))
+    return (math.floor(now / cfg.bucket_s) - buckets + 1) * cfg.bucket_s
+
+
+def tenant_standing(
+    tenant: str,
+    quota: int,
+    since: float,
+    now: float,
+    demand: Iterable[Span],
+    running: Iterable[Span],
+    cfg: FairnessConfig | None = None,
+) -> TenantStanding:
+    """W, D and U of one tenant over the window at `now`, accrued from `since` (the window's
+    start, or later when the tenant is younger): W = Q·t, D = ∫ min(demand, Q), U = ∫ running."""
+    cfg = cfg or FairnessConfig()
+    since = max(since, window_start(now, cfg))
+    deltas: dict[float, list[int]] = {}
+    for spans, k in ((demand, 0), (running, 1)):
+        for s in spans:
+            a, b = max(s.start, since), min(s.end, now)
+            if b > a:  # clipped to the window; a span outside it changes nothing
+                deltas.setdefault(a, [0, 0])[k] += s.gpus
+                deltas.setdefault(b, [0, 0])[k] -= s.gpus
+    account = TenantAccount(tenant, quota, cfg)
+    account.since = since  # accrue from here, not from the epoch
+    level = [0, 0]
+    for t in sorted(deltas):
+        level = [level[0] + deltas[t][0], level[1] + deltas[t][1]]
+        account.set_load(t, level[0], level[1])
+    return account.standing(now)
+
+
+def job_standings(
+    quota: int, jobs: Iterable[JobLife], used: Mapping[str, float], now: float
+) -> dict[str, JobStanding]:
+    """D_j for every job of one tenant by replaying arrivals and departures through the
+    share clock (s_j = w_j / Σ active w · Q); U_j comes from the usage rows (`used`).
+
+    `jobs` must hold every job active at any time since the earliest arrival among them,
+    since each one changes the others' shares while it is active."""
+    clock = JobShareClock(quota)
+    events: list[tuple[float, int, JobLife]] = []
+    for j in jobs:
+        if j.arrival <= now:
+            events.append((j.arrival, 1, j))
+            if j.finished is not None and j.finished <= now:
+                events.append((j.finished, 0, j))  # departures first at a tie: 0 sorts before 1
+    deserved: dict[str, float] = {}
+    for t, kind, j in sorted(events, key=lambda e: (e[0], e[1], e[2].id)):
+        if kind == 1:
+            clock.add(t, j.id, j.gpus, j.weight)
+        else:
+            deserved[j.id] = clock.remove(t, j.id)
+    for job_id in clock.jobs:
+        deserved[job_id] = clock.deserved(now, job_id)
+    return {k: JobStanding(k, d, used.get(k, 0.0)) for k, d in deserved.items()}

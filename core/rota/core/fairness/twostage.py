@@ -1,0 +1,119 @@
+"""ASTRAEA's two-stage choice (SPEC §4): pick a tenant, then one of its jobs, repeat.
+
+Stage 1, tenant: a tenant using under 20% of its quota goes first (lowest allocation /
+quota); otherwise the lowest U_u / W_u over the window. Whoever is chosen gets its next
+job that fits; its standing is then charged with that job and the choice repeats, so
+tenants borrow above quota only while GPUs are left over after the others.
+Stage 2, job: jobs pending for longer than the starvation threshold first, oldest first;
+then ascending F_j (ties by submit time).
+
+`tenant_walk` is the generic loop (the simulator's `drf` baseline reuses it with another
+tenant key); `fair_tenant_key` and `fair_job_key` are the ASTRAEA rules.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from rota.core.fairness.ltgf import FairnessConfig, ratio
+
+
+@dataclass
+class TenantState:
+    """A tenant's standing at the start of a round, charged as the round hands out jobs."""
+
+    name: str
+    quota: int
+    allocated: int  # GPUs it holds now (jobs not up for renewal)
+    used: float  # U_u over the window, GPU-seconds
+    entitled: float  # W_u over the window
+    share: float = 1.0
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What the job stage needs to know about a candidate job."""
+
+    id: str
+    tenant: str
+    gpus: int
+    submit_s: float
+    used: float  # U_j, GPU-seconds
+    deserved: float  # D_j
+    pending_since: float | None  # None while it runs (a running job cannot starve)
+
+    @property
+    def fairness(self) -> float:
+        return ratio(self.used, self.deserved)
+
+
+def fair_tenant_key(t: TenantState, cfg: FairnessConfig) -> tuple[int, float]:
+    if t.quota > 0 and t.allocated < cfg.low_usage_frac * t.quota:
+        return (0, t.allocated / t.quota)
+    if t.entitled > 0:
+        return (1, t.used / t.entitled)
+    # No entitlement (a zero quota): served only from GPUs nobody else wants.
+    return (2, t.used)
+
+
+def fair_job_key(j: JobView, now: float, cfg: FairnessConfig) -> tuple[int, float, float]:
+    if j.pending_since is not None and now - j.pending_since >= cfg.starvation_s:
+        return (0, j.pending_since, j.submit_s)
+    return (1, j.fairness, j.submit_s)
+
+
+class HasTenant(Protocol):
+    @property
+    def tenant(self) -> str: ...
+
+    @property
+    def gpus(self) -> int: ...
+
+
+J = TypeVar("J", bound=HasTenant)
+
+
+def tenant_walk(
+    tenants: Mapping[str, TenantState],
+    jobs_of: Callable[[str], Sequence[J]],
+    tenant_key: Callable[[TenantState], tuple[float, ...]],
+    try_place: Callable[[J], bool],
+    charge_s: float,
+    done: Callable[[], bool] = lambda: False,
+) -> list[J]:
+    """Hand out jobs tenant by tenant among `tenants` (those with candidates).
+
+    `jobs_of(t)` gives tenant t's candidates in job order; it is called once, when t is
+    first chosen, so a round that fills few GPUs never orders most tenants' queues.
+    1. Pop the tenant with the smallest key among those with candidates left.
+    2. Offer its next candidates to `try_place` until one is placed (skipped ones are
+       gone for this round: nothing frees GPUs mid-round).
+    3. Charge the tenant: allocation += n, used += n · charge_s (the lease it just got),
+       and push it back with its new key. Stop when `done()` or no tenant has candidates.
+    """
+    heap = [(tenant_key(state), name) for name, state in tenants.items()]
+    heapq.heapify(heap)
+    queues: dict[str, Sequence[J]] = {}
+    cursor: dict[str, int] = {}
+    placed: list[J] = []
+    while heap and not done():
+        _, name = heapq.heappop(heap)
+        if name not in queues:
+            queues[name], cursor[name] = jobs_of(name), 0
+        jobs, i = queues[name], cursor[name]
+        while i < len(jobs) and not try_place(jobs[i]):
+            i += 1
+        if i == len(jobs):
+            continue
+        job = jobs[i]
+        placed.append(job)
+        cursor[name] = i + 1
+        state = tenants[name]
+        state.allocated += job.gpus
+        state.used += job.gpus * charge_s
+        if i + 1 < len(jobs):
+            heapq.heappush(heap, (tenant_key(state), name))
+    return placed

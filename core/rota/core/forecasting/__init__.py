@@ -1,0 +1,2 @@
+"""Forecasting models: physical priors, ridge corrections, quantization tiers, realtime profiles.
+"""

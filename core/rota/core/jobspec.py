@@ -1,0 +1,150 @@
+"""A job's specification as plain data, and its validation (pure).
+
+The api validates every submission here before anything is stored; the error names the
+field and the reason. Limits keep one job from bloating the database or the plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rota.core.errors import InvalidArgument
+
+KINDS = ("training", "batch_inference", "quantization", "realtime", "trial")
+BATCH_LIKE = frozenset({"training", "batch_inference", "quantization", "trial"})
+RESTART_POLICIES = ("never", "on-failure")
+DEFAULT_MAX_RETRIES = 3
+
+MAX_NAME = 128
+MAX_ARGS = 256
+MAX_ARG_BYTES = 4096
+MAX_ENV = 64
+MAX_FEATURES = 64
+MAX_DEMAND_STEPS = 24 * 7 * 4
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+ENV_KEY_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class JobSpecData:
+    name: str = ""
+    tenant: str = ""
+    kind: str = ""
+    priority: int = 0
+    gpus: int = 0
+    command: list[str] = field(default_factory=list)
+    workdir: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    duration_seconds: float | None = None
+    preemptible: bool = False
+    restart: str = "never"
+    max_retries: int = 0
+    features: dict[str, Any] = field(default_factory=dict)
+    demand: list[int] = field(default_factory=list)
+    max_swap: int = 0
+    # The failure detector may restart the job with a re-planned 3-D layout (ROTA_LAYOUT).
+    accepts_layout_changes: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> JobSpecData:
+        return JobSpecData(**data)
+
+    def canonical_json(self) -> str:
+        """The spec as JSON with sorted keys: what a job row stores, and what `digest` hashes.
+        Every field is a JSON value already, so the fields serialize as they are, without
+        the deep copy `to_dict` makes (this runs for every submission)."""
+        return json.dumps(vars(self), sort_keys=True)
+
+    def digest(self) -> str:
+        """Identity of the submission body, for idempotent retries."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+
+def is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def next_power_of_two(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def gpus_to_hold(spec: JobSpecData) -> int:
+    """GPUs the live cluster reserves: batch-like jobs their block; realtime its peak (FIFO)."""
+    if spec.kind == "realtime" and spec.demand:
+        return next_power_of_two(max(max(spec.demand), spec.gpus, 1))
+    return spec.gpus
+
+
+def _require(condition: bool, field_name: str, reason: str) -> None:
+    if not condition:
+        raise InvalidArgument(field_name, reason)
+
+
+def validate(spec: JobSpecData, *, max_gpus_per_node: int) -> JobSpecData:
+    """Returns the normalised spec or raises InvalidArgument naming the first bad field."""
+    _require(len(spec.command) > 0, "command", "must not be empty")
+    _require(len(spec.command) <= MAX_ARGS, "command", f"more than {MAX_ARGS} arguments")
+    for i, arg in enumerate(spec.command):
+        _require(len(arg.encode()) <= MAX_ARG_BYTES, f"command[{i}]", f"longer than {MAX_ARG_BYTES} bytes")
+    _require(spec.command[0] != "", "command[0]", "must not be empty")
+    if not spec.name and spec.command:
+        spec.name = _default_name(spec.command)
+    _require(bool(spec.name), "name", "must not be empty")
+    _require(len(spec.name) <= MAX_NAME, "name", f"longer than {MAX_NAME} characters")
+    _require(bool(NAME_PATTERN.match(spec.name)), "name", "use letters, digits, '.', '_' or '-'")
+    _require(bool(spec.tenant), "tenant", "must not be empty")
+    _require(spec.kind in KINDS, "kind", f"unknown kind {spec.kind!r}; one of {', '.join(KINDS)}")
+    _require(1 <= spec.priority <= 10, "priority", f"must be between 1 and 10 (got {spec.priority})")
+    _validate_gpus(spec, max_gpus_per_node)
+    _require(len(spec.workdir.encode()) <= MAX_ARG_BYTES, "workdir", f"longer than {MAX_ARG_BYTES} bytes")
+    _require(len(spec.env) <= MAX_ENV, "env", f"more than {MAX_ENV} variables")
+    for key, value in spec.env.items():
+        _require(bool(ENV_KEY_PATTERN.match(key)), f"env.{key}", "not a valid variable name")
+        _require(not key.startswith("ROTA_"), f"env.{key}", "ROTA_ variables are set by the agent")
+        _require(len(value.encode()) <= MAX_ARG_BYTES, f"env.{key}", f"longer than {MAX_ARG_BYTES} bytes")
+    if spec.duration_seconds is not None:
+        d = spec.duration_seconds
+        _require(math.isfinite(d) and d > 0, "duration", f"must be positive (got {d:g} seconds)")
+    _require(spec.restart in RESTART_POLICIES, "restart", f"one of {', '.join(RESTART_POLICIES)}")
+    _require(0 <= spec.max_retries <= 100, "max_retries", "must be between 0 and 100")
+    if spec.restart == "on-failure" and spec.max_retries == 0:
+        spec.max_retries = DEFAULT_MAX_RETRIES
+    _require(len(spec.features) <= MAX_FEATURES, "features", f"more than {MAX_FEATURES} entries")
+    _require(len(json.dumps(spec.features)) <= 16 * 1024, "features", "larger than 16 KiB")
+    return spec
+
+
+def _default_name(command: list[str]) -> str:
+    """The script's name (`python examples/train_lm.py ...` -> `train_lm`), else the program's."""
+    script = next((a for a in command if a.endswith((".py", ".sh"))), command[0])
+    stem = script.rsplit("/", 1)[-1].rsplit(".", 1)[0] if "." in script else script.rsplit("/", 1)[-1]
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", stem).lstrip("._-")[:MAX_NAME]
+    return name or "job"
+
+
+def _validate_gpus(spec: JobSpecData, max_gpus_per_node: int) -> None:
+    if spec.kind == "realtime":
+        _require(len(spec.demand) <= MAX_DEMAND_STEPS, "demand", f"more than {MAX_DEMAND_STEPS} steps")
+        _require(all(d >= 0 for d in spec.demand), "demand", "GPU counts must not be negative")
+        _require(spec.max_swap >= 0, "max_swap", "must not be negative")
+        _require(spec.gpus > 0 or any(spec.demand), "gpus", "a realtime app needs gpus or a demand curve")
+        if spec.gpus:
+            _require(is_power_of_two(spec.gpus), "gpus", f"must be a power of two (got {spec.gpus})")
+    else:
+        _require(not spec.demand, "demand", "only realtime apps have a demand curve")
+        _require(is_power_of_two(spec.gpus), "gpus", f"must be a power of two (got {spec.gpus})")
+    hold = gpus_to_hold(spec)
+    # With no node registered yet there is nothing to compare with: the job waits.
+    _require(
+        max_gpus_per_node == 0 or hold <= max_gpus_per_node,
+        "gpus",
+        f"{hold} GPUs exceed the largest node in the cluster ({max_gpus_per_node} GPUs)",
+    )

@@ -1,0 +1,121 @@
+"""One live re-plan, end to end and pure: snapshot -> scenario -> policy -> step-0 decision.
+
+The loop calls this in a worker thread; tests call it directly with plain data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rota.core.fairness.ltgf import FairnessConfig
+from rota.core.fairness.twostage import JobView, TenantState
+from rota.core.planning import policies, policy_fair
+from rota.core.planning.grid import Grid
+from rota.core.planning.liveplan import (
+    Horizon,
+    LiveJob,
+    LiveNode,
+    LiveScenario,
+    StepDecision,
+    build,
+    decide,
+    figures,
+)
+from rota.core.planning.moves import (
+    MAX_PREEMPTION_CANDIDATES,
+    Migration,
+    MoveInputs,
+    Preemption,
+    pin_targets,
+    price_preemptions,
+    repair_fragmentation,
+)
+
+
+@dataclass(frozen=True)
+class FairInputs:
+    """The ledger's standings, for the `fair` policy: stage 1 (tenants) and stage 2 (jobs)."""
+
+    tenants: dict[str, TenantState]
+    jobs: dict[str, JobView]
+    config: FairnessConfig = field(default_factory=FairnessConfig)
+
+
+@dataclass
+class PlanOutcome:
+    live: LiveScenario
+    plan_grid: Grid
+    decision: StepDecision
+    policy: str
+    runtime_ms: float
+    figures: dict[str, float | int] = field(default_factory=dict)
+    stats: dict[str, float | int | str] = field(default_factory=dict)
+    yields: list[policy_fair.Yield] = field(default_factory=list)
+    preemption: Preemption | None = None  # a started job to pause and requeue for higher-value work
+    migrations: list[Migration] = field(default_factory=list)  # moves that free an aligned block
+
+
+PRICED = ("fast", "full")  # the policies that price preemption (fifo never preempts; fair yields leases)
+
+
+def plan_live(
+    nodes: Sequence[LiveNode], jobs: Sequence[LiveJob], horizon: Horizon, policy: str, full_time_limit_s: float = 10.0,
+    fair: FairInputs | None = None, held_back: Mapping[str, str] | None = None, moves: MoveInputs | None = None,
+) -> PlanOutcome:
+    started = time.perf_counter()
+    moves = moves or MoveInputs()
+    # 1. Jobs resumed or migrated to a node are placed there first; the policy plans around them.
+    targets = {j: n for j, n in moves.targets.items() if not held_back or j not in held_back}
+    jobs, pinned, pinned_waiting = pin_targets(nodes, jobs, targets)
+    held_back = {**(held_back or {}), **pinned_waiting}  # no room on its node: it waits, not elsewhere
+
+    def solve(these: Sequence[LiveJob]) -> tuple[LiveScenario, Grid, float, dict[str, float | int | str]]:
+        live = build(nodes, these, horizon, held_back)
+        if policy == "fair" and fair is not None:
+            plan = policy_fair.plan(live.scenario, fair.tenants, horizon.now_s, jobs=fair.jobs, cfg=fair.config)
+        else:
+            plan = policies.get(policy, full_time_limit=full_time_limit_s)(live.scenario)
+        return live, plan.grid, float(figures(live, plan.grid)["objective"]), plan.stats
+
+    # 2. The policy plans the horizon; step 0 becomes the decision.
+    live, grid, objective, plan_stats = solve(jobs)
+    runtime_ms = (time.perf_counter() - started) * 1000
+    decision = decide(live, grid)
+    decision.starts[:0] = pinned
+    stats = {k: v for k, v in plan_stats.items() if k in ("gap", "bound", "status")}
+    outcome = PlanOutcome(live, grid, decision, policy, runtime_ms, figures(live, grid), stats)
+    # 3. Moves of started jobs: lease yields under `fair`; else a migration that repairs
+    #    fragmentation (the moved job loses only its move), else a priced preemption under
+    #    `fast` and `full`. The FIFO baseline moves nothing.
+    if policy == "fair" and fair is not None:
+        outcome.yields = _lease_yields(live, grid, decision, horizon, fair, moves)
+    if not outcome.yields and policy != "fifo" and moves.costs:
+        outcome.migrations = repair_fragmentation(live, grid, decision, horizon, moves)
+        if not outcome.migrations and policy in PRICED:
+            outcome.preemption = price_preemptions(
+                jobs, horizon, lambda these: solve(these)[:3], (live, grid, objective), decision, moves,
+                limit=1 if policy == "full" else MAX_PREEMPTION_CANDIDATES)  # a CP-SAT solve each
+    return outcome
+
+
+def _lease_yields(
+    live: LiveScenario, grid: Grid, decision: StepDecision, horizon: Horizon, fair: FairInputs, moves: MoveInputs,
+) -> list[policy_fair.Yield]:
+    """At lease expiry, over-share tenants' preemptible jobs yield to under-served waiting
+    ones: paused when they have an image (the loop pauses them), else restarted."""
+    now = horizon.now_s
+    leases = [
+        policy_fair.Lease(j.id, j.tenant, len(j.gpu_indices), now - j.elapsed_s, j.preemptible, j.restart, node=j.node or "",
+                          pausable=j.id in moves.costs)
+        for j in live.jobs.values() if j.node is not None and not j.realtime and j.id not in moves.busy
+    ]
+    waiting = [fair.jobs[i] for i in decision.waiting if i in fair.jobs and live.jobs[i].node is None]
+    free_now = sum(1 for g, row in enumerate(grid) if row[0] is None and live.layout.where(g) is not None)
+
+    def one_node(job: JobView, picked: Sequence[policy_fair.Lease]) -> bool:
+        # A job runs on one node: GPUs freed on several nodes would not make its block.
+        return len({lease.node for lease in picked}) <= 1
+
+    return policy_fair.lease_yields(leases, waiting, fair.tenants, free_now, now, fair.config, fits=one_node)

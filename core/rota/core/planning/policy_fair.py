@@ -1,0 +1,214 @@
+"""The `fair` policy: ASTRAEA's two-stage rule (SPEC §4) on the SPEC §3 grid, and the
+lease-expiry decision of which running jobs yield to an under-served tenant.
+
+`plan` pins running jobs and serves realtime apps as `fast` does; then batch-like jobs
+are handed out by `rota.core.fairness.twostage.tenant_walk`: the tenant under 20% of its quota
+first, else the lowest U/W, then its starving job (oldest first) or its lowest F_j; each
+taken at the earliest aligned block free for its run. Every pick charges its tenant a
+lease, so tenants alternate in proportion to their quotas instead of one draining its
+queue first. With no standings every tenant starts level (equal shares, no usage).
+
+Pure: plain data in, a grid out; the ledger's numbers arrive as arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from rota.core.fairness.ltgf import FairnessConfig, quotas
+from rota.core.fairness.twostage import JobView, TenantState, fair_job_key, fair_tenant_key, tenant_walk
+from rota.core.planning.grid import Board, Plan, pinned_board
+from rota.core.planning.policy_fast import earliest_block, place_realtime
+from rota.core.planning.scenario import BatchJob, Scenario
+
+ON_FAILURE = "on-failure"
+
+
+def level_tenants(s: Scenario, cfg: FairnessConfig) -> dict[str, TenantState]:
+    """Equal shares of the grid's GPUs, the GPUs each holds at step 0, and no usage yet."""
+    names = sorted({j.tenant for j in s.batch} | {r.tenant for r in s.realtime})
+    quota = quotas(s.gpus, dict.fromkeys(names, 1.0))
+    held = dict.fromkeys(names, 0)
+    for j in s.batch:
+        if j.running is not None:
+            held[j.tenant] += j.gpus
+    for r in s.realtime:
+        held[r.tenant] += len(r.held)
+    return {t: TenantState(t, quota[t], held[t], 0.0, quota[t] * cfg.window_s) for t in names}
+
+
+def fair_order(
+    s: Scenario,
+    b: Board,
+    standings: Mapping[str, TenantState] | None = None,
+    jobs: Mapping[str, JobView] | None = None,
+    now: float = 0.0,
+    cfg: FairnessConfig | None = None,
+) -> list[BatchJob]:
+    """Places the waiting batch-like jobs on `b` in two-stage order; returns them in it."""
+    cfg = cfg or FairnessConfig()
+    level = level_tenants(s, cfg)
+    given = standings or {}
+    rank = {job_id: i for i, job_id in enumerate(s.order)}
+    queues: dict[str, list[BatchJob]] = {}
+    for j in s.batch:
+        if j.running is None and j.arrival < s.horizon:
+            queues.setdefault(j.tenant, []).append(j)
+    # Copies: the walk charges each pick to its tenant's state.
+    tenants = {t: dataclasses.replace(given[t] if t in given else level[t]) for t in queues}
+
+    def view(j: BatchJob) -> JobView:
+        known = (jobs or {}).get(j.id)
+        if known is not None:
+            return known
+        arrives = now + j.arrival * s.step_seconds  # unknown to the ledger: F = 1, not starving
+        return JobView(j.id, j.tenant, j.gpus, arrives, 0.0, 0.0, arrives)
+
+    def jobs_of(t: str) -> list[BatchJob]:
+        return sorted(queues[t], key=lambda j: (fair_job_key(view(j), now, cfg), rank.get(j.id, len(rank))))
+
+    def place(j: BatchJob) -> bool:
+        spot = earliest_block(b, j, 0)
+        if spot is None:
+            return False
+        start, first = spot
+        b.place_block(j.id, first, j.gpus, start, start + j.duration)
+        return True
+
+    return tenant_walk(tenants, jobs_of, lambda t: fair_tenant_key(t, cfg), place, cfg.lease_s)
+
+
+def plan(
+    s: Scenario,
+    standings: Mapping[str, TenantState] | None = None,
+    now: float = 0.0,
+    *,
+    jobs: Mapping[str, JobView] | None = None,
+    cfg: FairnessConfig | None = None,
+) -> Plan:
+    """The `fair` grid. `standings`: per-tenant quota, held GPUs, U and W (the ledger's
+    `tenant_states`); `jobs`: per-job U_j, D_j and pending_since (its `job_views`)."""
+    b = pinned_board(s)
+    place_realtime(b, s.realtime)
+    placed = fair_order(s, b, standings, jobs, now, cfg)
+    waiting = sum(1 for j in s.batch if j.running is None)
+    return Plan(b.cells, {"placed": len(placed), "unplaced": waiting - len(placed)})
+
+
+# Lease expiry.
+@dataclass(frozen=True)
+class Lease:
+    """A running job's hold on its GPUs."""
+
+    job_id: str
+    tenant: str
+    gpus: int
+    started: float  # when it last (re)started on these GPUs
+    preemptible: bool
+    restart: str  # never | on-failure
+    lease_start: float | None = None  # the current lease's start, if renewed since `started`
+    node: str = ""
+    pausable: bool = False  # it has a checkpoint image: it can be paused and resumed, not restarted
+
+
+@dataclass(frozen=True)
+class Yield:
+    job_id: str
+    tenant: str
+    gpus: int
+    to_job: str
+    to_tenant: str
+    reason: str
+
+
+def expired(lease: Lease, now: float, cfg: FairnessConfig) -> bool:
+    """Up for renewal: its lease ran out and it did not restart within the delay threshold."""
+    begun = lease.started if lease.lease_start is None else lease.lease_start
+    return now >= begun + cfg.lease_s and now - lease.started >= cfg.delay_s
+
+
+def lease_yields(
+    leases: Sequence[Lease],
+    waiting: Sequence[JobView],
+    tenants: Mapping[str, TenantState],
+    free_gpus: int,
+    now: float,
+    cfg: FairnessConfig | None = None,
+    fits: Callable[[JobView, Sequence[Lease]], bool] | None = None,
+) -> list[Yield]:
+    """Which running jobs yield, at lease expiry, to an under-served tenant's waiting job.
+
+    Only a job that is `preemptible` and can continue elsewhere (it is `pausable`: paused
+    and resumed from its image; or it has restart `on-failure`: requeued and restarted),
+    and whose lease expired, may yield, and only while its tenant holds more
+    than its quota. A waiting job may take GPUs only if its tenant stays within quota (or
+    the job is starving), so a borrower yields to an under-served tenant, never to another
+    borrower. Takers come in two-stage order; the most over-quota tenant yields first, its
+    longest-held lease first. A taker gets yields only if they, with the free GPUs, cover
+    it (and `fits(job, leases)` agrees when given, e.g. that they lie on one node).
+    """
+    cfg = cfg or FairnessConfig()
+    state = {t: dataclasses.replace(st) for t, st in tenants.items()}
+    holding = {t: st.allocated for t, st in tenants.items()}
+    quota = {t: st.quota for t, st in tenants.items()}
+    up = [x for x in leases if x.preemptible and (x.pausable or x.restart == ON_FAILURE) and expired(x, now, cfg)]
+    yielded: dict[str, Yield] = {}
+    free = free_gpus
+
+    def over(tenant: str) -> int:
+        return holding.get(tenant, 0) - quota.get(tenant, 0)
+
+    def victims_for(job: JobView) -> list[Lease] | None:
+        picked: list[Lease] = []
+        pool = [x for x in up if x.job_id not in yielded and x.tenant != job.tenant]
+
+        def excess(tenant: str) -> int:  # over quota, counting what it already gave up here
+            return over(tenant) - sum(p.gpus for p in picked if p.tenant == tenant)
+
+        def order(x: Lease) -> tuple[float, float, float, str]:
+            begun = x.started if x.lease_start is None else x.lease_start
+            return (-excess(x.tenant), -_ratio(state.get(x.tenant)), begun, x.job_id)
+
+        while free + sum(p.gpus for p in picked) < job.gpus or (fits is not None and not fits(job, picked)):
+            pool = [x for x in pool if excess(x.tenant) > 0]
+            if not pool:
+                return None
+            pool.sort(key=order)
+            picked.append(pool.pop(0))
+        return picked
+
+    def take(job: JobView) -> bool:
+        nonlocal free
+        starving = job.pending_since is not None and now - job.pending_since >= cfg.starvation_s
+        if holding.get(job.tenant, 0) + job.gpus > quota.get(job.tenant, 0) and not starving:
+            return False
+        picked = victims_for(job)
+        if picked is None:
+            return False
+        for x in picked:
+            reason = (f"tenant {x.tenant} holds {holding[x.tenant]} GPUs over its quota of {quota[x.tenant]}; "
+                      f"its lease expired and {job.tenant}'s job {job.id} is under-served")
+            yielded[x.job_id] = Yield(x.job_id, x.tenant, x.gpus, job.id, job.tenant, reason)
+            holding[x.tenant] -= x.gpus
+            if x.tenant in state:
+                state[x.tenant].allocated -= x.gpus
+        free += sum(x.gpus for x in picked) - job.gpus
+        holding[job.tenant] = holding.get(job.tenant, 0) + job.gpus
+        return True
+
+    queues: dict[str, list[JobView]] = {}
+    for j in waiting:
+        queues.setdefault(j.tenant, []).append(j)
+    walkers = {t: state.get(t) or TenantState(t, 0, 0, 0.0, 0.0) for t in queues}
+
+    def jobs_of(t: str) -> list[JobView]:
+        return sorted(queues[t], key=lambda j: fair_job_key(j, now, cfg))
+
+    tenant_walk(walkers, jobs_of, lambda t: fair_tenant_key(t, cfg), take, cfg.lease_s)
+    return list(yielded.values())
+
+
+def _ratio(t: TenantState | None) -> float:
+    return t.used / t.entitled if t is not None and t.entitled > 0 else 0.0
