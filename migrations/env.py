@@ -3,8 +3,18 @@
 from alembic import context
 from sqlalchemy import create_engine, pool
 
+# Every service owns its tables in its own models module; this environment is the one place
+# that composes them all (docs/architecture.md), so `alembic check` and the migration tests
+# see the whole schema while no service imports another's models.
+import rota.allocator.models  # noqa: F401 - plan_steps
+import rota.checkpoint.models  # noqa: F401 - checkpoint_images, _manifests, _chunks, _operations
+import rota.detector.models  # noqa: F401 - detector_verdicts, job_layouts, device_health
+import rota.forecaster.models  # noqa: F401 - forecast_completions, forecast_traffic
+import rota.ledger.models  # noqa: F401 - ledger_usage, ledger_collected
 from rota.common.db import normalize_url
-from rota.common.schema import metadata
+from rota.common.models import Base
+
+metadata = Base.metadata
 
 config = context.config
 target_metadata = metadata

@@ -2,19 +2,55 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import secrets
+import threading
 from datetime import datetime
 from decimal import Decimal
 
+import grpc
+from opentelemetry import trace
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from rota.common.auth import hash_token
+from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
 from rota.common.models import GpuRow, JobRow, NodeRow, PlacementRow, TenantRow
+from rota.common.server import RotaInterceptor
+from rota.ledger.service import LedgerService
+from rota.v1 import ledger_pb2_grpc
 
 _epochs = itertools.count(1)
+ADMIN = "admin-secret"
+
+
+class LedgerServer:
+    """The ledger servicer on an ephemeral port, its event loop on a thread of its own."""
+
+    def __init__(self, db: Database) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+        async def start() -> tuple[grpc.aio.Server, int]:
+            interceptor = RotaInterceptor(
+                tracer=trace.get_tracer("test"), authenticate=TokenAuthenticator(ADMIN, db), default_deadline_s=20
+            )
+            server = grpc.aio.server(interceptors=[interceptor])
+            ledger_pb2_grpc.add_LedgerServiceServicer_to_server(LedgerService(db), server)
+            port = server.add_insecure_port("127.0.0.1:0")
+            await server.start()
+            return server, port
+
+        self.server, self.port = asyncio.run_coroutine_threadsafe(start(), self.loop).result(10)
+        self.target = f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(0), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
 
 
 def add_tenant(

@@ -12,8 +12,8 @@ from rota.agent.checkpoints import AgentCheckpoints
 from rota.agent.main import Heartbeats
 from rota.agent.processes import ProcessTable
 from rota.agent.service import AgentRuntime
-from rota.checkpoint.config import CheckpointSettings
 from rota.common.config import Settings
+from rota.imagestore.settings import CheckpointSettings
 from rota.v1 import api_pb2
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]

@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 from allocator_fixtures import setup_cluster, submit
+from ledger_fixtures import ADMIN, LedgerServer
 from sqlalchemy import func, select, update
 
 from rota.allocator import repository as alloc
 from rota.allocator.loop import PRUNE_INTERVAL_S, SchedulingLoop
 from rota.allocator.models import PlanStepRow
+from rota.allocator.peers import Peers
 from rota.api import repository as api
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
@@ -69,7 +71,7 @@ def test_a_cycle_starts_step_zero_explains_the_rest_and_records_the_plan(db: Dat
     second = submit(db, tenant, gpus=2, duration_seconds=60.0)
     settings = Settings(plan_step_s=60.0, plan_horizon=6, full_interval_s=0, api_addr="127.0.0.1:1")
     live = LiveState(connect_redis(redis_url), "rota-test-" + secrets.token_hex(3))
-    loop = SchedulingLoop(settings, db, live, AgentClients("token"), clock=lambda: 6000.0)
+    loop = SchedulingLoop(settings, db, live, AgentClients("token"), Peers.from_settings(settings), clock=lambda: 6000.0)
     report = asyncio.run(loop.cycle())
     loop.leadership.release()
     assert (report.placed, report.waiting, report.planned) == (1, 1, "first plan of this leader")
@@ -93,10 +95,11 @@ def test_under_fair_an_over_share_tenant_yields_an_expired_lease_to_an_under_ser
     hog = submit(db, greedy, gpus=2, preemptible=True, restart="on-failure")
     db.run(lambda s: alloc.commit_decision(s, Start(hog, node, (0, 1)), Events()))
     waiting = submit(db, modest, gpus=1, duration_seconds=60.0)
+    ledger = LedgerServer(db)  # the standings come from the real LedgerService, over gRPC
     settings = Settings(policy="fair", plan_step_s=60.0, plan_horizon=6, full_interval_s=0, api_addr="127.0.0.1:1",
-                        fair_lease_s=0.001, fair_delay_s=0.0)
+                        fair_lease_s=0.001, fair_delay_s=0.0, admin_token=ADMIN, service_addrs={"ledger": ledger.target})
     live = LiveState(connect_redis(redis_url), "rota-test-" + secrets.token_hex(3))
-    loop = SchedulingLoop(settings, db, live, AgentClients("token"))
+    loop = SchedulingLoop(settings, db, live, AgentClients("token"), Peers.from_settings(settings))
 
 
     async def two_cycles() -> tuple[Any, Any]:
@@ -109,6 +112,7 @@ def test_under_fair_an_over_share_tenant_yields_an_expired_lease_to_an_under_ser
         yielded, started = asyncio.run(two_cycles())
     finally:
         loop.leadership.release()
+        ledger.stop()
     assert yielded is not None and yielded.state == "PENDING" and yielded.node is None
     assert f"yielded its GPUs to {waiting}" in yielded.reason
     assert started is not None and started.state == "SCHEDULED"
@@ -124,7 +128,7 @@ def test_an_agent_that_never_answers_does_not_hold_the_cycle(db: Database, redis
     job = submit(db, tenant)
     settings = Settings(plan_step_s=60.0, plan_horizon=4, full_interval_s=0, api_addr="127.0.0.1:1")
     live = LiveState(connect_redis(redis_url), "rota-test-" + secrets.token_hex(3))
-    loop = SchedulingLoop(settings, db, live, AgentClients("token"))
+    loop = SchedulingLoop(settings, db, live, AgentClients("token"), Peers.from_settings(settings))
     try:
         report = asyncio.run(asyncio.wait_for(loop.cycle(), timeout=5.0))
     finally:
@@ -169,7 +173,7 @@ def test_the_leader_prunes_plan_steps_once_per_interval(db: Database, redis_url:
     now = [6000.0]
     settings = Settings(plan_retention_s=86400, api_addr="127.0.0.1:1")
     live = LiveState(connect_redis(redis_url), "rota-test-" + secrets.token_hex(3))
-    loop = SchedulingLoop(settings, db, live, AgentClients("token"), clock=lambda: now[0])
+    loop = SchedulingLoop(settings, db, live, AgentClients("token"), Peers.from_settings(settings), clock=lambda: now[0])
     async def cycles() -> list[int]:
         pruned = []
         record_steps(db, 4, age_s=2 * 86400)

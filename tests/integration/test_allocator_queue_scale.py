@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from rota.allocator import repository as alloc
 from rota.allocator.loop import SchedulingLoop
+from rota.allocator.peers import Peers
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
 from rota.common.db import Database
@@ -97,7 +98,7 @@ def test_after_a_costly_plan_arrivals_wait_out_the_rest_and_are_planned_after_it
     submit(db, tenant)
     settings = Settings(plan_step_s=3600.0, plan_horizon=4, full_interval_s=0, api_addr="127.0.0.1:1")
     live = LiveState(connect_redis(redis_url), "rota-test-" + secrets.token_hex(3))
-    loop = SchedulingLoop(settings, db, live, AgentClients("token"), clock=lambda: 7200.0)
+    loop = SchedulingLoop(settings, db, live, AgentClients("token"), Peers.from_settings(settings), clock=lambda: 7200.0)
 
     async def cycles() -> tuple[str, str, str]:
         first = await loop.cycle()

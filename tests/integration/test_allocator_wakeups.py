@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from rota.allocator.loop import SchedulingLoop
+from rota.allocator.peers import Peers
 from rota.allocator.wakeups import Wakeups
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
@@ -90,8 +91,8 @@ def test_a_killed_subscription_is_made_again(live: LiveState, wakeups: Wakeups) 
 
 
 def test_a_wake_up_ends_the_allocators_pause_between_cycles(live: LiveState, wakeups: Wakeups, private_db: Database) -> None:
-    loop = SchedulingLoop(Settings(schedule_interval_s=LONG_S, api_addr="127.0.0.1:1"), private_db, live,
-                          AgentClients("token"), wakeups=wakeups)
+    settings = Settings(schedule_interval_s=LONG_S, api_addr="127.0.0.1:1")
+    loop = SchedulingLoop(settings, private_db, live, AgentClients("token"), Peers.from_settings(settings), wakeups=wakeups)
 
     async def scenario() -> None:
         await listening(wakeups, live)

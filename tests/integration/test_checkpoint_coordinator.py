@@ -23,17 +23,18 @@ from rota.allocator.loop import SchedulingLoop
 from rota.api import repository as api
 from rota.checkpoint import gc
 from rota.checkpoint import repository as repo
-from rota.checkpoint.config import CheckpointSettings
 from rota.checkpoint.coordinator import AgentCallFailed, Coordinator
-from rota.checkpoint.images import chunk_digests, digest_of, materialize, write_staged
 from rota.checkpoint.models import ImageRow, ManifestRow, OperationRow
-from rota.checkpoint.store import FileChunkStore
+from rota.common import read_models
 from rota.common.db import Database
 from rota.common.jobs_repo import Events, get_job
 from rota.common.models import GpuClaimRow, GpuRow, PlacementRow
 from rota.core import jobstate as js
 from rota.core.jobspec import JobSpecData, validate
 from rota.core.planning.liveplan import Start
+from rota.imagestore.chunks import FileChunkStore
+from rota.imagestore.images import chunk_digests, digest_of, materialize, write_staged
+from rota.imagestore.settings import CheckpointSettings
 from rota.runtime import imagefmt
 from rota.v1 import agent_pb2
 
@@ -144,15 +145,15 @@ def test_pause_frees_the_gpus_records_a_deduplicated_image_and_resume_restores_f
     manifests = db.run(lambda s: s.scalars(select(ManifestRow).where(ManifestRow.image_id == image.id)).all())
     assert sorted(m.rank for m in manifests) == [0, 1]
     assert image.stored_bytes < 0.6 * image.logical_bytes  # the replicated model is stored once
-    cost = db.run(lambda s: repo.checkpoint_costs(s, [job_id]))[job_id]
+    cost = db.run(lambda s: read_models.checkpoint_costs(s, [job_id]))[job_id]
     assert cost.pause_s == 0.02 and cost.pauses == 1 and cost.logical_bytes == image.logical_bytes
 
     resumed, placed = run(settled(c, c.resume(job_id, node="n-target")))
     assert resumed.state == repo.DONE and placed.state == js.PENDING
     job = db.run(lambda s: get_job(s, job_id))
     assert job.state == js.PENDING and image.id in job.reason and "step 10" in job.reason
-    assert db.run(lambda s: repo.resume_image(s, job_id)) == image.id
-    assert db.run(lambda s: repo.resume_target(s, job_id)) == "n-target"
+    assert db.run(lambda s: read_models.resume_image(s, job_id)) == image.id
+    assert db.run(lambda s: read_models.pending_resume_targets(s).get(job_id)) == "n-target"
 
     # The allocator's launch carries the image to the agent.
     node = placements[0].node
@@ -173,7 +174,7 @@ def test_a_pause_no_rank_acknowledges_fails_and_the_job_runs_on_with_its_last_im
     job = db.run(lambda s: get_job(s, job_id))
     assert job.state == js.RUNNING and len(claims(db, job_id)) == 1
     assert db.run(lambda s: s.get(ImageRow, op.image_id)).state == repo.FAILED
-    assert db.run(lambda s: repo.resume_image(s, job_id)) == good.image_id
+    assert db.run(lambda s: read_models.resume_image(s, job_id)) == good.image_id
 
 
 def start_op(db: Database, c: Coordinator, job_id: str, kind: str, state: str) -> OperationRow:
@@ -190,7 +191,7 @@ def test_a_restarted_coordinator_finishes_a_pause_the_agent_had_taken(db: Databa
     assert run(settled(fresh, fresh.recover())) == 1
     assert db.run(lambda s: s.get(OperationRow, op.id)).state == repo.DONE
     assert db.run(lambda s: get_job(s, job_id)).state == js.PAUSED and claims(db, job_id) == []
-    assert db.run(lambda s: repo.resume_image(s, job_id)) == op.image_id
+    assert db.run(lambda s: read_models.resume_image(s, job_id)) == op.image_id
 
 
 def test_a_restarted_coordinator_rolls_back_a_copy_the_agent_never_took(db: Database, agent: ScriptedAgent) -> None:
@@ -209,7 +210,7 @@ def test_a_restarted_coordinator_rolls_back_a_copy_the_agent_never_took(db: Data
         assert db.run(lambda s, op=op: s.get(ImageRow, op.image_id)).state == repo.FAILED
     for job in (job_id, other):
         assert db.run(lambda s, job=job: get_job(s, job)).state == js.RUNNING and len(claims(db, job)) == 1
-    assert db.run(lambda s: repo.resume_image(s, job_id)) == good.image_id
+    assert db.run(lambda s: read_models.resume_image(s, job_id)) == good.image_id
 
 
 def test_a_write_that_fails_after_a_restart_keeps_the_last_good_image(db: Database, agent: ScriptedAgent) -> None:
@@ -225,7 +226,7 @@ def test_a_write_that_fails_after_a_restart_keeps_the_last_good_image(db: Databa
     run(settled(fresh, fresh.recover()))
     row = db.run(lambda s: s.get(OperationRow, op.id))
     assert row.state == repo.FAILED and "disk full" in row.error and good.image_id in row.error
-    assert db.run(lambda s: repo.resume_image(s, job_id)) == good.image_id
+    assert db.run(lambda s: read_models.resume_image(s, job_id)) == good.image_id
     _, placed = run(settled(fresh, fresh.resume(job_id)))
     assert placed.state == js.PENDING  # resumes from the last good image
 

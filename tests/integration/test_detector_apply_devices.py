@@ -34,6 +34,7 @@ from rota.client import (
     NotFoundError,
     PermissionDeniedError,
 )
+from rota.common import read_models
 from rota.common.auth import hash_token
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
@@ -186,7 +187,7 @@ def test_an_applied_replan_stores_the_layout_migrates_the_job_and_its_next_launc
     job_id, _, epoch = slow_job(server, db, accepts_layout_changes=True)
     shown = client.replan(job_id=job_id)
     assert not shown.applied and server.checkpoint.calls == []  # without --apply nothing happens
-    assert db.run(lambda s: detector_repo.applied_layout(s, job_id)) == ""
+    assert db.run(lambda s: read_models.applied_layout(s, job_id)) == ""
 
     applied = client.replan(job_id=job_id, apply=True, wait=timedelta(seconds=5))
     [call] = server.checkpoint.calls
@@ -197,7 +198,7 @@ def test_an_applied_replan_stores_the_layout_migrates_the_job_and_its_next_launc
     assert layout is not None and layout["layers_per_stage"] == applied.layers_per_stage == shown.layers_per_stage
     assert layout["from_epoch"] == epoch and layout["device_speeds"][3] < 1 and (layout["tp"], layout["pp"]) == (2, 2)
     # Durable: what the allocator passes at the next launch (ROTA_LAYOUT) is that layout.
-    stored = db.run(lambda s: detector_repo.applied_layout(s, job_id))
+    stored = db.run(lambda s: read_models.applied_layout(s, job_id))
     assert json.loads(stored) == layout
     # Once the job is queued again (the migration's resume), its next placement's launch carries it.
     assert db.run(lambda s: alloc.yield_lease(s, job_id, "migrating", Events())) is not None
@@ -211,13 +212,13 @@ def test_a_retry_with_the_same_operation_id_migrates_once_and_answers_the_first_
 ) -> None:
     job_id, _, _ = slow_job(server, db, accepts_layout_changes=True)
     first = client.replan(job_id=job_id, apply=True, operation_id="op-retry-1")
-    stored = db.run(lambda s: detector_repo.applied_layout(s, job_id))
+    stored = db.run(lambda s: read_models.applied_layout(s, job_id))
     # The job moved on (a new placement with no verdicts): a fresh plan would differ, a retry may not.
     assert db.run(lambda s: alloc.yield_lease(s, job_id, "migrating", Events())) is not None
     again = client.replan(job_id=job_id, apply=True, operation_id="op-retry-1")
     assert [c.operation_id for c in server.checkpoint.calls] == ["op-retry-1", "op-retry-1"]  # the service dedups
     assert again.applied_layout == first.applied_layout and again.layers_per_stage == first.layers_per_stage
-    assert db.run(lambda s: detector_repo.applied_layout(s, job_id)) == stored
+    assert db.run(lambda s: read_models.applied_layout(s, job_id)) == stored
 
 
 def test_a_job_that_does_not_accept_layout_changes_is_refused_naming_the_flag(
@@ -227,7 +228,7 @@ def test_a_job_that_does_not_accept_layout_changes_is_refused_naming_the_flag(
     with pytest.raises(FailedPreconditionError, match="accepts_layout_changes"):
         client.replan(job_id=job_id, apply=True)
     assert server.checkpoint.calls == []
-    assert db.run(lambda s: detector_repo.applied_layout(s, job_id)) == ""
+    assert db.run(lambda s: read_models.applied_layout(s, job_id)) == ""
     assert client.replan(job_id=job_id).throughput_after > 0  # showing the plan is still fine
 
 
@@ -238,12 +239,12 @@ def test_a_refused_migration_undoes_the_stored_layout_and_an_unfinished_one_keep
     server.checkpoint.fail = MigrateFailed(FailedPrecondition("the job does not register its state"), definite=True)
     with pytest.raises(FailedPreconditionError, match="register its state"):
         client.replan(job_id=job_id, apply=True)
-    assert db.run(lambda s: detector_repo.applied_layout(s, job_id)) == ""
+    assert db.run(lambda s: read_models.applied_layout(s, job_id)) == ""
     # A deadline: the durable migration may still go on, so its layout must be there for it.
     server.checkpoint.fail = MigrateFailed(MigrationGoesOn("still pausing"), definite=False)
     with pytest.raises(DeadlineExceededError):
         client.replan(job_id=job_id, apply=True)
-    assert db.run(lambda s: detector_repo.applied_layout(s, job_id)) != ""
+    assert db.run(lambda s: read_models.applied_layout(s, job_id)) != ""
 
 
 def test_apply_refuses_what_it_cannot_do(server: Server, db: Database, client: Client) -> None:

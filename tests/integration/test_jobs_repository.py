@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from rota.allocator import repository as alloc
 from rota.api import repository as api
 from rota.checkpoint import repository as ckpt
+from rota.common import read_models
 from rota.common.db import Database, make_engine
 from rota.common.jobs_repo import Events, get_job, history, utcnow
 from rota.common.models import GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
@@ -390,7 +391,7 @@ def test_a_dead_nodes_job_with_an_image_is_restored_elsewhere_whatever_its_resta
     assert f"restored from its last image {image}" in transitions(db, imaged)[-1][2]
     assert failed.state == js.FAILED  # no image, restart: never
     # Its next placement restores from that image.
-    assert db.run(lambda s: ckpt.resume_image(s, imaged)) == image
+    assert db.run(lambda s: read_models.resume_image(s, imaged)) == image
 
 
 def test_move_inputs_price_jobs_with_images_and_read_the_node_a_pending_job_asked_for(

@@ -8,57 +8,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
-import grpc
 import pytest
-from ledger_fixtures import add_job, add_node, add_placement, add_tenant
-from opentelemetry import trace
+from ledger_fixtures import ADMIN, LedgerServer, add_job, add_node, add_placement, add_tenant
 
+from rota.allocator.ledger_link import LedgerStandings
 from rota.cli.main import main as rota_main
 from rota.client import Client, InvalidArgumentError, PermissionDeniedError
 from rota.common import migrate
-from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database, make_engine
-from rota.common.server import RotaInterceptor
+from rota.core.fairness.ltgf import FairnessConfig
+from rota.core.planning.planner import FairInputs
 from rota.ledger import repository
 from rota.ledger.collector import collect_all
-from rota.ledger.service import LedgerService
-from rota.v1 import ledger_pb2, ledger_pb2_grpc
+from rota.v1 import ledger_pb2
 
 H = timedelta(hours=1)
 HOURS = 3600.0
-ADMIN = "admin-secret"
 SMALL = "small-secret"
-
-
-class LedgerServer:
-    """The ledger servicer on an ephemeral port, its event loop on a thread of its own."""
-
-    def __init__(self, db: Database) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-        async def start() -> tuple[grpc.aio.Server, int]:
-            interceptor = RotaInterceptor(
-                tracer=trace.get_tracer("test"), authenticate=TokenAuthenticator(ADMIN, db), default_deadline_s=20
-            )
-            server = grpc.aio.server(interceptors=[interceptor])
-            ledger_pb2_grpc.add_LedgerServiceServicer_to_server(LedgerService(db), server)
-            port = server.add_insecure_port("127.0.0.1:0")
-            await server.start()
-            return server, port
-
-        self.server, self.port = asyncio.run_coroutine_threadsafe(start(), self.loop).result(10)
-        self.target = f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(0), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 @pytest.fixture
@@ -208,12 +177,25 @@ def test_cli_usage_and_fairness(db: Database, server: LedgerServer, capsys: pyte
     assert code != 0 and len(err.strip().splitlines()) == 1 and "by" in err
 
 
-def test_the_allocator_reads_tenant_and_job_standings(db: Database) -> None:
+def test_the_allocator_reads_tenant_and_job_standings_through_the_ledger_rpc(db: Database, server: LedgerServer) -> None:
     ref = history(db)
     add_job(db, "s2", "small", 1, ref + 5 * H)  # still pending
-    states = db.run(repository.tenant_states)
-    assert (states["small"].quota, states["big"].quota) == (2, 6)
-    assert states["small"].used == pytest.approx(8 * HOURS) and states["small"].allocated == 0
-    views = db.run(repository.job_views)
-    assert set(views) == {"s2"}  # only active jobs
-    assert views["s2"].pending_since == pytest.approx((ref + 5 * H).timestamp())
+
+    async def read() -> FairInputs | None:
+        return await LedgerStandings(server.target, ADMIN).fair_inputs(FairnessConfig(), {"big": 3})
+
+    fair = asyncio.run(read())
+    assert fair is not None
+    assert (fair.tenants["small"].quota, fair.tenants["big"].quota) == (2, 6)
+    assert fair.tenants["small"].used == pytest.approx(8 * HOURS) and fair.tenants["small"].allocated == 0
+    assert fair.tenants["big"].allocated == 3  # what the allocator's own snapshot says is held
+    assert set(fair.jobs) == {"s2"}  # only active jobs
+    assert fair.jobs["s2"].pending_since == pytest.approx((ref + 5 * H).timestamp())
+    assert fair.jobs["s2"].submit_s == pytest.approx((ref + 5 * H).timestamp())
+
+
+def test_without_a_ledger_the_allocator_plans_without_standings() -> None:
+    async def read() -> FairInputs | None:
+        return await LedgerStandings("127.0.0.1:1", ADMIN).fair_inputs(FairnessConfig(), {})
+
+    assert asyncio.run(read()) is None

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from sqlalchemy import inspect, text
 
-from rota.common import migrate
+import rota.allocator.models  # noqa: F401 - every service's models, as migrations/env.py loads them
+import rota.checkpoint.models  # noqa: F401
+import rota.detector.models  # noqa: F401
+import rota.forecaster.models  # noqa: F401
+import rota.ledger.models  # noqa: F401
+from rota.common import migrate, read_models
 from rota.common.db import make_engine
-from rota.common.schema import metadata
+from rota.common.models import Base
+
+metadata = Base.metadata
 
 TABLES = {"tenants", "jobs", "job_transitions", "nodes", "gpus", "placements", "gpu_claims", "plan_steps",
           "ledger_usage", "ledger_collected", "forecast_completions", "forecast_traffic",
@@ -50,6 +57,23 @@ def test_upgrade_check_downgrade_upgrade(empty_database_url: str) -> None:
     migrate.upgrade(url)
     assert _tables(url) == TABLES
     migrate.check(url)
+
+
+def _views(url: str) -> dict[str, set[str]]:
+    engine = make_engine(url)
+    try:
+        found = inspect(engine)
+        return {name: {c["name"] for c in found.get_columns(name)} for name in found.get_view_names()}
+    finally:
+        engine.dispose()
+
+
+def test_the_published_read_models_have_the_declared_columns(empty_database_url: str) -> None:
+    migrate.upgrade(empty_database_url)
+    declared = {name: {c.name for c in table.columns} for name, table in read_models.VIEWS.tables.items()}
+    assert _views(empty_database_url) == declared
+    migrate.downgrade(empty_database_url)
+    assert _views(empty_database_url) == {}
 
 
 def test_upgrade_is_idempotent(empty_database_url: str) -> None:

@@ -28,3 +28,14 @@ def test_every_core_module_imports_without_io_libraries() -> None:
     assert "rota.core.planning.policy_full" in modules and "rota.core.detection.failslow" in modules
     assert io_loaded == "[]"
     assert other_rota == "[]"
+
+
+def test_the_sdk_and_the_runtime_load_no_torch_and_no_server_library() -> None:
+    # Jobs bring their own torch (CPU or CUDA): the runtime imports it inside the calls that need it.
+    code = (
+        "import sys, rota.client, rota.runtime\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'sqlalchemy', 'psycopg', 'ortools',"
+        " 'matplotlib', 'redis'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

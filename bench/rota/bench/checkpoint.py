@@ -38,8 +38,8 @@ from typing import Any
 
 from rota.agent.checkpoints import AgentCheckpoints, ImageRecord
 from rota.agent.processes import LocalJob, ProcessTable
-from rota.checkpoint.config import CheckpointSettings, default_staging_root
-from rota.checkpoint.images import DEFAULT_CHUNK_SIZE, MIB
+from rota.imagestore.images import DEFAULT_CHUNK_SIZE, MIB
+from rota.imagestore.settings import CheckpointSettings, default_staging_root
 from rota.runtime import control
 
 FULL_SIZES = (50.0, 500.0, 2048.0)

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rota.checkpoint.config import default_staging_root
-from rota.checkpoint.images import MIB, link, write_staged
-from rota.checkpoint.store import FileChunkStore
+from rota.imagestore.chunks import FileChunkStore
+from rota.imagestore.images import MIB, link, write_staged
+from rota.imagestore.settings import default_staging_root
 from rota.runtime import imagefmt
 
 STATE_MB = 256

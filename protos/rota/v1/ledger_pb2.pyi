@@ -275,6 +275,8 @@ class JobFairness(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
     PENDING_SINCE_UNIX_FIELD_NUMBER: _builtins.int
+    SUBMITTED_UNIX_SECONDS_FIELD_NUMBER: _builtins.int
+    PENDING_SINCE_UNIX_SECONDS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     tenant: _builtins.str
     deserved: _builtins.float
@@ -283,6 +285,10 @@ class JobFairness(_message.Message):
     state: _builtins.str
     gpus: _builtins.int
     pending_since_unix: _builtins.int
+    """0 unless it is waiting"""
+    submitted_unix_seconds: _builtins.float
+    """The same two instants to the microsecond (the allocator's fair order breaks ties on them)."""
+    pending_since_unix_seconds: _builtins.float
     """0 unless it is waiting"""
     def __init__(
         self,
@@ -295,10 +301,12 @@ class JobFairness(_message.Message):
         state: _builtins.str = ...,
         gpus: _builtins.int = ...,
         pending_since_unix: _builtins.int = ...,
+        submitted_unix_seconds: _builtins.float = ...,
+        pending_since_unix_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deserved", b"deserved", "fairness", b"fairness", "gpus", b"gpus", "job_id", b"job_id", "pending_since_unix", b"pending_since_unix", "state", b"state", "tenant", b"tenant", "used", b"used"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deserved", b"deserved", "fairness", b"fairness", "gpus", b"gpus", "job_id", b"job_id", "pending_since_unix", b"pending_since_unix", "pending_since_unix_seconds", b"pending_since_unix_seconds", "state", b"state", "submitted_unix_seconds", b"submitted_unix_seconds", "tenant", b"tenant", "used", b"used"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

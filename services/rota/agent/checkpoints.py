@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from rota.agent.processes import PAUSED_MARKER, LocalJob, ProcessTable
-from rota.checkpoint import images
-from rota.checkpoint.config import EXIT_GRACE_S, CheckpointSettings, default_staging_root
 from rota.core.errors import FailedPrecondition, InvalidArgument
+from rota.imagestore import images
+from rota.imagestore.settings import EXIT_GRACE_S, CheckpointSettings, default_staging_root
 from rota.runtime import control, imagefmt
 
 log = logging.getLogger(__name__)

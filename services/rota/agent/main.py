@@ -22,13 +22,13 @@ from rota.agent.detector_link import DetectorLink
 from rota.agent.gpus import discover
 from rota.agent.processes import ProcessTable
 from rota.agent.service import AgentRuntime, AgentService, report_of
-from rota.checkpoint.config import CheckpointSettings
 from rota.common.auth import ADMIN, Identity
 from rota.common.config import Settings
 from rota.common.server import RotaInterceptor, run_server
 from rota.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
 from rota.common.tls import open_aio_channel, tls_files
 from rota.core.errors import DomainError
+from rota.imagestore.settings import CheckpointSettings
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
 
 log = logging.getLogger("rota.agent")

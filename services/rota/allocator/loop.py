@@ -18,28 +18,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import Connection, Engine, text
 
 from rota.allocator import repository
-from rota.allocator.checkpoint_link import Mover
-from rota.allocator.forecasts import Forecast, Forecasts
+from rota.allocator.forecasts import Forecast
+from rota.allocator.peers import Peers
 from rota.allocator.wakeups import Wakeups
-from rota.checkpoint.repository import resume_image
-from rota.common import convert
+from rota.common import convert, read_models
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
 from rota.common.db import Database
 from rota.common.jobs_repo import Events
 from rota.common.live import LiveState
-from rota.common.tls import open_aio_channel, tls_files
 from rota.core.errors import Unavailable
 from rota.core.fairness.ltgf import FairnessConfig
-from rota.core.planning.liveplan import Horizon, LiveScenario, Start, StepDecision
+from rota.core.planning.liveplan import Horizon, LiveJob, LiveScenario, Start, StepDecision
 from rota.core.planning.moves import MoveInputs
-from rota.core.planning.planner import FairInputs, PlanOutcome, plan_live
+from rota.core.planning.planner import PlanOutcome, plan_live
 from rota.core.planning.policy_fair import Yield
-from rota.ledger import repository as ledger
 from rota.v1 import agent_pb2
 
 log = logging.getLogger(__name__)
@@ -126,7 +122,7 @@ class _Memory:
 
 class SchedulingLoop:
     def __init__(
-        self, settings: Settings, db: Database, live: LiveState, agents: AgentClients,
+        self, settings: Settings, db: Database, live: LiveState, agents: AgentClients, peers: Peers,
         clock: Callable[[], float] = time.time, wakeups: Wakeups | None = None,
     ) -> None:
         self.settings = settings
@@ -139,13 +135,9 @@ class SchedulingLoop:
         self.memory = _Memory(last_full=clock())
         self.specs = repository.SpecCache()
         self._agent_calls: set[asyncio.Task[None]] = set()
-        self.forecasts = Forecasts(
-            settings.service_addrs.get("forecaster"), settings.admin_token, settings.forecast_quantile,
-            tls=tls_files(settings),
-        )
-        self.mover = Mover(settings.service_addrs.get("checkpoint"), settings.admin_token, tls=tls_files(settings))
-        self._api_channel: grpc.aio.Channel | None = None
-        self._api_health: health_pb2_grpc.HealthStub | None = None
+        self.peers = peers
+        self.forecasts = peers.forecasts
+        self.mover = peers.mover
 
     async def run_forever(self) -> None:
         while True:
@@ -188,7 +180,7 @@ class SchedulingLoop:
         if self.leadership.db_errors != self.memory.seen_db_errors:
             self.memory.seen_db_errors = self.leadership.db_errors
             self.memory.no_deaths_until = self.clock() + self.settings.node_timeout_s
-        if self.clock() >= self.memory.no_deaths_until and await self._api_serving():
+        if self.clock() >= self.memory.no_deaths_until and await self.peers.api.serving():
             dead = await asyncio.to_thread(
                 self.db.run, lambda s: repository.mark_dead_nodes(s, self.settings.node_timeout_s, events)
             )
@@ -209,7 +201,8 @@ class SchedulingLoop:
         # 4. The pure core plans the horizon (in a thread: full mode takes seconds) on the
         #    forecaster's durations and curves; `fair` first reads the ledger's standings.
         jobs, forecasts = await self.forecasts.apply(view.jobs, view.specs, horizon)
-        fair = await asyncio.to_thread(self.db.run, self._fair_inputs) if policy == "fair" else None
+        fair = await self.peers.ledger.fair_inputs(self._fairness_config(), _held_by_tenant(view.jobs)) \
+            if policy == "fair" else None
         held_back = self._held_back(view)
         moves = await asyncio.to_thread(self.db.run, lambda s: self._move_inputs(s, view))
         outcome = await asyncio.to_thread(
@@ -360,7 +353,7 @@ class SchedulingLoop:
         if job is None:
             return None
         # A paused, migrated or requeued job continues from its last checkpoint image.
-        image = resume_image(session, job.id) or ""
+        image = read_models.resume_image(session, job.id) or ""
         return agent_pb2.LaunchRequest(job=convert.job_to_proto(job), epoch=job.epoch, resume_image=image,
                                        layout=repository.launch_layout(session, job.id))
 
@@ -381,20 +374,9 @@ class SchedulingLoop:
             forecasts={**used, **{j.id: {"demand": list(j.demand)} for j in ls.jobs.values() if j.realtime}},
         )
 
-    def _fair_inputs(self, session) -> FairInputs:  # type: ignore[no-untyped-def]
+    def _fairness_config(self) -> FairnessConfig:
         s = self.settings
-        config = FairnessConfig(lease_s=s.fair_lease_s, starvation_s=s.fair_starvation_s, delay_s=s.fair_delay_s)
-        return FairInputs(ledger.tenant_states(session, config), ledger.job_views(session, config), config)
-
-    async def _api_serving(self) -> bool:
-        if self._api_health is None:
-            self._api_channel = open_aio_channel(self.settings.api_addr, tls_files(self.settings))
-            self._api_health = health_pb2_grpc.HealthStub(self._api_channel)
-        try:
-            reply = await self._api_health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
-        except grpc.aio.AioRpcError:
-            return False
-        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+        return FairnessConfig(lease_s=s.fair_lease_s, starvation_s=s.fair_starvation_s, delay_s=s.fair_delay_s)
 
     def _refresh_cache(self, events: Events) -> None:
         try:
@@ -496,3 +478,12 @@ def _grid_record(ls: LiveScenario, grid: list[list[str | None]]) -> dict[str, An
                 runs.append([value, 1])
         rows.append(runs)
     return {"labels": labels, "rows": rows}
+
+
+def _held_by_tenant(jobs: list[LiveJob]) -> dict[str, int]:
+    """GPUs each tenant holds now (stage 1's allocated), from the cycle's own snapshot."""
+    held: dict[str, int] = {}
+    for j in jobs:
+        if j.node is not None:
+            held[j.tenant] = held.get(j.tenant, 0) + len(j.gpu_indices)
+    return held

@@ -7,6 +7,7 @@ import asyncio
 import grpc
 
 from rota.allocator.loop import SchedulingLoop
+from rota.allocator.peers import Peers
 from rota.allocator.service import AllocatorService
 from rota.allocator.wakeups import Wakeups
 from rota.common.bootstrap import ServiceParts
@@ -17,7 +18,7 @@ from rota.v1 import allocator_pb2, allocator_pb2_grpc
 async def serve(settings: Settings) -> None:
     parts = ServiceParts("allocator", settings)
     wakeups = Wakeups(parts.live.client, parts.live.wake_channel)
-    loop = SchedulingLoop(settings, parts.db, parts.live, parts.agents, wakeups=wakeups)
+    loop = SchedulingLoop(settings, parts.db, parts.live, parts.agents, Peers.from_settings(settings), wakeups=wakeups)
 
     def register(server: grpc.aio.Server) -> list[str]:
         allocator_pb2_grpc.add_AllocatorServiceServicer_to_server(AllocatorService(parts.db, settings), server)

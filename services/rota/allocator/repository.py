@@ -12,15 +12,13 @@ from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
 from rota.allocator.models import JobForecastRow, PlanStepRow
-from rota.checkpoint.models import OperationRow
-from rota.checkpoint.repository import checkpoint_costs, latest_image
-from rota.common.jobs_repo import Events, get_job, release, requeue_or_fail, transition, utcnow
+from rota.common import read_models
+from rota.common.jobs_repo import Events, get_job, lose, release, transition, utcnow
 from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
 from rota.core import jobstate
 from rota.core.jobspec import JobSpecData, gpus_to_hold
 from rota.core.planning.liveplan import LiveJob, LiveNode, Start
 from rota.core.planning.moves import MoveCost, MoveInputs
-from rota.detector import repository as detector
 
 ALIVE = "ALIVE"
 DEAD = "DEAD"
@@ -44,10 +42,7 @@ def mark_dead_nodes(session: Session, timeout_s: float, events: Events) -> list[
         ).all()
         for job in jobs:
             why = f"node {node.name} missed heartbeats for {silent:.1f}s"
-            release(session, job, "node lost")
-            transition(session, job, jobstate.LOST, why, events)
-            image = latest_image(session, job.id)
-            requeue_or_fail(session, job, why, events, image.id if image is not None else "")
+            lose(session, job, why, events, release_reason="node lost")
     return [n.name for n in dead]
 
 
@@ -173,7 +168,7 @@ def live_view(session: Session, specs: SpecCache | None = None) -> LiveView:
     for job_id, tenant, kind, priority, digest in queued:
         spec, mappings[job_id] = specs.get(digest)
         jobs.append(_live_job(job_id, tenant, kind, priority, spec, None, (), 0.0))
-    bad = detector.bad_gpus(session)
+    bad = read_models.bad_gpus(session)
     return LiveView(
         [LiveNode(n.name, gpu_counts.get(n.name, 0), bad.get(n.name, ())) for n in nodes], jobs,
         {n.name: n.address for n in nodes}, mappings,
@@ -191,7 +186,7 @@ def _live_job(job_id: str, tenant: str, kind: str, priority: int, spec: JobSpecD
 
 def launch_layout(session: Session, job_id: str) -> str:
     """The job's ROTA_LAYOUT for its launch: the layout an applied re-plan gave it, or ""."""
-    return detector.applied_layout(session, job_id)
+    return read_models.applied_layout(session, job_id)
 
 
 def commit_resize(session: Session, resize: Start, events: Events) -> JobRow | None:
@@ -285,17 +280,9 @@ def move_inputs(session: Session, movable: Sequence[str]) -> MoveInputs:
     """What the planner needs to move jobs: the measured costs of the `movable` jobs (those
     with a complete image; see rota.checkpoint) and the node each pending job asked for."""
     costs: dict[str, MoveCost] = {}
-    for job_id, c in checkpoint_costs(session, movable).items():
+    for job_id, c in read_models.checkpoint_costs(session, movable).items():
         # Never paused yet: its last checkpoint's copy time plus an exit stands in for a pause.
         pause_s = c.pause_s if c.pauses else c.copy_s + PAUSE_EXIT_S
         # Restoring reads back what the write stored, through the same chunk store.
         costs[job_id] = MoveCost(pause_s=pause_s, restore_s=c.write_s)
-    newest = (
-        select(func.max(OperationRow.id))
-        .join(JobRow, JobRow.id == OperationRow.job_id)
-        .where(JobRow.state == jobstate.PENDING, OperationRow.kind.in_(("resume", "migrate")))
-        .group_by(OperationRow.job_id)
-    )
-    latest = select(OperationRow.job_id, OperationRow.target_node).where(OperationRow.id.in_(newest))
-    targets = {job_id: node for job_id, node in session.execute(latest).all() if node}
-    return MoveInputs(costs=costs, targets=targets)
+    return MoveInputs(costs=costs, targets=read_models.pending_resume_targets(session))

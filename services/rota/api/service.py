@@ -18,8 +18,7 @@ from sqlalchemy.orm import Session
 
 from rota.api import repository
 from rota.api.batcher import SubmitBatcher
-from rota.checkpoint.repository import resume_image
-from rota.common import convert
+from rota.common import convert, read_models
 from rota.common.agents import AgentClients
 from rota.common.auth import Identity, current_identity, hash_token, new_token
 from rota.common.config import Settings
@@ -31,7 +30,6 @@ from rota.common.refresh import RefreshAhead
 from rota.core import jobstate
 from rota.core.errors import FailedPrecondition, InvalidArgument, NotFound
 from rota.core.jobspec import JobSpecData, validate
-from rota.detector.repository import applied_layout
 from rota.v1 import agent_pb2, api_pb2, api_pb2_grpc, common_pb2
 
 log = logging.getLogger(__name__)
@@ -401,8 +399,8 @@ class ClusterService(api_pb2_grpc.ClusterServiceServicer):
                     # applied re-plan gave it: as the allocator's launch.
                     api_pb2.Assignment(
                         job=convert.job_to_proto(j),
-                        resume_image=(resume_image(session, j.id) or "") if j.state == jobstate.SCHEDULED else "",
-                        layout=applied_layout(session, j.id) if j.state == jobstate.SCHEDULED else "")
+                        resume_image=(read_models.resume_image(session, j.id) or "") if j.state == jobstate.SCHEDULED else "",
+                        layout=read_models.applied_layout(session, j.id) if j.state == jobstate.SCHEDULED else "")
                     for j in assigned
                 ],
                 health=convert.health_value(node.health),

@@ -29,7 +29,6 @@ import grpc
 from sqlalchemy.orm import Session
 
 from rota.checkpoint import repository as repo
-from rota.checkpoint.config import EXIT_GRACE_S, CheckpointSettings
 from rota.checkpoint.models import OperationRow
 from rota.common.agents import AgentClients
 from rota.common.db import Database
@@ -37,6 +36,7 @@ from rota.common.jobs_repo import Events, get_job, pause, transition
 from rota.common.models import NodeRow
 from rota.core import jobstate
 from rota.core.errors import AlreadyExists, FailedPrecondition, NotFound
+from rota.imagestore.settings import EXIT_GRACE_S, CheckpointSettings
 from rota.v1 import agent_pb2
 
 log = logging.getLogger(__name__)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from rota.checkpoint import repository as repo
-from rota.checkpoint.config import CheckpointSettings
-from rota.checkpoint.store import ChunkStore
 from rota.common.db import Database
+from rota.imagestore.chunks import ChunkStore
+from rota.imagestore.settings import CheckpointSettings
 
 log = logging.getLogger(__name__)
 FINISHED_KEEP = timedelta(hours=1)  # images of a finished job outlive it this long

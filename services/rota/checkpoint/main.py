@@ -1,7 +1,7 @@
 """Composition root of the checkpoint coordinator: CheckpointService, recovery of the
 operations a previous coordinator left unfinished, periodic checkpoints, and GC.
 
-Settings: see `rota.checkpoint.config` (ROTA_CHUNK_STORE, ROTA_CHECKPOINT_* variables).
+Settings: see `rota.imagestore.settings` (ROTA_CHUNK_STORE, ROTA_CHECKPOINT_* variables).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import logging
 import grpc
 
 from rota.checkpoint import gc
-from rota.checkpoint.config import CheckpointSettings
 from rota.checkpoint.coordinator import Coordinator, GrpcAgents
 from rota.checkpoint.service import CheckpointService
 from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
 from rota.common.jobs_repo import Events
+from rota.imagestore.settings import CheckpointSettings
 from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc
 
 log = logging.getLogger("rota.checkpoint")

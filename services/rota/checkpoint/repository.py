@@ -1,8 +1,8 @@
 """The coordinator's Postgres operations: images, manifests, chunk references, operations.
 
-Functions take an open Session (one transaction) and never call the network. Two are
-meant for other services: `resume_image` (the allocator fills a launch's image with it)
-and `resume_target` (the node a resume or migration asked for).
+Functions take an open Session (one transaction) and never call the network. Other
+services never call them: what they read of these tables (resume images, move costs, resume
+targets) they read through the views this service publishes (`rota.common.read_models`).
 """
 
 from __future__ import annotations
@@ -104,25 +104,6 @@ def latest_image(session: Session, job_id: str) -> ImageRow | None:
         select(ImageRow).where(ImageRow.job_id == job_id, ImageRow.state == COMPLETE)
         .order_by(ImageRow.sequence.desc()).limit(1)
     ).first()
-
-
-def resume_image(session: Session, job_id: str) -> str | None:
-    """The image a job (re)started now must restore from: its newest complete one, or None.
-
-    The allocator puts this into LaunchRequest.resume_image when it commits a start, so a
-    paused, migrated, lost or requeued job continues from its last image wherever it lands.
-    """
-    image = latest_image(session, job_id)
-    return image.id if image is not None else None
-
-
-def resume_target(session: Session, job_id: str) -> str | None:
-    """The node a pending job's latest resume or migration asked for (a preference), if any."""
-    op = session.scalars(
-        select(OperationRow).where(OperationRow.job_id == job_id, OperationRow.kind.in_(("resume", "migrate")))
-        .order_by(OperationRow.id.desc()).limit(1)
-    ).first()
-    return (op.target_node or None) if op is not None else None
 
 
 def pending_write(session: Session, job_id: str) -> ImageRow | None:
@@ -262,36 +243,6 @@ def recent_operations(session: Session, job_id: str, limit: int = 20) -> Sequenc
     return session.scalars(
         select(OperationRow).where(OperationRow.job_id == job_id).order_by(OperationRow.id.desc()).limit(limit)
     ).all()
-
-
-@dataclass(frozen=True)
-class CheckpointCost:
-    """What pausing a job has cost, measured: for pricing a preemption or a migration."""
-
-    pause_s: float  # request to GPUs released, median of its recent pauses (0 if never paused)
-    write_s: float  # its newest image's background write (on a migration's critical path)
-    logical_bytes: int  # its newest image's state
-    pauses: int  # how many pauses the median is over
-    copy_s: float = 0.0  # its newest image's copy out of the job (most of a pause, when never paused)
-
-
-def checkpoint_costs(session: Session, job_ids: Sequence[str], recent: int = 5) -> dict[str, CheckpointCost]:
-    """Measured costs of the jobs that have a complete image; a job without one is absent
-    (it has never been checkpointed: its cost is unknown, and so is whether it can be)."""
-    out: dict[str, CheckpointCost] = {}
-    for job_id in job_ids:
-        image = latest_image(session, job_id)
-        if image is None:
-            continue
-        ops = session.scalars(
-            select(OperationRow).where(OperationRow.job_id == job_id, OperationRow.kind.in_(("pause", "migrate")),
-                                       OperationRow.state.in_((WRITING, RESUMING, DONE)))
-            .order_by(OperationRow.id.desc()).limit(recent)
-        ).all()
-        pauses = sorted(float(op.detail.get("pause_s", 0.0)) for op in ops if op.detail.get("pause_s"))
-        median = pauses[len(pauses) // 2] if pauses else 0.0
-        out[job_id] = CheckpointCost(median, image.write_s, image.logical_bytes, len(pauses), image.copy_s)
-    return out
 
 
 def running_jobs_due(session: Session, interval: timedelta) -> list[tuple[str, str, int]]:

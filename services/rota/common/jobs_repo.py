@@ -16,6 +16,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from rota.common.models import GpuClaimRow, JobRow, JobTransitionRow, PlacementRow
+from rota.common.read_models import resume_image
 from rota.core import jobstate
 
 
@@ -103,6 +104,16 @@ def requeue_or_fail(session: Session, job: JobRow, why: str, events: Events, ima
         _requeue(session, job, f"{why}; retry {job.attempts}/{spec.get('max_retries', 0)} (restart: on-failure)", events)
     else:
         transition(session, job, jobstate.FAILED, why, events)
+
+
+def lose(session: Session, job: JobRow, why: str, events: Events, *, release_reason: str) -> None:
+    """The one path by which a holding job is lost (its node died, or one of its ranks went silent):
+    its GPUs are released, it becomes LOST, then it is requeued (restored from its resume
+    image when it has one, read from the checkpoint service's read model) or failed by its
+    restart policy. The caller holds the job's row lock."""
+    release(session, job, release_reason)
+    transition(session, job, jobstate.LOST, why, events)
+    requeue_or_fail(session, job, why, events, resume_image(session, job.id) or "")
 
 
 def _requeue(session: Session, job: JobRow, reason: str, events: Events) -> None:

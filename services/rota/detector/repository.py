@@ -3,7 +3,6 @@ layouts, and devices taken out of the plan."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,8 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from rota.checkpoint.repository import latest_image
-from rota.common.jobs_repo import Events, get_job, release, requeue_or_fail, transition, utcnow
+from rota.common.jobs_repo import Events, get_job, lose, utcnow
 from rota.common.models import JobRow, NodeRow, PlacementRow
 from rota.core import jobstate
 from rota.core.detection.devices import BAD, CLEARED, DeviceMark
@@ -85,10 +83,7 @@ def rank_lost(session: Session, job_id: str, epoch: int, why: str, events: Event
     job = get_job(session, job_id, lock=True)
     if job is None or job.epoch != epoch or job.state not in jobstate.HOLDING_STATES:
         return False
-    release(session, job, "rank lost")
-    transition(session, job, jobstate.LOST, why, events)
-    image = latest_image(session, job.id)
-    requeue_or_fail(session, job, why, events, image.id if image is not None else "")
+    lose(session, job, why, events, release_reason="rank lost")
     return True
 
 
@@ -134,11 +129,6 @@ def drain(session: Session, name: str, undo: bool) -> tuple[str, int]:
 
 
 # Applied layouts.
-def layout_json(layout: dict[str, Any]) -> str:
-    """The one text form of a layout (ROTA_LAYOUT): the same object always reads the same."""
-    return json.dumps(layout, sort_keys=True, separators=(",", ":"))
-
-
 @dataclass(frozen=True)
 class StoredLayout:
     layout: dict[str, Any]
@@ -177,12 +167,6 @@ def restore_layout(session: Session, job_id: str, applied: StoredLayout, previou
     return True
 
 
-def applied_layout(session: Session, job_id: str) -> str:
-    """The job's ROTA_LAYOUT: the layout its last applied re-plan gave it; "" when none was."""
-    row = session.get(JobLayoutRow, job_id)
-    return layout_json(row.layout) if row is not None else ""
-
-
 # Devices out of the plan.
 def mark_device(session: Session, mark: DeviceMark) -> bool:
     """The device is BAD from now on; True when it was not already (a BAD device keeps its
@@ -199,18 +183,6 @@ def mark_device(session: Session, mark: DeviceMark) -> bool:
         where=DeviceHealthRow.state != BAD,
     ).returning(DeviceHealthRow.node)
     return session.execute(upsert).first() is not None
-
-
-def bad_gpus(session: Session) -> dict[str, tuple[int, ...]]:
-    """Each node's BAD GPU indices: what the allocator must leave out of every plan."""
-    out: dict[str, list[int]] = {}
-    rows = session.execute(
-        select(DeviceHealthRow.node, DeviceHealthRow.gpu_index).where(DeviceHealthRow.state == BAD)
-        .order_by(DeviceHealthRow.node, DeviceHealthRow.gpu_index)
-    )
-    for node, gpu in rows:
-        out.setdefault(node, []).append(gpu)
-    return {node: tuple(gpus) for node, gpus in out.items()}
 
 
 def devices(session: Session, *, include_cleared: bool = False) -> Sequence[DeviceHealthRow]:

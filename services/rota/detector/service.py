@@ -28,6 +28,7 @@ from rota.common.auth import Identity, current_identity
 from rota.common.db import Database
 from rota.common.jobs_repo import Events
 from rota.common.live import LiveState
+from rota.common.read_models import layout_json
 from rota.core.detection.devices import BEYOND_REPAIR_RATIO, check_beyond_repair, mark_for
 from rota.core.detection.failslow import JOB, SLOW, STOP, DetectorConfig, FailSlowDetector, Verdict
 from rota.core.detection.failstop import HeartbeatMonitor, Silent
@@ -361,7 +362,7 @@ class DetectorService(detector_pb2_grpc.DetectorServiceServicer):
             raise exc.error from exc
         log.info("job %s: re-plan applied (%s); restarts from image %s at step %d%s", where.job_id, stored.operation_id,
                  reply.image_id, reply.step, f" on {reply.node}" if reply.node else "")
-        response.applied, response.applied_layout = True, repository.layout_json(stored.layout)
+        response.applied, response.applied_layout = True, layout_json(stored.layout)
         response.image_id, response.step, response.from_node, response.node = (
             reply.image_id, reply.step, reply.from_node, reply.node)
         return response

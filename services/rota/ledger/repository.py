@@ -17,12 +17,11 @@ from sqlalchemy import ColumnElement, SQLColumnExpression, and_, delete, func, l
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from rota.common.models import GpuClaimRow, GpuRow, JobRow, JobTransitionRow, NodeRow, PlacementRow, TenantRow
+from rota.common.models import GpuRow, JobRow, JobTransitionRow, NodeRow, PlacementRow, TenantRow
 from rota.core import jobstate
 from rota.core.errors import AlreadyExists, InvalidArgument
 from rota.core.fairness.ltgf import FairnessConfig, quotas
 from rota.core.fairness.standings import JobLife, Span, job_standings, tenant_standing, window_start
-from rota.core.fairness.twostage import JobView, TenantState
 from rota.ledger.models import HOUR_S, CollectedRow, UsageRow
 
 COLLECTOR_LOCK_KEY = 0x4C656467  # "Ledg"
@@ -325,26 +324,3 @@ def _pending_since(session: Session, ids: list[str]) -> dict[str, datetime]:
 
 
 # What the allocator's `fair` policy reads (it runs against the same database).
-def tenant_states(session: Session, cfg: FairnessConfig | None = None) -> dict[str, TenantState]:
-    """Stage-1 inputs: quota, GPUs held now, and U_u, W_u over the window (GPU-seconds)."""
-    held_stmt = (
-        select(JobRow.tenant, func.count()).select_from(GpuClaimRow)
-        .join(JobRow, JobRow.id == GpuClaimRow.job_id).group_by(JobRow.tenant)
-    )
-    held = {t: int(n) for t, n in session.execute(held_stmt)}
-    return {
-        r.tenant: TenantState(r.tenant, r.quota, held.get(r.tenant, 0), r.used, r.entitled, share=r.share)
-        for r in standings(session, cfg).tenants
-    }
-
-
-def job_views(session: Session, cfg: FairnessConfig | None = None) -> dict[str, JobView]:
-    """Stage-2 inputs of every active job: U_j, D_j and, while it waits, since when."""
-    return {
-        r.job_id: JobView(
-            r.job_id, r.tenant, r.gpus, _ts(r.submitted), r.used, r.deserved,
-            _ts(r.pending_since) if r.pending_since else None,
-        )
-        for r in job_fairness(session, cfg)
-        if r.state not in jobstate.FINAL_STATES
-    }

@@ -128,7 +128,8 @@ class LedgerService(ledger_pb2_grpc.LedgerServiceServicer):
                 ledger_pb2.JobFairness(
                     job_id=j.job_id, tenant=j.tenant, deserved=_hours(j.deserved), used=_hours(j.used),
                     fairness=ratio(j.used, j.deserved), state=j.state, gpus=j.gpus,
-                    pending_since_unix=_unix(j.pending_since),
+                    pending_since_unix=_unix(j.pending_since), submitted_unix_seconds=j.submitted.timestamp(),
+                    pending_since_unix_seconds=j.pending_since.timestamp() if j.pending_since is not None else 0.0,
                 )
                 for j in jobs
             ]

@@ -16,8 +16,8 @@ import torch
 
 from rota.agent.checkpoints import AgentCheckpoints
 from rota.agent.processes import LocalJob, ProcessTable
-from rota.checkpoint.config import CheckpointSettings
 from rota.core.errors import FailedPrecondition
+from rota.imagestore.settings import CheckpointSettings
 from rota.runtime import Checkpointer, Paused, control, imagefmt, state
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rota.checkpoint.images import chunk_digests, digest_of, link, materialize, write_staged
-from rota.checkpoint.store import FileChunkStore
+from rota.imagestore.chunks import FileChunkStore
+from rota.imagestore.images import chunk_digests, digest_of, link, materialize, write_staged
 from rota.runtime import imagefmt
 
 KIB = 1024

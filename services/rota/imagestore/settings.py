@@ -20,8 +20,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from rota.checkpoint.images import DEFAULT_CHUNK_SIZE, MIB
-from rota.checkpoint.store import FileChunkStore
+from rota.imagestore.chunks import FileChunkStore
+from rota.imagestore.images import DEFAULT_CHUNK_SIZE, MIB
 
 # After "commit", how long a paused job's ranks have to exit (they skip the interpreter's
 # teardown, so a fraction of a second); a pause's time is this plus the safe-point wait,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rota.checkpoint.store import HASH, ChunkStore
+from rota.imagestore.chunks import HASH, ChunkStore
 from rota.runtime import control, imagefmt
 
 MIB = 1 << 20

@@ -1,0 +1,126 @@
+"""The read models services publish for each other: views, declared here, read only here.
+
+A service owns its tables and is their only writer (docs/architecture.md). Where another
+service must read some of that data inside its own transaction (the allocator commits a
+start with the image to resume from; the api answers a heartbeat with it), it reads a view
+the owner publishes (migrations/versions/0010_read_models.py) instead of the owner's tables
+or code. The view's columns are the contract; the owner may reshape its tables behind it.
+
+| view                        | owner      | readers             |
+|-----------------------------|------------|---------------------|
+| checkpoint_resume_images    | checkpoint | allocator, api, detector |
+| checkpoint_move_costs       | checkpoint | allocator           |
+| checkpoint_resume_targets   | checkpoint | allocator           |
+| detector_bad_gpus           | detector   | allocator           |
+| detector_applied_layouts    | detector   | allocator, api      |
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ARRAY, BigInteger, Column, Float, Integer, MetaData, String, Table, select
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Session
+
+from rota.common.models import JobRow
+from rota.core import jobstate
+
+# Views, not tables: on their own metadata so that migrations never try to create them.
+VIEWS = MetaData()
+
+resume_images = Table(
+    "checkpoint_resume_images", VIEWS,
+    Column("job_id", String(32), primary_key=True), Column("image_id", String(40)), Column("sequence", Integer),
+    Column("write_s", Float), Column("copy_s", Float), Column("logical_bytes", BigInteger),
+)
+move_costs = Table(
+    "checkpoint_move_costs", VIEWS,
+    Column("job_id", String(32), primary_key=True), Column("write_s", Float), Column("copy_s", Float),
+    Column("logical_bytes", BigInteger), Column("recent_pauses_s", ARRAY(Float)),
+)
+resume_targets = Table(
+    "checkpoint_resume_targets", VIEWS,
+    Column("job_id", String(32), primary_key=True), Column("target_node", String(64)),
+)
+bad_gpu_rows = Table(
+    "detector_bad_gpus", VIEWS,
+    Column("node", String(64), primary_key=True), Column("gpu_index", Integer, primary_key=True),
+)
+applied_layouts = Table(
+    "detector_applied_layouts", VIEWS,
+    Column("job_id", String(32), primary_key=True), Column("layout", JSONB), Column("from_epoch", BigInteger),
+)
+
+
+@dataclass(frozen=True)
+class CheckpointCost:
+    """What pausing a job has cost, measured: for pricing a preemption or a migration."""
+
+    pause_s: float  # request to GPUs released, median of its recent pauses (0 if never paused)
+    write_s: float  # its newest image's background write (on a migration's critical path)
+    logical_bytes: int  # its newest image's state
+    pauses: int  # how many pauses the median is over
+    copy_s: float = 0.0  # its newest image's copy out of the job (most of a pause, when never paused)
+
+
+def median_pause(recent_pauses_s: Sequence[float]) -> float:
+    """The upper median of the recent pauses (0 when the job was never paused)."""
+    ordered = sorted(recent_pauses_s)
+    return ordered[len(ordered) // 2] if ordered else 0.0
+
+
+def resume_image(session: Session, job_id: str) -> str | None:
+    """The image a job (re)started now must restore from: its newest complete one, or None.
+
+    Put into LaunchRequest.resume_image when a start commits, so a paused, migrated, lost or
+    requeued job continues from its last image wherever it lands.
+    """
+    return session.scalar(select(resume_images.c.image_id).where(resume_images.c.job_id == job_id))
+
+
+def checkpoint_costs(session: Session, job_ids: Sequence[str]) -> dict[str, CheckpointCost]:
+    """Measured costs of the jobs that have a complete image; a job without one is absent
+    (it has never been checkpointed: its cost is unknown, and so is whether it can be)."""
+    if not job_ids:
+        return {}
+    rows = session.execute(select(move_costs).where(move_costs.c.job_id.in_(list(job_ids))))
+    return {
+        r.job_id: CheckpointCost(median_pause(r.recent_pauses_s), r.write_s, r.logical_bytes,
+                                 len(r.recent_pauses_s), r.copy_s)
+        for r in rows
+    }
+
+
+def pending_resume_targets(session: Session) -> dict[str, str]:
+    """The node each pending job's latest resume or migration asked for (jobs that asked one)."""
+    rows = session.execute(
+        select(resume_targets.c.job_id, resume_targets.c.target_node)
+        .join(JobRow, JobRow.id == resume_targets.c.job_id).where(JobRow.state == jobstate.PENDING)
+    )
+    return {job_id: node for job_id, node in rows if node}
+
+
+def bad_gpus(session: Session) -> dict[str, tuple[int, ...]]:
+    """Each node's BAD GPU indices: what the allocator must leave out of every plan."""
+    out: dict[str, list[int]] = {}
+    rows = session.execute(
+        select(bad_gpu_rows.c.node, bad_gpu_rows.c.gpu_index).order_by(bad_gpu_rows.c.node, bad_gpu_rows.c.gpu_index)
+    )
+    for node, gpu in rows:
+        out.setdefault(node, []).append(gpu)
+    return {node: tuple(gpus) for node, gpus in out.items()}
+
+
+def layout_json(layout: dict[str, Any]) -> str:
+    """The one text form of a layout (ROTA_LAYOUT): the same object always reads the same."""
+    return json.dumps(layout, sort_keys=True, separators=(",", ":"))
+
+
+def applied_layout(session: Session, job_id: str) -> str:
+    """The job's ROTA_LAYOUT: the layout its last applied re-plan gave it; "" when none was."""
+    layout = session.scalar(select(applied_layouts.c.layout).where(applied_layouts.c.job_id == job_id))
+    return layout_json(layout) if layout is not None else ""
