@@ -6,6 +6,7 @@ import secrets
 from typing import Any
 
 from rota.api import repository as api
+from rota.common import nodes_repo
 from rota.common.db import Database
 from rota.common.jobs_repo import Events
 from rota.common.models import GpuRow
@@ -16,7 +17,7 @@ def setup_cluster(db: Database, gpus: int = 4, address: str = "127.0.0.1:1") -> 
     tenant, node = "t-" + secrets.token_hex(3), "n-" + secrets.token_hex(3)
     db.run(lambda s: api.create_tenant(s, tenant, 1.0, secrets.token_hex(32)))
     rows = [GpuRow(node=node, index=i, uuid=f"{node}-{i}", model="virtual", virtual=True) for i in range(gpus)]
-    db.run(lambda s: api.register_node(s, node, address, rows))
+    db.run(lambda s: nodes_repo.register(s, node, address, rows))
     return tenant, node
 
 

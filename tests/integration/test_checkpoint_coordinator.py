@@ -25,7 +25,7 @@ from rota.checkpoint import gc
 from rota.checkpoint import repository as repo
 from rota.checkpoint.coordinator import AgentCallFailed, Coordinator
 from rota.checkpoint.models import ImageRow, ManifestRow, OperationRow
-from rota.common import read_models
+from rota.common import nodes_repo, read_models
 from rota.common.db import Database
 from rota.common.jobs_repo import Events, get_job
 from rota.common.models import GpuClaimRow, GpuRow, PlacementRow
@@ -100,7 +100,7 @@ def running_job(db: Database) -> str:
     tenant, node = "t-" + secrets.token_hex(4), "n-" + secrets.token_hex(4)
     db.run(lambda s: api.create_tenant(s, tenant, 1.0, secrets.token_hex(32)))
     gpus = [GpuRow(node=node, index=i, uuid=f"{node}-{i}", model="virtual", virtual=True) for i in range(2)]
-    db.run(lambda s: api.register_node(s, node, "127.0.0.1:1", gpus))
+    db.run(lambda s: nodes_repo.register(s, node, "127.0.0.1:1", gpus))
     spec = validate(JobSpecData(name="ft", tenant=tenant, kind="training", priority=5, gpus=1, command=["true"]),
                     max_gpus_per_node=0)
     job, _ = db.run(lambda s: api.submit_job(s, spec, "", Events()))

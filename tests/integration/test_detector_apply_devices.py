@@ -34,7 +34,7 @@ from rota.client import (
     NotFoundError,
     PermissionDeniedError,
 )
-from rota.common import read_models
+from rota.common import nodes_repo, read_models
 from rota.common.auth import hash_token
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
@@ -135,7 +135,7 @@ def tenant(db: Database) -> tuple[str, str]:
 def node_with(db: Database, gpus: int) -> str:
     node = "n-" + secrets.token_hex(4)
     rows = [GpuRow(node=node, index=i, uuid=f"{node}-{i}", model="virtual", virtual=True) for i in range(gpus)]
-    db.run(lambda s: api.register_node(s, node, "127.0.0.1:1", rows))
+    db.run(lambda s: nodes_repo.register(s, node, "127.0.0.1:1", rows))
     return node
 
 

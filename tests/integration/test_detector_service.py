@@ -24,6 +24,7 @@ from rota.allocator import repository as alloc
 from rota.api import repository as api
 from rota.bench.detector_workload import Generator, parse_config
 from rota.client import Client, InvalidArgumentError, NotFoundError, PermissionDeniedError
+from rota.common import nodes_repo
 from rota.common.auth import hash_token
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
@@ -99,7 +100,7 @@ def running_job(db: Database, owner: str, gpus: int = 4, **spec: Any) -> tuple[s
     """A job placed on a fresh node: (job id, node, epoch)."""
     node = "n-" + secrets.token_hex(4)
     rows = [GpuRow(node=node, index=i, uuid=f"{node}-{i}", model="virtual", virtual=True) for i in range(gpus)]
-    db.run(lambda s: api.register_node(s, node, "127.0.0.1:1", rows))
+    db.run(lambda s: nodes_repo.register(s, node, "127.0.0.1:1", rows))
     data = JobSpecData(name="pp", tenant=owner, kind="training", priority=5, gpus=gpus, command=["true"])
     for k, v in spec.items():
         setattr(data, k, v)

@@ -18,11 +18,12 @@ from sqlalchemy.exc import IntegrityError
 from rota.allocator import repository as alloc
 from rota.api import repository as api
 from rota.checkpoint import repository as ckpt
-from rota.common import read_models
+from rota.common import nodes_repo, read_models
 from rota.common.db import Database, make_engine
 from rota.common.jobs_repo import Events, get_job, history, utcnow
 from rota.common.models import GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
 from rota.core import jobstate as js
+from rota.core import nodestate
 from rota.core.errors import AlreadyExists, InvalidArgument, NotFound
 from rota.core.jobspec import JobSpecData, validate
 from rota.core.planning.liveplan import Start
@@ -51,7 +52,7 @@ def node(db: Database) -> str:
 def register(db: Database, gpus: int) -> str:
     name = "n-" + secrets.token_hex(4)
     rows = [GpuRow(node=name, index=i, uuid=f"{name}-gpu{i}", model="virtual", virtual=True) for i in range(gpus)]
-    db.run(lambda s: api.register_node(s, name, f"127.0.0.1:{50000 + gpus}", rows))
+    db.run(lambda s: nodes_repo.register(s, name, f"127.0.0.1:{50000 + gpus}", rows))
     return name
 
 
@@ -341,10 +342,10 @@ def test_silent_node_goes_dead_and_its_jobs_are_lost_then_handled(db: Database, 
     _silence(db, node, 600)
 
     events = Events()
-    dead = db.run(lambda s: alloc.mark_dead_nodes(s, 60, events))
+    dead = db.run(lambda s: nodes_repo.declare_dead(s, 60, events))
     assert node in dead and healthy not in dead
     health = db.run(lambda s: s.scalars(select(NodeRow.health).where(NodeRow.name.in_([node, healthy]))).all())
-    assert sorted(health) == [api.ALIVE, api.DEAD]
+    assert sorted(health) == [nodestate.ALIVE, nodestate.DEAD]
 
     requeued, failed = load(db, retrying), load(db, final)
     assert (requeued.state, requeued.node, requeued.attempts) == (js.PENDING, None, 1)
@@ -360,9 +361,9 @@ def test_silent_node_goes_dead_and_its_jobs_are_lost_then_handled(db: Database, 
         (retrying, js.LOST), (retrying, js.PENDING), (final, js.LOST), (final, js.FAILED)
     }
     # Already dead: not reported twice; a new heartbeat brings the node back.
-    assert node not in db.run(lambda s: alloc.mark_dead_nodes(s, 60, Events()))
+    assert node not in db.run(lambda s: nodes_repo.declare_dead(s, 60, Events()))
     node_row, _ = db.run(lambda s: api.heartbeat(s, node, [], Events()))
-    assert node_row.health == api.ALIVE
+    assert node_row.health == nodestate.ALIVE
 
 
 def _complete_image(db: Database, job_id: str, node: str, step: int) -> str:
@@ -385,7 +386,7 @@ def test_a_dead_nodes_job_with_an_image_is_restored_elsewhere_whatever_its_resta
     report(db, node, place(db, bare, node, (1,)), js.RUNNING)
     image = _complete_image(db, imaged, node, step=40)
     _silence(db, node, 600)
-    assert node in db.run(lambda s: alloc.mark_dead_nodes(s, 60, Events()))
+    assert node in db.run(lambda s: nodes_repo.declare_dead(s, 60, Events()))
     restored, failed = load(db, imaged), load(db, bare)
     assert (restored.state, restored.node, restored.gpu_indices) == (js.PENDING, None, [])
     assert f"restored from its last image {image}" in transitions(db, imaged)[-1][2]

@@ -24,7 +24,7 @@ from rota.allocator import repository
 from rota.allocator.forecasts import Forecast
 from rota.allocator.peers import Peers
 from rota.allocator.wakeups import Wakeups
-from rota.common import convert, read_models
+from rota.common import convert, nodes_repo, read_models
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
 from rota.common.db import Database
@@ -182,7 +182,7 @@ class SchedulingLoop:
             self.memory.no_deaths_until = self.clock() + self.settings.node_timeout_s
         if self.clock() >= self.memory.no_deaths_until and await self.peers.api.serving():
             dead = await asyncio.to_thread(
-                self.db.run, lambda s: repository.mark_dead_nodes(s, self.settings.node_timeout_s, events)
+                self.db.run, lambda s: nodes_repo.declare_dead(s, self.settings.node_timeout_s, events)
             )
             report.dead_nodes = len(dead)
         # 3. The snapshot, and whether anything calls for a new plan. Resting after a costly

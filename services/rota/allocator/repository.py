@@ -13,37 +13,15 @@ from sqlalchemy.orm import Session
 
 from rota.allocator.models import JobForecastRow, PlanStepRow
 from rota.common import read_models
-from rota.common.jobs_repo import Events, get_job, lose, release, transition, utcnow
+from rota.common.jobs_repo import Events, get_job, release, transition, utcnow
 from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
-from rota.core import jobstate
+from rota.core import jobstate, nodestate
 from rota.core.jobspec import JobSpecData, gpus_to_hold
 from rota.core.planning.liveplan import LiveJob, LiveNode, Start
 from rota.core.planning.moves import MoveCost, MoveInputs
 
-ALIVE = "ALIVE"
-DEAD = "DEAD"
-DRAINING = "DRAINING"  # alive but planned for nothing new; silent, it dies like an ALIVE node
 PAUSE_EXIT_S = 1.0  # a paused job's process exit, after its state is copied out
 SPEC_CACHE_SIZE = 4096  # distinct specs kept parsed
-
-
-def mark_dead_nodes(session: Session, timeout_s: float, events: Events) -> list[str]:
-    """Nodes silent past the timeout become DEAD; their jobs LOST, then restored from their
-    last image elsewhere, or requeued or failed by their restart policy."""
-    cutoff = utcnow() - timedelta(seconds=timeout_s)
-    dead = session.scalars(
-        select(NodeRow).where(NodeRow.health.in_((ALIVE, DRAINING)), NodeRow.last_heartbeat < cutoff).with_for_update()
-    ).all()
-    for node in dead:
-        node.health = DEAD
-        silent = (utcnow() - node.last_heartbeat).total_seconds()
-        jobs = session.scalars(
-            select(JobRow).where(JobRow.node == node.name, JobRow.state.in_(jobstate.HOLDING_STATES)).with_for_update()
-        ).all()
-        for job in jobs:
-            why = f"node {node.name} missed heartbeats for {silent:.1f}s"
-            lose(session, job, why, events, release_reason="node lost")
-    return [n.name for n in dead]
 
 
 def holding_jobs(session: Session) -> list[JobRow]:
@@ -144,7 +122,7 @@ class SpecCache:
 
 def live_view(session: Session, specs: SpecCache | None = None) -> LiveView:
     specs = SpecCache() if specs is None else specs
-    nodes = session.scalars(select(NodeRow).where(NodeRow.health == ALIVE).order_by(NodeRow.name)).all()
+    nodes = session.scalars(select(NodeRow).where(NodeRow.health == nodestate.ALIVE).order_by(NodeRow.name)).all()
     gpu_counts: dict[str, int] = {}
     for gpu in session.scalars(select(GpuRow)):
         gpu_counts[gpu.node] = gpu_counts.get(gpu.node, 0) + 1

@@ -7,21 +7,15 @@ import gc
 import sys
 
 import grpc
-from sqlalchemy import func, update
-from sqlalchemy.orm import Session
 
 from rota.api.forward import Forwarder
 from rota.api.service import ApiContext, ClusterService, JobService, TenantService
+from rota.common import nodes_repo
 from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
-from rota.common.models import NodeRow
 from rota.v1 import api_pb2, api_pb2_grpc
 
 SWITCH_INTERVAL_S = 0.0005
-
-
-def restart_grace(session: Session) -> None:
-    session.execute(update(NodeRow).where(NodeRow.health.in_(("ALIVE", "DRAINING"))).values(last_heartbeat=func.now()))
 
 
 async def serve(settings: Settings) -> None:
@@ -29,7 +23,7 @@ async def serve(settings: Settings) -> None:
     ctx = ApiContext(settings, parts.db, parts.live, parts.agents)
     # Heartbeats could not arrive while the api was down: give every live node a full
     # timeout from now before the allocator may call it dead.
-    await asyncio.to_thread(parts.db.run, restart_grace)
+    await asyncio.to_thread(parts.db.run, nodes_repo.grant_restart_grace)
     # The other services' RPCs, reachable through this one endpoint (ROTA_<SERVICE>_ADDR).
     forwarder = Forwarder(settings.service_addrs, settings.default_deadline_s, tls=parts.tls)
 

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from rota.common import nodes_repo
 from rota.common.jobs_repo import (
     Events,
     get_job,
@@ -19,16 +20,11 @@ from rota.common.jobs_repo import (
     release,
     requeue_or_fail,
     transition,
-    utcnow,
 )
 from rota.common.models import GpuClaimRow, GpuRow, JobRow, NodeRow, TenantRow
 from rota.core import jobstate
 from rota.core.errors import AlreadyExists, DomainError, InvalidArgument, NotFound
 from rota.core.jobspec import JobSpecData
-
-ALIVE = "ALIVE"
-DEAD = "DEAD"
-DRAINING = "DRAINING"  # set by `rota drain`: alive, takes no new jobs
 
 
 # Tenants.
@@ -230,29 +226,6 @@ def cancel_job(session: Session, job_id: str, reason: str, events: Events) -> tu
 
 
 # Nodes.
-def register_node(session: Session, name: str, address: str, gpus: Sequence[GpuRow]) -> NodeRow:
-    node = session.get(NodeRow, name)
-    now = utcnow()
-    if node is None:
-        node = NodeRow(name=name, address=address, health=ALIVE, last_heartbeat=now)
-        session.add(node)
-    else:
-        # A restarted agent re-registers: a drain outlives that, a death does not.
-        health = DRAINING if node.health == DRAINING else ALIVE
-        node.address, node.health, node.last_heartbeat = address, health, now
-    session.flush()
-    existing = {g.index: g for g in session.scalars(select(GpuRow).where(GpuRow.node == name))}
-    for gpu in gpus:
-        row = existing.pop(gpu.index, None)
-        if row is None:
-            session.add(GpuRow(node=name, index=gpu.index, uuid=gpu.uuid, model=gpu.model, virtual=gpu.virtual))
-        else:
-            row.uuid, row.model, row.virtual = gpu.uuid, gpu.model, gpu.virtual
-    for stale in existing.values():
-        session.delete(stale)
-    return node
-
-
 def list_nodes(session: Session) -> list[tuple[NodeRow, Sequence[GpuRow], Sequence[GpuClaimRow]]]:
     nodes = session.scalars(select(NodeRow).order_by(NodeRow.name)).all()
     gpus = session.scalars(select(GpuRow)).all()
@@ -280,12 +253,7 @@ def heartbeat(
     Reports from an older placement (epoch or node differ) are ignored: the job has been
     requeued and placed again, and the answer tells that agent to stop its copy.
     """
-    node = session.get(NodeRow, node_name, with_for_update=True)
-    if node is None:
-        raise NotFound(f"node {node_name} is not registered")
-    node.last_heartbeat = utcnow()
-    if node.health == DEAD:
-        node.health = ALIVE
+    node = nodes_repo.beat(session, node_name)
     # One locked read of what the node holds serves both the reports and the answer (a
     # query per report cost about a millisecond of CPU each): a report about anything
     # else (requeued, placed elsewhere, finished) changes nothing.

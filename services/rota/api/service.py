@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from rota.api import repository
 from rota.api.batcher import SubmitBatcher
-from rota.common import convert, read_models
+from rota.common import convert, nodes_repo, read_models
 from rota.common.agents import AgentClients
 from rota.common.auth import Identity, current_identity, hash_token, new_token
 from rota.common.config import Settings
@@ -369,7 +369,7 @@ class ClusterService(api_pb2_grpc.ClusterServiceServicer):
             raise InvalidArgument("node.gpus", "indices must be 0..n-1")
 
         def register(session: Session) -> common_pb2.Node:
-            row = repository.register_node(session, node.name, node.address, gpus)
+            row = nodes_repo.register(session, node.name, node.address, gpus)
             session.flush()
             nodes = {n.name: (n, g, c) for n, g, c in repository.list_nodes(session)}
             return convert.node_to_proto(*nodes[row.name])

@@ -16,12 +16,8 @@ from rota.common.models import JobRow, NodeRow, PlacementRow
 from rota.core import jobstate
 from rota.core.detection.devices import BAD, CLEARED, DeviceMark
 from rota.core.detection.failslow import Verdict
-from rota.core.errors import FailedPrecondition, InvalidArgument, NotFound
+from rota.core.errors import InvalidArgument, NotFound
 from rota.detector.models import DeviceHealthRow, JobLayoutRow, VerdictRow
-
-ALIVE = "ALIVE"
-DEAD = "DEAD"
-DRAINING = "DRAINING"  # alive, takes no new jobs (the allocator plans ALIVE nodes only)
 
 
 @dataclass(frozen=True)
@@ -103,29 +99,6 @@ def check_name(field: str, value: str, longest: int) -> None:
         raise InvalidArgument(field, "must not be empty")
     if len(value) > longest or any(ord(c) < 32 for c in value):
         raise InvalidArgument(field, f"not a valid name (at most {longest} printable characters)")
-
-
-def drain(session: Session, name: str, undo: bool) -> tuple[str, int]:
-    """Marks a node DRAINING (or ALIVE again); returns its health and how many jobs still run there.
-
-    A DEAD node cannot be drained: its next heartbeat makes it ALIVE (the api's rule for a
-    node that comes back), which would silently undo the drain.
-    """
-    check_name("node", name, 64)
-    node = session.get(NodeRow, name, with_for_update=True)
-    if node is None:
-        raise NotFound(f"node {name} is not registered")
-    if undo:
-        if node.health == DRAINING:
-            node.health = ALIVE
-    elif node.health == DEAD:
-        raise FailedPrecondition(f"node {name} is DEAD; drain it once it is back")
-    else:
-        node.health = DRAINING
-    running = session.scalar(
-        select(func.count()).select_from(JobRow).where(JobRow.node == name, JobRow.state.in_(jobstate.HOLDING_STATES))
-    )
-    return node.health, int(running or 0)
 
 
 # Applied layouts.

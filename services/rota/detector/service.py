@@ -24,6 +24,7 @@ from typing import Any, TypeVar, cast
 import grpc
 from sqlalchemy.orm import Session
 
+from rota.common import nodes_repo
 from rota.common.auth import Identity, current_identity
 from rota.common.db import Database
 from rota.common.jobs_repo import Events
@@ -391,7 +392,8 @@ class DetectorService(detector_pb2_grpc.DetectorServiceServicer):
     # Draining.
     async def Drain(self, request: detector_pb2.DrainRequest, context: grpc.aio.ServicerContext) -> detector_pb2.DrainResponse:
         current_identity().require_admin()
-        health, running = await self.tx(lambda s: repository.drain(s, request.node, request.undo))
+        repository.check_name("node", request.node, 64)
+        health, running = await self.tx(lambda s: nodes_repo.drain(s, request.node, undo=request.undo))
         log.info("node %s is %s (%d jobs still running there)%s", request.node, health, running,
                  f": {request.reason}" if request.reason else "")
         return detector_pb2.DrainResponse(node=request.node, health=health, running_jobs=running)

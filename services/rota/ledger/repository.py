@@ -18,7 +18,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from rota.common.models import GpuRow, JobRow, JobTransitionRow, NodeRow, PlacementRow, TenantRow
-from rota.core import jobstate
+from rota.core import jobstate, nodestate
 from rota.core.errors import AlreadyExists, InvalidArgument
 from rota.core.fairness.ltgf import FairnessConfig, quotas
 from rota.core.fairness.standings import JobLife, Span, job_standings, tenant_standing, window_start
@@ -26,7 +26,6 @@ from rota.ledger.models import HOUR_S, CollectedRow, UsageRow
 
 COLLECTOR_LOCK_KEY = 0x4C656467  # "Ledg"
 BY = ("job", "tenant", "day", "gpu")
-ALIVE = "ALIVE"
 
 
 @dataclass(frozen=True)
@@ -206,7 +205,7 @@ def usage_totals(
 def capacity(session: Session) -> int:
     """GPUs of the nodes alive now: G of the quota formula."""
     stmt = select(func.count()).select_from(GpuRow).join(NodeRow, NodeRow.name == GpuRow.node)
-    return int(session.execute(stmt.where(NodeRow.health == ALIVE)).scalar_one())
+    return int(session.execute(stmt.where(NodeRow.health == nodestate.ALIVE)).scalar_one())
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,101 @@
+"""The node lifecycle: the only writer of `nodes.health` and `nodes.last_heartbeat`.
+
+Register and beat (the api, on an agent's calls), drain (the detector, on `rota drain`),
+declare dead (the leading allocator, every cycle) and the api's restart grace all go
+through here, in the caller's transaction. The rules are `rota.core.nodestate`'s, and one
+clock decides a death: the database's `now()`, which stamps every heartbeat and is the
+deadline's reference, so no process's own clock (or its skew) enters. A dead node's jobs
+are lost through `jobs_repo.lose`, the same path as a silent rank's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from sqlalchemy import case, func, select, update
+from sqlalchemy.orm import Session
+
+from rota.common.jobs_repo import Events, lose
+from rota.common.models import GpuRow, JobRow, NodeRow
+from rota.core import jobstate, nodestate
+from rota.core.errors import NotFound
+
+
+def register(session: Session, name: str, address: str, gpus: Sequence[GpuRow]) -> NodeRow:
+    """A node's agent (re)starts: the node is ALIVE (a drain outlives the restart), its GPUs
+    are the ones it reports now."""
+    node = session.get(NodeRow, name, with_for_update=True)
+    if node is None:
+        node = NodeRow(name=name, address=address, health=nodestate.ALIVE, last_heartbeat=func.now())
+        session.add(node)
+    else:
+        target = nodestate.after_beat(node.health)
+        nodestate.check(node.health, target)
+        node.address, node.health, node.last_heartbeat = address, target, func.now()
+    session.flush()
+    existing = {g.index: g for g in session.scalars(select(GpuRow).where(GpuRow.node == name))}
+    for gpu in gpus:
+        row = existing.pop(gpu.index, None)
+        if row is None:
+            session.add(GpuRow(node=name, index=gpu.index, uuid=gpu.uuid, model=gpu.model, virtual=gpu.virtual))
+        else:
+            row.uuid, row.model, row.virtual = gpu.uuid, gpu.model, gpu.virtual
+    for stale in existing.values():
+        session.delete(stale)
+    session.refresh(node)  # the database's clock stamped it
+    return node
+
+
+def beat(session: Session, name: str) -> NodeRow:
+    """A heartbeat: stamped with the database's clock, a DEAD node back to ALIVE; the row
+    stays locked to the end of the caller's transaction (one statement: UPDATE ... RETURNING)."""
+    back = case((NodeRow.health == nodestate.DEAD, nodestate.after_beat(nodestate.DEAD)), else_=NodeRow.health)
+    node = session.scalars(
+        update(NodeRow).where(NodeRow.name == name).values(last_heartbeat=func.now(), health=back)
+        .returning(NodeRow).execution_options(populate_existing=True, synchronize_session=False)
+    ).first()
+    if node is None:
+        raise NotFound(f"node {name} is not registered")
+    return node
+
+
+def drain(session: Session, name: str, *, undo: bool) -> tuple[str, int]:
+    """Marks a node DRAINING (or ALIVE again); returns its health and how many jobs still run there."""
+    node = session.get(NodeRow, name, with_for_update=True)
+    if node is None:
+        raise NotFound(f"node {name} is not registered")
+    target = nodestate.after_drain(node.health, undo=undo, node=name)
+    nodestate.check(node.health, target)
+    node.health = target
+    running = session.scalar(
+        select(func.count()).select_from(JobRow).where(JobRow.node == name, JobRow.state.in_(jobstate.HOLDING_STATES))
+    )
+    return node.health, int(running or 0)
+
+
+def declare_dead(session: Session, timeout_s: float, events: Events) -> list[str]:
+    """Nodes silent past the timeout (on the database's clock) become DEAD; their jobs are
+    lost: restored from their last image elsewhere, or requeued or failed by their restart policy."""
+    silent_s = func.extract("epoch", func.now() - NodeRow.last_heartbeat)
+    rows = session.execute(
+        select(NodeRow, silent_s)
+        .where(NodeRow.health.in_(nodestate.BEATING), NodeRow.last_heartbeat < func.now() - timedelta(seconds=timeout_s))
+        .with_for_update(of=NodeRow)
+    ).all()
+    for node, silent in rows:
+        nodestate.check(node.health, nodestate.DEAD)
+        node.health = nodestate.DEAD
+        jobs = session.scalars(
+            select(JobRow).where(JobRow.node == node.name, JobRow.state.in_(jobstate.HOLDING_STATES)).with_for_update()
+        ).all()
+        for job in jobs:
+            lose(session, job, f"node {node.name} missed heartbeats for {float(silent):.1f}s", events,
+                 release_reason="node lost")
+    return [node.name for node, _ in rows]
+
+
+def grant_restart_grace(session: Session) -> None:
+    """Heartbeats could not arrive while the api was down: every beating node gets a full
+    timeout from now before it can be declared dead."""
+    session.execute(update(NodeRow).where(NodeRow.health.in_(nodestate.BEATING)).values(last_heartbeat=func.now()))
