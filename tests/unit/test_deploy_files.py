@@ -224,10 +224,11 @@ def test_dockerfile() -> None:
     assert lines[0].startswith("FROM python:3.11-slim")
     assert "download.pytorch.org/whl/cpu" in text
     assert any(line.startswith("ARG TORCH_INDEX_URL") for line in lines), "CUDA variant via build arg"
-    assert any("pip install ." in line for line in lines)
+    # The services image: the package with its server extra (a bare `pip install .` is the client only).
+    assert any("pip install '.[server]'" in line for line in lines)
     torch_at = next(i for i, line in enumerate(lines) if "TORCH_INDEX_URL}" in line and "pip install" in line)
-    package_at = next(i for i, line in enumerate(lines) if "pip install ." in line)
-    assert torch_at < package_at, "torch must come from the PyTorch index before `pip install .` pulls it"
+    package_at = next(i for i, line in enumerate(lines) if "pip install '.[server]'" in line)
+    assert torch_at < package_at, "torch must come from the PyTorch index before `pip install '.[server]'` pulls it"
 
 
 # --- deploy/k8s ------------------------------------------------------------------------------

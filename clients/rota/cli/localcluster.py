@@ -28,14 +28,12 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from rota.common import migrate
+from rota.client.home import CLUSTER_FILE, TOKEN_FILE, read_info
 from rota.common.auth import new_token
 from rota.common.tls import TLSFiles, open_channel
 
 SERVICES = ("api", "allocator", "forecaster", "ledger", "checkpoint", "detector")
-CLUSTER_FILE = "cluster.json"
 DEMO_PLAN_STEP_S = 30
-TOKEN_FILE = "admin.token"
 MAX_CRASHES, CRASH_WINDOW_S = 10, 60.0  # more crashes than this within the window: give up
 
 
@@ -170,6 +168,8 @@ class LocalCluster:
 
     # 2-4. Schema, token, processes.
     def start(self) -> dict[str, Any]:
+        from rota.common import migrate  # alembic: a server package (`rota[server]`)
+
         self.home.mkdir(parents=True, exist_ok=True)
         self.start_stores()
         migrate.upgrade(self.database_url)
@@ -349,13 +349,6 @@ def run_up(cluster: LocalCluster, *, quiet: bool = False) -> int:
     finally:
         cluster.stop()
     return 0
-
-
-def read_info(home: Path) -> dict[str, Any]:
-    path = home / CLUSTER_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"no running cluster under {home} (no {CLUSTER_FILE}); start one with `rota up`")
-    return dict(json.loads(path.read_text()))
 
 
 def run_down(home: Path, timeout_s: float = 60) -> int:

@@ -10,8 +10,9 @@ import argparse
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, cast
 
 # platformdirs (pulled in by the embedded servers) warns on machines without a login session.
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
@@ -26,6 +27,23 @@ from rota.cli import (  # noqa: E402
     plan_commands,
 )
 from rota.cli.localcluster import SERVICES  # noqa: E402
+from rota.cli.output import fail  # noqa: E402
+
+
+class _Parser(argparse.ArgumentParser):
+    """The CLI's parsers. One made with `service=MODULE` (`rota agent`) takes its flags, help
+    included, from that module's own `build_parser()`, imported by name when the subcommand is
+    parsed: building the CLI (`rota --help`, any client command) imports no service."""
+
+    def __init__(self, *args: Any, service: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.service = service
+
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        if not self.service:
+            return super().parse_known_args(args, namespace)
+        own = commands.import_server(self.prog.removeprefix("rota "), self.service).build_parser()
+        return own.parse_args(args, namespace), []
 
 
 def _connection_args(parser: argparse.ArgumentParser) -> None:
@@ -36,8 +54,10 @@ def _connection_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rota", description="Rota: a control plane for shared GPU clusters.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = _Parser(prog="rota", description="Rota: a control plane for shared GPU clusters.")
+    # Every subcommand's parser is a _Parser; the command modules take them as plain ArgumentParsers.
+    sub = cast("argparse._SubParsersAction[argparse.ArgumentParser]",
+               parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser))
 
     up = sub.add_parser("up", help="start a local cluster in the foreground")
     up.add_argument("--home", default=os.environ.get("ROTA_HOME", ".rota"), help="cluster folder (default: .rota)")
@@ -130,10 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run one control-plane service (configured by ROTA_* variables)")
     serve.add_argument("service", choices=SERVICES)
 
-    from rota.agent.main import add_agent_arguments
-
-    agent = sub.add_parser("agent", help="run a node agent")
-    add_agent_arguments(agent)
+    # Its flags are the agent's own (rota.agent.main.build_parser); see `rota agent --help`.
+    sub.add_parser("agent", help="run a node agent", add_help=False, service="rota.agent.main")
 
     migrate = sub.add_parser("migrate", help="apply database migrations (ROTA_DATABASE_URL); with JOB: move a job")
     migrate.add_argument("--database-url", default=os.environ.get("ROTA_DATABASE_URL", ""))
@@ -179,7 +197,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(commands.run(commands.sim, argparse.Namespace(args=argv[1:])))
     if argv[:1] == ["bench"] and len(argv) > 1:
         sys.exit(commands.run(commands.bench, argparse.Namespace(target=argv[1], args=argv[2:])))
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except commands.ServerPackagesMissing as exc:  # `rota agent` on a client-only install
+        sys.exit(fail(str(exc), 2))
     sys.exit(commands.run(HANDLERS[args.command], args))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rota.cli.commands import connect
+from rota.cli.commands import connect, require_server
 from rota.cli.output import print_json, table
 
 
@@ -17,6 +17,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # t
 
 def plan(args: argparse.Namespace) -> int:
     from rota.cli import plan_picture as picture  # matplotlib is loaded only for --render
+
+    if args.render:
+        require_server("plan --render", ("matplotlib",))
 
     with connect(args) as client:
         current = client.current_plan()

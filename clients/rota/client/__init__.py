@@ -1,4 +1,6 @@
-"""Rota's Python SDK. `Client.connect(target, token=..., timeout=...)` is the entry point."""
+"""Rota's Python SDK. `Client.from_home()` (the folder `rota up` writes, default $ROTA_HOME),
+`Client.from_env()` (the CLI's variables) or `Client.connect(target, token=..., timeout=...)`
+is the entry point."""
 
 from rota.client.checkpoint import (
     CheckpointImage,
@@ -23,7 +25,15 @@ from rota.client.errors import (
     UnavailableError,
     UnimplementedError,
 )
-from rota.client.jobfile import load_job_file, parse_duration, spec_from_mapping
+from rota.client.home import ClusterHome, NoClusterError
+from rota.client.jobfile import (
+    job_spec_from_mapping,
+    load_job_file,
+    load_job_spec,
+    parse_duration,
+    spec_from_mapping,
+)
+from rota.client.jobspec import JobSpec
 from rota.client.ledger import JobFairness, Standings, TenantFairness, UsageEntry
 from rota.client.plan import CurrentPlan, Explanation, PlannedJob, ScenarioPlan, WhatIf
 from rota.client.tls import TLS
@@ -33,6 +43,7 @@ __all__ = [
     "RotaError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError", "PermissionDeniedError",
     "UnauthenticatedError", "FailedPreconditionError", "UnavailableError", "DeadlineExceededError",
     "UnimplementedError", "load_job_file", "parse_duration", "spec_from_mapping",
+    "JobSpec", "load_job_spec", "job_spec_from_mapping", "ClusterHome", "NoClusterError",
     "JobFairness", "Standings", "TenantFairness", "UsageEntry",
     "CheckpointImage", "CheckpointOperation", "CheckpointResult", "JobImages", "MigrateResult", "PauseResult",
     "ResumeResult",

@@ -7,9 +7,11 @@ submissions always carry a request id, so a retried submission never creates two
 
 from __future__ import annotations
 
+import codecs
 import json
+import os
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -38,6 +40,8 @@ from rota.client.forecast import (
     traffic_requests,
 )
 from rota.client.forecast import stub as forecast_stub
+from rota.client.home import ClusterHome, resolve_connection
+from rota.client.jobspec import JobSpec, spec_proto
 from rota.client.ledger import JobFairness, Standings, UsageEntry, to_unix
 from rota.client.plan import CurrentPlan, Explanation, ScenarioPlan, WhatIf
 from rota.client.tls import TLS
@@ -83,6 +87,22 @@ def _duration(value: timedelta | None) -> duration_pb2.Duration | None:
     d = duration_pb2.Duration()
     d.FromTimedelta(value)
     return d
+
+
+def log_lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """Text lines from a byte stream cut anywhere: a line (or a UTF-8 character) split across
+    chunks comes out whole, a final line without a newline still comes out. Lines carry no
+    "\n" (nor the "\r" of a "\r\n"); bytes that are not UTF-8 read as U+FFFD."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
+    for chunk in chunks:
+        pending += decoder.decode(chunk)
+        *lines, pending = pending.split("\n")
+        for line in lines:
+            yield line.removesuffix("\r")
+    pending += decoder.decode(b"", final=True)
+    if pending:
+        yield pending.removesuffix("\r")
 
 
 def _tenant(t: common_pb2.Tenant) -> Tenant:
@@ -208,9 +228,11 @@ class JobEvent:
 
 
 class Client:
-    """Use `Client.connect(target, token=..., timeout=timedelta(seconds=30))`; against a
-    cluster with mutual TLS add `tls=TLS(ca=..., cert=..., key=...)` (then a tenant's client
-    certificate may stand in for its token: `token=""`)."""
+    """Use `Client.from_home()` for a cluster `rota up` started (its folder: the argument or
+    $ROTA_HOME), `Client.from_env()` for the variables the CLI reads, or
+    `Client.connect(target, token=..., timeout=timedelta(seconds=30))`; against a cluster with
+    mutual TLS add `tls=TLS(ca=..., cert=..., key=...)` (then a tenant's client certificate may
+    stand in for its token: `token=""`)."""
 
     def __init__(self, channel: grpc.Channel, *, token: str, timeout: timedelta) -> None:
         self._channel = channel
@@ -231,6 +253,32 @@ class Client:
             return cls(grpc.insecure_channel(target, options=options), token=token, timeout=timeout)
         return cls(grpc.secure_channel(target, tls.credentials(), options=options), token=token, timeout=timeout)
 
+    @classmethod
+    def from_home(
+        cls, home: str | os.PathLike[str] | None = None, *, token: str | None = None,
+        timeout: timedelta = timedelta(seconds=30),
+    ) -> Client:
+        """The cluster `rota up --home DIR` runs: DIR is `home`, else $ROTA_HOME. Dials the
+        endpoint it recorded (with its client certificate under `--tls`) with `token`, by
+        default the cluster's admin token. NoClusterError (a ValueError) naming ROTA_HOME
+        when neither is set or the folder holds no running cluster's endpoint."""
+        found = ClusterHome.read(home)
+        return cls.connect(found.endpoint, token=token if token is not None else found.admin_token(),
+                           timeout=timeout, tls=found.tls)
+
+    @classmethod
+    def from_env(
+        cls, *, endpoint: str | None = None, token: str | None = None, home: str | os.PathLike[str] | None = None,
+        timeout: timedelta = timedelta(seconds=30), environ: Mapping[str, str] | None = None,
+    ) -> Client:
+        """As the `rota` command connects: endpoint from ROTA_ENDPOINT, token from ROTA_TOKEN,
+        each else from the cluster folder ROTA_HOME (its endpoint, its admin token); mutual
+        TLS from ROTA_TLS_CA, ROTA_TLS_CERT and ROTA_TLS_KEY (all three), else the
+        certificate `rota up --tls` recorded there. An argument given wins over its variable.
+        NoClusterError when no endpoint, or no token without TLS, is found."""
+        found = resolve_connection(endpoint=endpoint, token=token, home=home, environ=environ)
+        return cls.connect(found.endpoint, token=found.token, timeout=timeout, tls=found.tls)
+
     def close(self) -> None:
         self._channel.close()
 
@@ -248,9 +296,10 @@ class Client:
             raise from_rpc_error(exc) from None
 
     # Jobs.
-    def submit(self, *, spec: common_pb2.JobSpec, request_id: str | None = None) -> Job:
-        """Submits a job; safe to retry with the same request_id (one is made if not given)."""
-        request = api_pb2.SubmitJobRequest(spec=spec, request_id=request_id or str(uuid.uuid4()))
+    def submit(self, *, spec: JobSpec | common_pb2.JobSpec, request_id: str | None = None) -> Job:
+        """Submits a job (a JobSpec, or its proto); safe to retry with the same request_id
+        (one is made if not given)."""
+        request = api_pb2.SubmitJobRequest(spec=spec_proto(spec), request_id=request_id or str(uuid.uuid4()))
         return Job.from_proto(self._call(self._jobs.SubmitJob, request).job)
 
     def get_job(self, job_id: str) -> Job:
@@ -275,7 +324,13 @@ class Client:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
-    def logs(self, job_id: str, *, follow: bool = False, timeout: timedelta = timedelta(hours=24)) -> Iterator[bytes]:
+    def logs(self, job_id: str, *, follow: bool = False, timeout: timedelta = timedelta(hours=24)) -> Iterator[str]:
+        """The job's output as text lines (no trailing newline); with `follow`, until the job ends."""
+        return log_lines(self.log_chunks(job_id, follow=follow, timeout=timeout))
+
+    def log_chunks(self, job_id: str, *, follow: bool = False, timeout: timedelta = timedelta(hours=24)) -> Iterator[bytes]:
+        """The job's output as the raw byte chunks the agent sends (cut anywhere, even inside
+        a line or a character): for passing it through unchanged, as `rota logs` does."""
         stream = self._jobs.StreamLogs(
             api_pb2.StreamLogsRequest(id=job_id, follow=follow), timeout=timeout.total_seconds(), metadata=self._metadata
         )
@@ -301,9 +356,9 @@ class Client:
         """The live cluster's latest committed plan step. NotFoundError before the first plan."""
         return CurrentPlan.from_proto(self._call(self._allocator.CurrentPlan, allocator_pb2.CurrentPlanRequest()))
 
-    def what_if(self, *, spec: common_pb2.JobSpec) -> WhatIf:
+    def what_if(self, *, spec: JobSpec | common_pb2.JobSpec) -> WhatIf:
         """When the job would start if submitted now; INVALID_ARGUMENT for a bad spec, as submit."""
-        reply = self._call(self._allocator.WhatIf, allocator_pb2.WhatIfRequest(spec=spec))
+        reply = self._call(self._allocator.WhatIf, allocator_pb2.WhatIfRequest(spec=spec_proto(spec)))
         return WhatIf(reply.start_step, reply.expected_start_seconds, reply.reason)
 
     def plan_scenario(
@@ -399,9 +454,9 @@ class Client:
         return [DeviceHealth.from_proto(d) for d in self._call(detector_stub(self._channel).ClearDevices, request).cleared]
 
     # Forecasts.
-    def forecast(self, *, spec: common_pb2.JobSpec, quantile: float = 0.5) -> Forecast:
+    def forecast(self, *, spec: JobSpec | common_pb2.JobSpec, quantile: float = 0.5) -> Forecast:
         """The job's predicted duration and GPU-hours (P50, P90, interval P10..P90), before submitting it."""
-        reply = self._call(forecast_stub(self._channel).PredictJob, predict_request(spec, quantile))
+        reply = self._call(forecast_stub(self._channel).PredictJob, predict_request(spec_proto(spec), quantile))
         return Forecast.from_proto(reply, quantile)
 
     def push_traffic(self, *, app: str, samples: Sequence[TrafficSample]) -> int:
@@ -469,4 +524,4 @@ class Client:
         return [JobFairness.from_proto(j) for j in reply.jobs]
 
 
-__all__ = ["Client", "Job", "JobEvent", "Node", "Gpu", "Tenant", "StateChange", "RotaError"]
+__all__ = ["Client", "Job", "JobEvent", "JobSpec", "Node", "Gpu", "Tenant", "StateChange", "RotaError", "log_lines"]

@@ -1,4 +1,5 @@
-"""Job files (YAML or JSON, SPEC §2) to JobSpec protos, with errors that name the field."""
+"""Job files (YAML or JSON, SPEC §2) to the SDK's JobSpec (and its proto), with errors
+that name the field."""
 
 from __future__ import annotations
 
@@ -6,23 +7,16 @@ import json
 import math
 import os
 import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
-from google.protobuf import struct_pb2
 
 from rota.client.errors import InvalidArgumentError
+from rota.client.jobspec import KINDS, RESTARTS, JobSpec
 from rota.v1 import common_pb2
 
-KINDS = {
-    "training": common_pb2.JOB_KIND_TRAINING,
-    "batch_inference": common_pb2.JOB_KIND_BATCH_INFERENCE,
-    "quantization": common_pb2.JOB_KIND_QUANTIZATION,
-    "realtime": common_pb2.JOB_KIND_REALTIME,
-    "trial": common_pb2.JOB_KIND_TRIAL,
-}
-RESTARTS = {"never": common_pb2.RESTART_POLICY_NEVER, "on-failure": common_pb2.RESTART_POLICY_ON_FAILURE}
 FIELDS = {
     "name", "tenant", "kind", "priority", "gpus", "command", "workdir", "env", "duration",
     "preemptible", "restart", "max_retries", "features", "demand", "max_swap", "accepts_layout_changes",
@@ -77,61 +71,69 @@ def _typed(data: dict[str, Any], key: str, kind: type | tuple[type, ...], what: 
     return value
 
 
-def spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None) -> common_pb2.JobSpec:
-    """Builds a JobSpec from job-file fields; the server validates the values again."""
+def job_spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None) -> JobSpec:
+    """A JobSpec from job-file fields, checking their types; a relative workdir is resolved
+    against `base_dir` (default: the current directory). The server validates the values."""
     unknown = sorted(set(data) - FIELDS)
     if unknown:
         raise _bad(unknown[0], f"unknown field (known: {', '.join(sorted(FIELDS))})")
-    spec = common_pb2.JobSpec(priority=5, gpus=1)
-    if "name" in data:
-        spec.name = str(_typed(data, "name", str, "a string"))
-    if "tenant" in data:
-        spec.tenant = str(_typed(data, "tenant", str, "a string"))
+    fields: dict[str, Any] = {}
+    for key in ("name", "tenant"):
+        if key in data:
+            fields[key] = str(_typed(data, key, str, "a string"))
     if "kind" in data:
         kind = _typed(data, "kind", str, "a string")
         if kind not in KINDS:
             raise _bad("kind", f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
-        spec.kind = KINDS[kind]
-    else:
-        spec.kind = common_pb2.JOB_KIND_TRAINING
+        fields["kind"] = kind
     for key in ("priority", "gpus", "max_retries", "max_swap"):
         if key in data:
-            setattr(spec, key, _typed(data, key, int, "an integer"))
-    if "command" in data:
-        command = data["command"]
-        if isinstance(command, str):
-            command = command.split()
-        if not isinstance(command, list) or not all(isinstance(a, str | int | float) for a in command):
-            raise _bad("command", "must be a list of strings")
-        spec.command.extend(str(a) for a in command)
+            fields[key] = _typed(data, key, int, "an integer")
+    command = data.get("command", [])
+    if isinstance(command, str):
+        command = command.split()
+    if not isinstance(command, list) or not all(isinstance(a, str | int | float) for a in command):
+        raise _bad("command", "must be a list of strings")
+    fields["command"] = tuple(str(a) for a in command)
     workdir = str(_typed(data, "workdir", str, "a string")) if "workdir" in data else "."
     base = base_dir or Path.cwd()
-    spec.workdir = str((base / workdir).resolve()) if not os.path.isabs(workdir) else workdir
+    fields["workdir"] = str((base / workdir).resolve()) if not os.path.isabs(workdir) else workdir
     if "env" in data:
         env = _typed(data, "env", dict, "a mapping")
         for key, value in env.items():
             if not isinstance(value, str | int | float) or isinstance(value, bool):
                 raise _bad(f"env.{key}", "must be a string")
-            spec.env[str(key)] = str(value)
+        fields["env"] = {str(k): str(v) for k, v in env.items()}
     if "duration" in data:
-        spec.duration_seconds = parse_duration(data["duration"])
-    if "preemptible" in data:
-        spec.preemptible = _typed(data, "preemptible", bool, "true or false")
-    if "accepts_layout_changes" in data:
-        spec.accepts_layout_changes = _typed(data, "accepts_layout_changes", bool, "true or false")
+        seconds = parse_duration(data["duration"])
+        try:
+            fields["duration"] = timedelta(seconds=seconds)
+        except OverflowError:
+            raise _bad("duration", f"too long (got {data['duration']!r})") from None
+    for key in ("preemptible", "accepts_layout_changes"):
+        if key in data:
+            fields[key] = _typed(data, key, bool, "true or false")
     if "restart" in data:
         restart = data["restart"]
         if restart not in RESTARTS:
             raise _bad("restart", f"one of {', '.join(RESTARTS)} (got {restart!r})")
-        spec.restart = RESTARTS[restart]
+        fields["restart"] = restart
     if "features" in data:
-        features = _typed(data, "features", dict, "a mapping")
-        message = struct_pb2.Struct()
-        message.update(features)
-        spec.features.CopyFrom(message)
+        fields["features"] = dict(_typed(data, "features", dict, "a mapping"))
     if "demand" in data:
         demand = _typed(data, "demand", list, "a list of GPU counts")
         if not all(isinstance(d, int) and not isinstance(d, bool) for d in demand):
             raise _bad("demand", "must be a list of integers")
-        spec.demand.extend(demand)
-    return spec
+        fields["demand"] = tuple(demand)
+    return JobSpec(**fields)
+
+
+def load_job_spec(path: str | os.PathLike[str], *, base_dir: Path | None = None) -> JobSpec:
+    """A job file read as a JobSpec (`base_dir`: what a relative workdir is relative to,
+    default the current directory, as for `rota submit`)."""
+    return job_spec_from_mapping(load_job_file(path), base_dir=base_dir)
+
+
+def spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None) -> common_pb2.JobSpec:
+    """Builds a JobSpec proto from job-file fields; the server validates the values again."""
+    return job_spec_from_mapping(data, base_dir=base_dir).to_proto()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import socket
 import time
 from pathlib import Path
@@ -28,7 +27,6 @@ from rota.common.server import RotaInterceptor, run_server
 from rota.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
 from rota.common.tls import open_aio_channel, tls_files
 from rota.core.errors import DomainError
-from rota.imagestore.settings import CheckpointSettings
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
 
 log = logging.getLogger("rota.agent")
@@ -160,7 +158,7 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     table = ProcessTable(args.name, home, home / "lease", LEASE_FRACTION * settings.node_timeout_s)
     table.lease_file.touch()
     table.adopt()
-    checkpoints = AgentCheckpoints(args.name, table, home, CheckpointSettings.from_env(settings.home))
+    checkpoints = AgentCheckpoints(args.name, table, home, settings.checkpoint)
     checkpoints.adopt()
     runtime = AgentRuntime(args.name, table, virtual=all(d.virtual for d in devices), checkpoints=checkpoints)
     gpus = [common_pb2.Gpu(index=d.index, uuid=d.uuid, model=d.model, virtual=d.virtual) for d in devices]
@@ -176,7 +174,7 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     async def on_stop() -> None:
         # A graceful agent stop leaves its jobs running (a restarted agent adopts them),
         # except when the whole local cluster goes down.
-        if os.environ.get("ROTA_AGENT_STOP_JOBS_ON_EXIT") == "1":
+        if settings.agent_stop_jobs_on_exit:
             await asyncio.to_thread(table.stop_all, "cluster stopping", 5.0)
         await heartbeats.close()
         checkpoints.close()

@@ -17,7 +17,6 @@ from rota.checkpoint.service import CheckpointService
 from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
 from rota.common.jobs_repo import Events
-from rota.imagestore.settings import CheckpointSettings
 from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc
 
 log = logging.getLogger("rota.checkpoint")
@@ -25,7 +24,7 @@ log = logging.getLogger("rota.checkpoint")
 
 async def serve(settings: Settings) -> None:
     parts = ServiceParts("checkpoint", settings)
-    config = CheckpointSettings.from_env(settings.home)
+    config = settings.checkpoint
     store = config.store()
 
     def publish(events: Events) -> None:

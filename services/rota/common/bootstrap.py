@@ -7,7 +7,6 @@ import asyncio
 import hmac
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
 
 import grpc
 from sqlalchemy import select
@@ -99,15 +98,3 @@ class ServiceParts:
             tls=self.tls,
             reuse_port=self.settings.reuse_port,
         )
-
-
-async def serve_unimplemented(name: str, settings: Settings, descriptor: Any, service: str, add: Any, servicer: Any) -> None:
-    """Serves a service whose RPCs a later issue builds: the generated base servicer
-    answers UNIMPLEMENTED for each (never a made-up answer), with everything else in place."""
-    parts = ServiceParts(name, settings)
-
-    def register(server: grpc.aio.Server) -> list[str]:
-        add(servicer(), server)
-        return [descriptor.services_by_name[service].full_name]
-
-    await parts.serve(register)

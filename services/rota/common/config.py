@@ -11,6 +11,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rota.core.detection.devices import BEYOND_REPAIR_RATIO
+from rota.core.detection.failslow import DetectorConfig
+from rota.imagestore.settings import CheckpointSettings
+
 
 def _env_float(name: str, default: float) -> float:
     raw = os.environ.get(name)
@@ -34,6 +38,35 @@ def _env_quantile(name: str, default: float) -> float:
     if not 0 < value < 1:
         raise ValueError(f"{name}: a quantile strictly between 0 and 1, got {value:g}")
     return value
+
+
+def _env_int(name: str, default: int, minimum: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name}: not a whole number: {raw!r}") from exc
+    if value < minimum:
+        raise ValueError(f"{name}: must be at least {minimum}, got {value}")
+    return value
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "") in ("1", "true", "yes")
+
+
+def _env_detector() -> DetectorConfig:
+    d = DetectorConfig()
+    try:  # DetectorConfig validates its own ranges; the message names the variables
+        return DetectorConfig(
+            threshold=_env_float("ROTA_DETECTOR_THRESHOLD", d.threshold),
+            consecutive=_env_int("ROTA_DETECTOR_CONSECUTIVE", d.consecutive, 1),
+            warmup=_env_int("ROTA_DETECTOR_WARMUP", d.warmup, 0),
+        )
+    except ValueError as exc:
+        raise ValueError(f"ROTA_DETECTOR_*: {exc}") from exc
 
 
 def _env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
@@ -108,10 +141,21 @@ class Settings:
     # Several processes of one service share its port (SO_REUSEPORT; the kernel spreads the
     # connections): `rota up --api-workers N` runs N api processes on the api's address.
     reuse_port: bool = False
+    # The detector's verdict rules (ROTA_DETECTOR_THRESHOLD, _CONSECUTIVE, _WARMUP) and the
+    # slow ratio at which a verdict takes its device out of the plan (ROTA_DETECTOR_BAD_RATIO).
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
+    detector_bad_ratio: float = BEYOND_REPAIR_RATIO
+    # Checkpoint images: the chunk store, staging and retention (ROTA_CHUNK_STORE,
+    # ROTA_CHECKPOINT_*; see rota.imagestore.settings), read by the coordinator and the agents.
+    checkpoint: CheckpointSettings = field(default_factory=lambda: CheckpointSettings(Path.cwd() / ".rota" / "chunks"))
+    # An agent's graceful stop leaves its jobs running for its successor to adopt, unless the
+    # whole local cluster stops (`rota up` sets ROTA_AGENT_STOP_JOBS_ON_EXIT=1).
+    agent_stop_jobs_on_exit: bool = False
 
     @staticmethod
     def from_env() -> Settings:
         interval = _env_float("ROTA_HEARTBEAT_INTERVAL", 1.0)
+        home = Path(os.environ.get("ROTA_HOME", str(Path.cwd() / ".rota")))
         tls_cert, tls_key, tls_ca = _env_tls()
         return Settings(
             database_url=os.environ.get("ROTA_DATABASE_URL", ""),
@@ -126,7 +170,7 @@ class Settings:
             node_timeout_s=_env_float("ROTA_NODE_TIMEOUT", 3 * interval),
             default_deadline_s=_env_float("ROTA_DEFAULT_DEADLINE", 30.0),
             schedule_interval_s=_env_float("ROTA_SCHEDULE_INTERVAL", 0.5),
-            home=Path(os.environ.get("ROTA_HOME", str(Path.cwd() / ".rota"))),
+            home=home,
             policy=_env_choice("ROTA_POLICY", "fast", ("fifo", "fast", "fair")),
             plan_step_s=_env_positive("ROTA_PLAN_STEP", 3600.0),
             plan_horizon=int(_env_positive("ROTA_PLAN_HORIZON", 24)),
@@ -147,7 +191,11 @@ class Settings:
             tls_key=tls_key,
             tls_ca=tls_ca,
             tls_server_name=os.environ.get("ROTA_TLS_SERVER_NAME", "").strip(),
-            reuse_port=os.environ.get("ROTA_REUSE_PORT", "") in ("1", "true", "yes"),
+            reuse_port=_env_flag("ROTA_REUSE_PORT"),
+            detector=_env_detector(),
+            detector_bad_ratio=_env_positive("ROTA_DETECTOR_BAD_RATIO", BEYOND_REPAIR_RATIO),
+            checkpoint=CheckpointSettings.from_env(home),
+            agent_stop_jobs_on_exit=_env_flag("ROTA_AGENT_STOP_JOBS_ON_EXIT"),
         )
 
     @property

@@ -10,6 +10,7 @@ so no traceback ever reaches a client and a database outage reads UNAVAILABLE.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -229,6 +230,10 @@ async def start_server(
     return Serving(server, health_servicer, service_names, port)
 
 
+class BackgroundTaskCrashed(RuntimeError):
+    """A supervised background task died: the service stopped instead of serving without it."""
+
+
 async def run_server(
     *,
     name: str,
@@ -257,7 +262,23 @@ async def run_server(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    tasks: list[asyncio.Future[None]] = [asyncio.ensure_future(job()) for job in background or []]
+    # Background tasks are supervised: one that dies of an exception is logged and stops the
+    # service (which then exits non-zero, for its supervisor to restart it), never dies silently.
+    crashed: list[str] = []
+
+    def supervise(task: asyncio.Future[None], what: str) -> None:
+        if task.cancelled() or task.exception() is None or stop.is_set():
+            return
+        log.error("%s: background task %s crashed; stopping the service", name, what, exc_info=task.exception())
+        crashed.append(what)
+        stop.set()
+
+    tasks: list[asyncio.Future[None]] = []
+    for job in background or []:
+        task: asyncio.Future[None] = asyncio.ensure_future(job())
+        what = str(getattr(job, "__qualname__", job))
+        task.add_done_callback(functools.partial(supervise, what=what))
+        tasks.append(task)
     await stop.wait()
     log.info("%s stopping", name)
     for service in ["", *service_names]:
@@ -269,3 +290,5 @@ async def run_server(
     if on_stop is not None:
         await on_stop()
     log.info("%s stopped", name)
+    if crashed:
+        raise BackgroundTaskCrashed(f"{name}: background task {', '.join(crashed)} crashed")
