@@ -10,6 +10,7 @@ import os
 import secrets
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +21,23 @@ from rota.common import migrate
 from rota.common.db import Database, make_engine
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+# Each test's layer is a marker, from its folder, so the fast layers run alone:
+# `pytest -m 'not e2e'` runs tests/unit and tests/integration; plain `pytest` runs everything.
+LAYERS = {"unit": "unit", "integration": "integration", "e2e": "e2e", "faults": "e2e"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            folder = item.path.resolve().relative_to(tests).parts[0]
+        except ValueError:  # a test outside tests/
+            continue
+        marker = LAYERS.get(folder)
+        if marker is not None and item.get_closest_marker(marker) is None:
+            item.add_marker(marker)
 
 
 def _port_open(port: int) -> bool:
@@ -47,26 +65,51 @@ def postgres_server_url() -> Iterator[str]:
             server.cleanup()
 
 
-def create_database(server_url: str) -> str:
-    """A new empty database on the server; returns its URL."""
-    import psycopg
+def _plain(server_url: str) -> str:
+    return server_url.replace("postgresql+psycopg://", "postgresql://")
 
-    name = "rota_test_" + secrets.token_hex(4)
-    plain = server_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+
+def _database_url(server_url: str, name: str) -> str:
     base, _, query = server_url.partition("?")
     url = base.rsplit("/", 1)[0] + "/" + name
     return url + ("?" + query if query else "")
 
 
+def _database_name(url: str) -> str:
+    return url.partition("?")[0].rsplit("/", 1)[1]
+
+
+def create_database(server_url: str, template: str | None = None) -> str:
+    """A new database on the server, empty or a copy of `template`'s URL; returns its URL.
+
+    PostgreSQL copies a template only while nobody else is connected to it, so a copy is
+    retried briefly on "source database is being accessed by other users" (55006): a
+    connection just closed may take a moment to leave the server.
+    """
+    import psycopg
+
+    name = "rota_test_" + secrets.token_hex(4)
+    sql = f'CREATE DATABASE "{name}"'
+    if template is not None:
+        sql += f' TEMPLATE "{_database_name(template)}"'
+    deadline = time.monotonic() + 10.0
+    with psycopg.connect(_plain(server_url), autocommit=True) as conn:
+        while True:
+            try:
+                conn.execute(sql)
+                break
+            except psycopg.errors.ObjectInUse:
+                if template is None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)  # retry pause, not a synchronisation: the template's users are gone or going
+    return _database_url(server_url, name)
+
+
 def drop_database(server_url: str, url: str) -> None:
     import psycopg
 
-    name = url.partition("?")[0].rsplit("/", 1)[1]
-    plain = server_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with psycopg.connect(_plain(server_url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{_database_name(url)}" WITH (FORCE)')
 
 
 @pytest.fixture
@@ -77,13 +120,11 @@ def empty_database_url(postgres_server_url: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def migrated_database_url(postgres_server_url: str) -> Iterator[str]:
-    from rota.common import migrate
-
-    url = create_database(postgres_server_url)
-    migrate.upgrade(url)
+def migrated_database_url(databases: DatabaseFactory) -> Iterator[str]:
+    """One migrated database shared by the whole session (tests that see only their own rows)."""
+    url = databases.create_migrated()
     yield url
-    drop_database(postgres_server_url, url)
+    databases.drop(url)
 
 
 @pytest.fixture(scope="session")
@@ -111,24 +152,47 @@ def redis_prefix() -> str:
 
 
 class DatabaseFactory:
-    """Makes and drops test databases on the session's server."""
+    """Makes and drops test databases on the session's server.
+
+    Migrated databases are copies (`CREATE DATABASE ... TEMPLATE`) of one template that is
+    migrated once, on first use, and dropped at the end of the session; the migration tests
+    themselves take empty databases (`create`, `empty_database_url`).
+    """
 
     def __init__(self, server_url: str) -> None:
         self.server_url = server_url
+        self._template: str | None = None
 
     def create(self) -> str:
+        """An empty database."""
         return create_database(self.server_url)
+
+    def template(self) -> str:
+        """The session's migrated template's URL; nothing may stay connected to it."""
+        if self._template is None:
+            url = create_database(self.server_url)
+            migrate.upgrade(url)  # Alembic's engine is a NullPool, disposed: no connection stays
+            self._template = url
+        return self._template
+
+    def create_migrated(self) -> str:
+        """A database at the latest migration: a copy of the template."""
+        return create_database(self.server_url, template=self.template())
 
     def drop(self, url: str) -> None:
         drop_database(self.server_url, url)
 
+    def close(self) -> None:
+        if self._template is not None:
+            self.drop(self._template)
+            self._template = None
+
     @contextmanager
-    def migrated(self) -> Iterator[Database]:
+    def migrated(self, *, pool_size: int = 5) -> Iterator[Database]:
         """A private database at the latest migration, dropped afterwards."""
-        url = self.create()
+        url = self.create_migrated()
         try:
-            migrate.upgrade(url)
-            engine = make_engine(url)
+            engine = make_engine(url, pool_size=pool_size)
             try:
                 yield Database(engine)
             finally:
@@ -138,8 +202,10 @@ class DatabaseFactory:
 
 
 @pytest.fixture(scope="session")
-def databases(postgres_server_url: str) -> DatabaseFactory:
-    return DatabaseFactory(postgres_server_url)
+def databases(postgres_server_url: str) -> Iterator[DatabaseFactory]:
+    factory = DatabaseFactory(postgres_server_url)
+    yield factory
+    factory.close()
 
 
 @pytest.fixture

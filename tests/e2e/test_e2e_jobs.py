@@ -156,3 +156,41 @@ def test_nodes_lists_every_node_with_its_gpus_and_health(cluster: RunningCluster
     nodes = cluster.cli_json("nodes")
     assert sorted(n["name"] for n in nodes) == ["node-1", "node-2"]
     assert all(n["health"] == "ALIVE" and len(n["gpus"]) == 2 for n in nodes)
+
+
+def test_node_rpcs_are_served_on_the_node_port_only_and_the_deprecated_ones_still_work(cluster: RunningCluster) -> None:
+    """NodeService answers on the api's node port (the agents' ROTA_API_NODE_ADDR), not on the
+    public endpoint, which in turn serves no NodeService; ClusterService's deprecated node RPCs
+    (an agent of before 0.2.0) still work on the public endpoint until 0.3.0. Last in this
+    module: the node it registers (no GPUs, so nothing is placed there) goes DEAD afterwards."""
+    import grpc
+
+    from rota.v1 import api_pb2, api_pb2_grpc, common_pb2, node_pb2, node_pb2_grpc
+
+    info, metadata = cluster.info, (("authorization", f"Bearer {cluster.token}"),)
+    api_log = cluster.home / "logs" / "api.log"
+    assert "deprecated ClusterService" not in api_log.read_text(), "the local cluster's agents use NodeService"
+    with grpc.insecure_channel(info["endpoint"]) as public, grpc.insecure_channel(info["node_endpoint"]) as internal:
+        fresh = common_pb2.Node(name="node-rpc-check", address="127.0.0.1:9")
+        with pytest.raises(grpc.RpcError) as on_public:
+            node_pb2_grpc.NodeServiceStub(public).Register(
+                node_pb2.NodeServiceRegisterRequest(node=fresh), timeout=10, metadata=metadata)
+        assert on_public.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        with pytest.raises(grpc.RpcError) as on_internal:
+            api_pb2_grpc.JobServiceStub(internal).ListJobs(api_pb2.ListJobsRequest(), timeout=10, metadata=metadata)
+        assert on_internal.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        with pytest.raises(grpc.RpcError) as no_admin:
+            node_pb2_grpc.NodeServiceStub(internal).Heartbeat(
+                node_pb2.NodeServiceHeartbeatRequest(node="node-1"), timeout=10, metadata=(("authorization", "Bearer x"),))
+        assert no_admin.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+        nodes = node_pb2_grpc.NodeServiceStub(internal)
+        assert nodes.Register(node_pb2.NodeServiceRegisterRequest(node=fresh), timeout=10, metadata=metadata).node.name == fresh.name
+        beat = nodes.Heartbeat(node_pb2.NodeServiceHeartbeatRequest(node=fresh.name), timeout=10, metadata=metadata)
+        assert beat.health == common_pb2.NODE_HEALTH_ALIVE and not beat.assignments
+
+        old = api_pb2_grpc.ClusterServiceStub(public)
+        assert old.RegisterNode(api_pb2.RegisterNodeRequest(node=fresh), timeout=10, metadata=metadata).node.name == fresh.name
+        beat_old = old.NodeHeartbeat(api_pb2.NodeHeartbeatRequest(node=fresh.name), timeout=10, metadata=metadata)
+        assert beat_old.health == common_pb2.NODE_HEALTH_ALIVE and not beat_old.assignments
+    assert "deprecated ClusterService.NodeHeartbeat" in api_log.read_text()

@@ -73,8 +73,8 @@ def test_the_certificates_are_private_and_every_process_uses_them(cluster: Runni
 def test_every_port_refuses_plaintext_and_certificate_less_clients(cluster: RunningCluster) -> None:
     info = cluster.info
     ca_only = grpc.ssl_channel_credentials(root_certificates=Path(info["tls"]["ca"]).read_bytes())
-    targets = [*info["services"].values(), *(a["address"] for a in info["agents"].values())]
-    assert len(targets) == 7
+    targets = [*info["services"].values(), info["node_endpoint"], *(a["address"] for a in info["agents"].values())]
+    assert len(targets) == 8
     for target in targets:
         assert _health(target, None) == grpc.StatusCode.UNAVAILABLE, target
         assert _health(target, ca_only) == grpc.StatusCode.UNAVAILABLE, target

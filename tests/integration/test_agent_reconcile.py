@@ -19,6 +19,19 @@ from rota.v1 import api_pb2
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
+class WatchedLock(asyncio.Lock):
+    """The runtime's lock, telling when someone has to wait for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.contended = asyncio.Event()
+
+    async def acquire(self) -> bool:
+        if self.locked():
+            self.contended.set()  # this caller is about to queue for the lock
+        return await super().acquire()
+
+
 def test_a_stale_reply_stops_only_the_copy_it_judged_not_a_newer_launch_of_the_same_job(tmp_path: Path) -> None:
     home = tmp_path / "agent"
     home.mkdir()
@@ -26,6 +39,7 @@ def test_a_stale_reply_stops_only_the_copy_it_judged_not_a_newer_launch_of_the_s
     table = ProcessTable("node-a", home, home / "lease", 60)
     runtime = AgentRuntime("node-a", table, virtual=True,
                            checkpoints=AgentCheckpoints("node-a", table, home, CheckpointSettings.from_env(home)))
+    runtime.lock = lock = WatchedLock()
 
     async def scenario() -> int | None:
         heartbeats = Heartbeats(Settings(admin_token="t", api_addr="127.0.0.1:9"), runtime, "127.0.0.1:10", [])
@@ -34,7 +48,8 @@ def test_a_stale_reply_stops_only_the_copy_it_judged_not_a_newer_launch_of_the_s
         reply = api_pb2.NodeHeartbeatResponse()  # ... and its reply says: nothing placed here (paused)
         async with runtime.lock:  # a launch of the resumed job, onto this node, holds the lock
             reconciling = asyncio.create_task(heartbeats.reconcile(reply, sent_at))
-            await asyncio.sleep(0.2)  # the reconciliation has judged epoch 2 and waits for the lock
+            # The reconciliation has judged epoch 2 (stale: stop it) and now waits for the lock.
+            await asyncio.wait_for(lock.contended.wait(), timeout=10)
             table.stop("j-1", 2, "paused at a safe point", grace_s=2)
             resumed = table.launch("j-1", 3, [0], SLEEP, "", {}, True)
         await reconciling

@@ -20,12 +20,12 @@ from typing import Any
 
 import grpc
 import pytest
+from detector_fixtures import node_with, report_requests, running_job, tenant
 from opentelemetry import trace
 
 from rota.allocator import repository as alloc
 from rota.allocator.loop import SchedulingLoop
 from rota.api import repository as api
-from rota.bench.detector_workload import Generator, parse_config
 from rota.client import (
     Client,
     DeadlineExceededError,
@@ -34,19 +34,15 @@ from rota.client import (
     NotFoundError,
     PermissionDeniedError,
 )
-from rota.common import nodes_repo, read_models
-from rota.common.auth import hash_token
+from rota.common import read_models
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
 from rota.common.jobs_repo import Events, get_job
-from rota.common.models import GpuRow
 from rota.common.server import RotaInterceptor
 from rota.core import jobstate
 from rota.core.detection.devices import DeviceMark
 from rota.core.detection.failslow import DetectorConfig
-from rota.core.detection.layout import flatten
 from rota.core.errors import FailedPrecondition
-from rota.core.jobspec import JobSpecData, validate
 from rota.core.planning.liveplan import Horizon, Start
 from rota.core.planning.planner import plan_live
 from rota.detector import repository as detector_repo
@@ -126,48 +122,13 @@ def client(server: Server) -> Iterator[Client]:
         yield c
 
 
-def tenant(db: Database) -> tuple[str, str]:
-    name, token = "t-" + secrets.token_hex(4), "tok-" + secrets.token_hex(12)
-    db.run(lambda s: api.create_tenant(s, name, 1.0, hash_token(token)))
-    return name, token
-
-
-def node_with(db: Database, gpus: int) -> str:
-    node = "n-" + secrets.token_hex(4)
-    rows = [GpuRow(node=node, index=i, uuid=f"{node}-{i}", model="virtual", virtual=True) for i in range(gpus)]
-    db.run(lambda s: nodes_repo.register(s, node, "127.0.0.1:1", rows))
-    return node
-
-
-def running_job(db: Database, owner: str, gpus: int = 4, **spec: Any) -> tuple[str, str, int]:
-    """A job placed on a fresh node: (job id, node, epoch)."""
-    node = node_with(db, gpus)
-    data = JobSpecData(name="pp", tenant=owner, kind="training", priority=5, gpus=gpus, command=["true"])
-    for k, v in spec.items():
-        setattr(data, k, v)
-    job, _ = db.run(lambda s: api.submit_job(s, validate(data, max_gpus_per_node=0), "", Events()))
-    placed = db.run(lambda s: alloc.commit_decision(s, Start(job.id, node, tuple(range(gpus))), Events()))
-    assert placed is not None
-    return job.id, node, placed.epoch
-
-
 def report(detector: detector_pb2_grpc.DetectorServiceStub, job_id: str, epoch: int, factor: float,
            iterations: int = 80) -> list[detector_pb2.Verdict]:
     """A 2x2x1 job's reports with rank 3 slow by `factor` from iteration 40; the verdicts."""
-    cfg = parse_config({
-        "seed": 3, "iterations": iterations, "layout": {"tp": 2, "pp": 2, "dp": 1}, "microbatches": 4,
-        "seq_len": {"median": 2048, "sigma": 1.0, "max": 32768}, "tokens_per_microbatch": 16384, "noise": 0.03,
-        "faults": [{"kind": "slow", "rank": 3, "factor": factor, "from_iter": 40}], "hiccup_rate": 0.0,
-    })
+    faults = [{"kind": "slow", "rank": 3, "factor": factor, "from_iter": 40}]
     found: list[detector_pb2.Verdict] = []
-    for step in Generator(cfg, seed=3):
-        r = step.report
-        lengths, counts, _ = flatten(r.micro_batches)
-        found += detector.ReportIteration(detector_pb2.ReportIterationRequest(
-            job_id=job_id, epoch=epoch, iteration=r.iteration, rank_seconds=[-1.0 if s is None else s for s in r.rank_seconds],
-            sequence_lengths=lengths, sequences_per_micro_batch=counts, iteration_seconds=r.iteration_seconds,
-            layout=detector_pb2.Layout(tp=2, pp=2, dp=1),
-        ), metadata=META).verdicts
+    for request in report_requests(job_id, epoch, faults, iterations):
+        found += detector.ReportIteration(request, metadata=META).verdicts
     return found
 
 

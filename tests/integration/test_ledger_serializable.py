@@ -19,7 +19,6 @@ from ledger_fixtures import add_job, add_node, add_placement, add_tenant, exact_
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from rota.common import migrate
 from rota.common.db import Database, TransactionConflict, make_engine, sqlstate
 from rota.ledger import repository
 from rota.ledger.collector import collect, collect_all
@@ -29,12 +28,8 @@ from rota.ledger.repository import UsageRecord, usage_totals
 
 @pytest.fixture
 def db(databases: Any) -> Iterator[Database]:
-    url = databases.create()
-    migrate.upgrade(url)
-    engine = make_engine(url, pool_size=8)
-    yield Database(engine)
-    engine.dispose()
-    databases.drop(url)
+    with databases.migrated(pool_size=8) as private:
+        yield private
 
 
 def totals(db: Database) -> dict[str, Decimal]:
@@ -66,8 +61,7 @@ def test_two_writers_of_one_lease_conflict_and_the_later_report_wins_once(databa
     """Writer A has written a lease's row but not committed; writer B reports the same
     lease, later. B's write waits for A, then fails to serialize (40001) and runs again,
     seeing A's row: the lease counts B's longer span once, not A's plus B's."""
-    url = databases.create()
-    migrate.upgrade(url)
+    url = databases.create_migrated()
     engines = [make_engine(url, name=name) for name in ("ledger-a", "ledger-b")]
     a, b = (Database(e) for e in engines)
     try:

@@ -10,6 +10,7 @@ import asyncio
 import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from ledger_fixtures import ADMIN, LedgerServer, add_job, add_node, add_placement, add_tenant
@@ -17,8 +18,7 @@ from ledger_fixtures import ADMIN, LedgerServer, add_job, add_node, add_placemen
 from rota.allocator.ledger_link import LedgerStandings
 from rota.cli.main import main as rota_main
 from rota.client import Client, InvalidArgumentError, PermissionDeniedError
-from rota.common import migrate
-from rota.common.db import Database, make_engine
+from rota.common.db import Database
 from rota.core.fairness.ltgf import FairnessConfig
 from rota.core.planning.planner import FairInputs
 from rota.ledger import repository
@@ -31,13 +31,9 @@ SMALL = "small-secret"
 
 
 @pytest.fixture
-def db(databases: object) -> Iterator[Database]:
-    url = databases.create()  # type: ignore[attr-defined]
-    migrate.upgrade(url)
-    engine = make_engine(url)
-    yield Database(engine)
-    engine.dispose()
-    databases.drop(url)  # type: ignore[attr-defined]
+def db(databases: Any) -> Iterator[Database]:
+    with databases.migrated() as private:
+        yield private
 
 
 @pytest.fixture

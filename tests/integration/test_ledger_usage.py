@@ -12,14 +12,14 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from ledger_fixtures import add_job, add_node, add_placement, add_tenant, exact_seconds, release
 from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 
-from rota.common import migrate
-from rota.common.db import Database, make_engine
+from rota.common.db import Database
 from rota.common.models import PlacementRow
 from rota.core.errors import AlreadyExists, InvalidArgument
 from rota.ledger import repository
@@ -31,13 +31,9 @@ H = timedelta(hours=1)
 
 
 @pytest.fixture
-def db(databases: object) -> Iterator[Database]:
-    url = databases.create()  # type: ignore[attr-defined]
-    migrate.upgrade(url)
-    engine = make_engine(url)
-    yield Database(engine)
-    engine.dispose()
-    databases.drop(url)  # type: ignore[attr-defined]
+def db(databases: Any) -> Iterator[Database]:
+    with databases.migrated() as private:
+        yield private
 
 
 def db_now(db: Database) -> datetime:

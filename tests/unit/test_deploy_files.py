@@ -215,6 +215,18 @@ def probed_address(argv: list[str]) -> str:
     return str(parser.parse_args(argv).address)
 
 
+def test_compose_api_serves_the_agents_on_a_node_port_the_host_does_not_see() -> None:
+    api = rota_services()["api"]
+    host, _, port = api["environment"]["ROTA_API_NODE_LISTEN"].rpartition(":")
+    assert host == "0.0.0.0" and port.isdigit()
+    assert port != api["environment"]["ROTA_LISTEN"].rpartition(":")[2]
+    assert not any(str(published).split(":")[-1] == port for published in api.get("ports", []))
+    agents = {n: svc for n, svc in rota_services().items() if svc["command"][:2] == ["rota", "agent"]}
+    assert agents
+    for name, svc in agents.items():
+        assert svc["environment"]["ROTA_API_NODE_ADDR"] == f"api:{port}", name
+
+
 # --- deploy/Dockerfile ---------------------------------------------------------------------
 
 
@@ -281,6 +293,22 @@ def test_k8s_has_the_expected_objects() -> None:
     assert by_kind.get("DaemonSet")
     assert by_kind.get("Job")
     assert by_kind.get("Secret")
+
+
+def test_k8s_api_serves_the_agents_on_a_node_port_behind_a_service_of_its_own() -> None:
+    docs = k8s_documents()
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+    (_, _, api), = [(w, p, c) for w, p, c in k8s_pods(docs) if w == "Deployment/api"]
+    env = {e["name"]: e.get("value") for e in api["env"]}
+    node_port = int(env["ROTA_API_NODE_LISTEN"].rpartition(":")[2])
+    assert node_port != int(env["ROTA_LISTEN"].rpartition(":")[2])
+    assert {"name": "node", "containerPort": node_port} in api["ports"]
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    assert all(p["targetPort"] != "node" for p in services["api"]["spec"]["ports"]), "the public Service: no node port"
+    host, _, port = config["ROTA_API_NODE_ADDR"].rpartition(":")
+    service = services[host.removesuffix(".rota.svc")]
+    assert service["spec"]["selector"] == services["api"]["spec"]["selector"]
+    assert {"name": "node", "port": int(port), "targetPort": "node"} in service["spec"]["ports"]
 
 
 def test_k8s_commands_are_real_entry_points() -> None:

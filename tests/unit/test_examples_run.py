@@ -8,7 +8,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,43 @@ def run(args: list[str], progress: Path | None, timeout: float = 120) -> subproc
 
 def read_progress(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+class ProgressPipe:
+    """The job's progress file as a named pipe that this test reads: each report the job
+    writes is an event the test waits on (no polling of the file).
+
+    The pipe is held open for reading and writing (Linux), so the job's open-append-close
+    per report never blocks and the reader never sees an end of file; `close` ends it.
+    """
+
+    END = "{}\n"  # what no job reports: tells the reader to stop
+
+    def __init__(self, path: Path) -> None:
+        os.mkfifo(path)
+        self.path = path
+        self.reports: list[dict[str, Any]] = []
+        self._arrived = threading.Condition()
+        self._pipe = open(os.open(path, os.O_RDWR), encoding="utf-8")  # closed by close()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while (line := self._pipe.readline()) != self.END:
+            with self._arrived:
+                self.reports.append(json.loads(line))
+                self._arrived.notify_all()
+
+    def wait_for(self, what: str, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float) -> None:
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: predicate(self.reports), timeout):
+                pytest.fail(f"{what}: reports so far {self.reports}")
+
+    def close(self) -> None:
+        with open(self.path, "w", encoding="utf-8") as end:
+            end.write(self.END)
+        self._reader.join(10)
+        self._pipe.close()
 
 
 def test_train_lm_reports_falling_loss(tmp_path: Path) -> None:
@@ -91,6 +130,7 @@ def test_fail_job_exits_non_zero_with_its_message(tmp_path: Path) -> None:
 
 def test_sleep_job_stops_promptly_on_sigterm(tmp_path: Path) -> None:
     progress = tmp_path / "progress.jsonl"
+    pipe = ProgressPipe(progress)
     proc = subprocess.Popen(
         [sys.executable, "examples/sleep_job.py", "--seconds", "60", "--interval", "0.1"],
         cwd=ROOT,
@@ -100,13 +140,7 @@ def test_sleep_job_stops_promptly_on_sigterm(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if progress.exists() and len(read_progress(progress)) >= 3:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("sleep_job reported no progress")
+        pipe.wait_for("sleep_job reported no progress", lambda reports: len(reports) >= 3, timeout=30)
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=10)
@@ -115,6 +149,7 @@ def test_sleep_job_stops_promptly_on_sigterm(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        pipe.close()
     assert proc.returncode == 128 + signal.SIGTERM
     assert "received SIGTERM" in out
 
@@ -204,6 +239,7 @@ def test_serve_lm_follows_the_replica_file_as_the_agent_rewrites_it(tmp_path: Pa
     from rota.agent.processes import write_replicas
 
     progress = tmp_path / "progress.jsonl"
+    pipe = ProgressPipe(progress)
     write_replicas(tmp_path, 5, [0])
     env = {**job_env(progress), "ROTA_REPLICAS_FILE": str(tmp_path / "replicas.json")}
     proc = subprocess.Popen(
@@ -211,16 +247,14 @@ def test_serve_lm_follows_the_replica_file_as_the_agent_rewrites_it(tmp_path: Pa
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (progress.exists() and progress.read_text().strip()):
-            time.sleep(0.2)
+        pipe.wait_for("serve_lm reported nothing", bool, timeout=60)
         write_replicas(tmp_path, 6, [0, 1, 2])
-        while time.monotonic() < deadline and read_progress(progress)[-1]["replicas"] != 3:
-            time.sleep(0.2)
+        pipe.wait_for("serve_lm never served on 3 replicas", lambda reports: reports[-1]["replicas"] == 3, timeout=60)
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
-    reports = read_progress(progress)
+        pipe.close()
+    reports = pipe.reports
     assert reports[0]["replicas"] == 1 and reports[0]["epoch"] == 5
     assert reports[-1]["replicas"] == 3 and reports[-1]["epoch"] == 6
     assert proc.returncode == 0, out

@@ -16,14 +16,22 @@ class Loader:
         self.value = "v1"
         self.gate: asyncio.Event | None = None  # set: reads wait for it
         self.fail = False
+        self._began = asyncio.Condition()
 
     async def __call__(self, key: str) -> str:
         self.reads += 1
+        async with self._began:
+            self._began.notify_all()
         if self.gate is not None:
             await self.gate.wait()
         if self.fail:
             raise ConnectionError("database down")
         return f"{key}:{self.value}"
+
+    async def started(self, reads: int) -> None:
+        """Returns once `reads` reads have begun (a background one included)."""
+        async with self._began:
+            await self._began.wait_for(lambda: self.reads >= reads)
 
 
 class Clock:
@@ -39,9 +47,10 @@ def build(ttl_s: float = 10.0, max_entries: int = 100) -> tuple[RefreshAhead[str
     return RefreshAhead(loader, ttl_s, clock=clock, max_entries=max_entries), loader, clock
 
 
-async def settle() -> None:
-    for _ in range(3):  # lets background reads run to completion
-        await asyncio.sleep(0)
+async def background_done() -> None:
+    """Returns once every other task (the cache's background reads) has ended, whatever
+    its outcome; the cache's own done-callbacks have run by then."""
+    await asyncio.gather(*(asyncio.all_tasks() - {asyncio.current_task()}), return_exceptions=True)
 
 
 def test_a_young_entry_answers_without_reading_again() -> None:
@@ -65,11 +74,11 @@ def test_past_half_its_life_an_entry_answers_at_once_and_is_refreshed_in_the_bac
         loader.gate = asyncio.Event()  # the refresh cannot finish yet
         assert await cache.get("a") == "a:v1"  # did not wait for it
         assert await cache.get("a") == "a:v1"
-        await settle()
-        assert loader.reads == 2  # one refresh for both calls
+        await loader.started(2)
+        assert loader.reads == 2
         loader.gate.set()
-        await settle()
-        assert await cache.get("a") == "a:v2" and loader.reads == 2
+        await background_done()
+        assert await cache.get("a") == "a:v2" and loader.reads == 2  # one refresh for both calls
 
     asyncio.run(run())
 
@@ -81,7 +90,7 @@ def test_callers_of_an_expired_entry_share_one_read() -> None:
         clock.now += 11.0
         loader.value, loader.gate = "v2", asyncio.Event()
         waiting = [asyncio.create_task(cache.get("a")) for _ in range(5)]
-        await settle()
+        await loader.started(2)  # every caller has asked by then: the read began after them
         assert not any(t.done() for t in waiting)  # an expired entry is never answered
         loader.gate.set()
         assert await asyncio.gather(*waiting) == ["a:v2"] * 5
@@ -119,7 +128,8 @@ def test_a_failed_background_refresh_keeps_the_entry_until_it_expires() -> None:
         clock.now += 6.0
         loader.fail = True
         assert await cache.get("a") == "a:v1"
-        await settle()
+        await background_done()
+        assert loader.reads == 2
         assert await cache.get("a") == "a:v1"  # still young enough
         clock.now += 5.0
         with pytest.raises(ConnectionError):

@@ -179,6 +179,7 @@ class LocalCluster:
         token_file.chmod(0o600)
         port_pool = distinct_free_ports()
         ports = {name: next(port_pool) for name in SERVICES}
+        node_port = next(port_pool)  # the api's NodeService, for the agents only
         tls_env, client_tls = self.make_tls()
         env = {
             **os.environ,
@@ -187,6 +188,9 @@ class LocalCluster:
             "ROTA_REDIS_PREFIX": f"rota:{self.home.resolve()}",
             "ROTA_ADMIN_TOKEN": token,
             "ROTA_API_ADDR": f"127.0.0.1:{ports['api']}",
+            # The api serves NodeService there (every api worker: SO_REUSEPORT), the agents dial it.
+            "ROTA_API_NODE_LISTEN": f"127.0.0.1:{node_port}",
+            "ROTA_API_NODE_ADDR": f"127.0.0.1:{node_port}",
             "ROTA_TRACING": self.tracing,
             "ROTA_HOME": str(self.home.resolve()),
             "ROTA_HEARTBEAT_INTERVAL": str(self.heartbeat_interval_s),
@@ -222,6 +226,7 @@ class LocalCluster:
             child.start()
         info: dict[str, Any] = {
             "endpoint": f"127.0.0.1:{ports['api']}",
+            "node_endpoint": f"127.0.0.1:{node_port}",
             "services": {name: f"127.0.0.1:{port}" for name, port in ports.items()},
             "agents": agents,
             "pid": os.getpid(),

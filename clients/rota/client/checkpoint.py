@@ -11,7 +11,8 @@ from typing import Any
 
 import grpc
 
-from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc
+from rota.client.enums import enum_name
+from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc, common_pb2
 
 # Past the ranks' own timeout, a pause waits for the ranks to exit and the api forwards:
 # the RPC deadline leaves room for both.
@@ -69,7 +70,8 @@ class ResumeResult:
 
     @staticmethod
     def from_proto(r: checkpoint_pb2.ResumeResponse) -> ResumeResult:
-        return ResumeResult(r.state, r.node, list(r.gpus), r.image_id, r.step)
+        state = enum_name(common_pb2.JobState, r.job_state, "JOB_STATE_", r.state)
+        return ResumeResult(state, r.node, list(r.gpus), r.image_id, r.step)
 
 
 @dataclass(frozen=True)
@@ -115,8 +117,10 @@ class CheckpointImage:
 
     @staticmethod
     def from_proto(i: checkpoint_pb2.CheckpointImage) -> CheckpointImage:
+        kind = enum_name(checkpoint_pb2.ImageKind, i.image_kind, "IMAGE_KIND_", i.kind, lower=True)
+        state = enum_name(checkpoint_pb2.ImageState, i.image_state, "IMAGE_STATE_", i.state, lower=True)
         return CheckpointImage(
-            i.id, i.sequence, i.kind, i.state, i.node, i.ranks, i.step, i.logical_bytes, i.stored_bytes,
+            i.id, i.sequence, kind, state, i.node, i.ranks, i.step, i.logical_bytes, i.stored_bytes,
             i.unique_bytes, i.chunks, i.copy_seconds, i.write_seconds, _when(i.created_unix), i.error,
         )
 
@@ -138,7 +142,9 @@ class CheckpointOperation:
 
     @staticmethod
     def from_proto(o: checkpoint_pb2.CheckpointOperation) -> CheckpointOperation:
-        return CheckpointOperation(o.id, o.operation_id, o.kind, o.state, o.target_node, o.image_id, o.error,
+        kind = enum_name(checkpoint_pb2.OperationKind, o.operation_kind, "OPERATION_KIND_", o.kind, lower=True)
+        state = enum_name(checkpoint_pb2.OperationState, o.operation_state, "OPERATION_STATE_", o.state, lower=True)
+        return CheckpointOperation(o.id, o.operation_id, kind, state, o.target_node, o.image_id, o.error,
                                    _when(o.created_unix), _when(o.finished_unix))
 
 

@@ -423,7 +423,7 @@ class Client:
     def drain(self, node: str, *, undo: bool = False, reason: str = "") -> DrainResult:
         """Places nothing new on `node` (admin); running jobs go on. `undo` makes it ALIVE again."""
         reply = self._call(detector_stub(self._channel).Drain, detector_pb2.DrainRequest(node=node, undo=undo, reason=reason))
-        return DrainResult(reply.node, reply.health, reply.running_jobs)
+        return DrainResult.from_proto(reply)
 
     def replan(
         self, *, job_id: str = "", tp: int = 0, pp: int = 0, dp: int = 0, speeds: Sequence[float] = (),

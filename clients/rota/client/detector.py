@@ -15,7 +15,8 @@ from typing import Any
 
 import grpc
 
-from rota.v1 import detector_pb2, detector_pb2_grpc
+from rota.client.enums import enum_name
+from rota.v1 import common_pb2, detector_pb2, detector_pb2_grpc
 
 
 def stub(channel: grpc.Channel) -> detector_pb2_grpc.DetectorServiceStub:
@@ -44,8 +45,9 @@ class Verdict:
             evidence = json.loads(v.evidence) if v.evidence else {}
         except ValueError:
             evidence = {"text": v.evidence}
+        kind = enum_name(detector_pb2.VerdictKind, v.verdict_kind, "VERDICT_KIND_", v.kind, lower=True)
         return Verdict(
-            job_id=v.job_id, rank=v.rank, kind=v.kind, iteration=v.iteration, ratio=v.ratio, node=v.node,
+            job_id=v.job_id, rank=v.rank, kind=kind, iteration=v.iteration, ratio=v.ratio, node=v.node,
             gpu=v.gpu if v.gpu >= 0 else None, epoch=v.epoch,
             at=datetime.fromtimestamp(v.at_unix, UTC) if v.at_unix else None, evidence=evidence,
         )
@@ -79,6 +81,11 @@ class DrainResult:
     health: str
     running_jobs: int
 
+    @staticmethod
+    def from_proto(r: detector_pb2.DrainResponse) -> DrainResult:
+        health = enum_name(common_pb2.NodeHealth, r.node_health, "NODE_HEALTH_", r.health)
+        return DrainResult(r.node, health, r.running_jobs)
+
 
 @dataclass(frozen=True)
 class DeviceHealth:
@@ -102,8 +109,9 @@ class DeviceHealth:
     @staticmethod
     def from_proto(d: detector_pb2.DeviceHealth) -> DeviceHealth:
         return DeviceHealth(
-            node=d.node, gpu=d.gpu, state=d.state, reason=d.reason, job_id=d.job_id,
-            rank=d.rank if d.rank >= 0 else None, kind=d.kind,
+            node=d.node, gpu=d.gpu, state=enum_name(detector_pb2.DeviceState, d.device_state, "DEVICE_STATE_", d.state),
+            reason=d.reason, job_id=d.job_id, rank=d.rank if d.rank >= 0 else None,
+            kind=enum_name(detector_pb2.VerdictKind, d.verdict_kind, "VERDICT_KIND_", d.kind, lower=True),
             since=datetime.fromtimestamp(d.since_unix, UTC) if d.since_unix else None,
             cleared=datetime.fromtimestamp(d.cleared_unix, UTC) if d.cleared_unix else None,
         )
@@ -149,12 +157,29 @@ class ReplanResult:
             layers_per_stage=list(r.layers_per_stage), microbatches_per_replica=list(r.microbatches_per_replica),
             idle_ranks=list(r.idle_ranks), throughput_before=r.throughput_before, throughput_after=r.throughput_after,
             throughput_drop_group=r.throughput_drop_group, applied=r.applied,
-            applied_layout=json.loads(r.applied_layout) if r.applied_layout else None, image_id=r.image_id,
+            applied_layout=_applied_layout(r), image_id=r.image_id,
             step=r.step, from_node=r.from_node, node=r.node,
         )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _applied_layout(r: detector_pb2.ReplanResponse) -> dict[str, Any] | None:
+    """What the job reads from ROTA_LAYOUT: replanned_layout (0.2.0 on), else the JSON text."""
+    if r.HasField("replanned_layout"):
+        m = r.replanned_layout
+        return {
+            "tp": m.tp, "pp": m.pp, "dp": m.dp,
+            "stages": [{"replica": s.replica, "stage": s.stage, "ranks": list(s.ranks), "layers": s.layers,
+                        "speed": s.speed} for s in m.stages],
+            "layers_per_stage": list(m.layers_per_stage), "microbatches_per_replica": list(m.microbatches_per_replica),
+            "idle_ranks": list(m.idle_ranks), "throughput_before": m.throughput_before,
+            "throughput_after": m.throughput_after, "throughput_drop_group": m.throughput_drop_group,
+            "layers": m.layers, "microbatches": m.microbatches, "device_speeds": list(m.device_speeds),
+            "from_epoch": m.from_epoch,
+        }
+    return json.loads(r.applied_layout) if r.applied_layout else None
 
 
 def replan_request(

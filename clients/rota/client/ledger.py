@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rota.v1 import ledger_pb2
+from rota.client.enums import enum_name
+from rota.v1 import common_pb2, ledger_pb2
 
 BY = ("job", "tenant", "day", "gpu")
 
@@ -102,5 +103,5 @@ class JobFairness:
     @staticmethod
     def from_proto(j: ledger_pb2.JobFairness) -> JobFairness:
         return JobFairness(
-            j.job_id, j.tenant, j.state, j.gpus, j.deserved, j.used, j.fairness, _from_unix(j.pending_since_unix)
+            j.job_id, j.tenant, enum_name(common_pb2.JobState, j.job_state, "JOB_STATE_", j.state), j.gpus, j.deserved, j.used, j.fairness, _from_unix(j.pending_since_unix)
         )

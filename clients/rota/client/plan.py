@@ -6,7 +6,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rota.v1 import allocator_pb2
+from rota.client.enums import enum_name
+from rota.v1 import allocator_pb2, common_pb2
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ class CurrentPlan:
             created_at=p.created_at.ToDatetime().replace(tzinfo=None) if p.HasField("created_at") else None,
             policy=p.policy, trigger=p.trigger, step_seconds=p.step_seconds, horizon=p.horizon,
             gpu_labels=list(p.gpu_labels), grid=[list(r.cells) for r in p.grid],
-            jobs=[PlannedJob(j.job_id, j.tenant, j.kind, j.node, list(j.gpus), j.start_step, j.planned_seconds)
+            jobs=[PlannedJob(j.job_id, j.tenant, enum_name(common_pb2.JobKind, j.job_kind, "JOB_KIND_", j.kind, lower=True),
+                             j.node, list(j.gpus), j.start_step, j.planned_seconds)
                   for j in p.jobs],
             figures={
                 "utilization": p.utilization, "value": p.value, "realtime_unmet": p.realtime_unmet,

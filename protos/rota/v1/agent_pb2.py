@@ -23,48 +23,54 @@ _sym_db = _symbol_database.Default()
 
 
 from rota.v1 import api_pb2 as rota_dot_v1_dot_api__pb2
+from rota.v1 import checkpoint_pb2 as rota_dot_v1_dot_checkpoint__pb2
 from rota.v1 import common_pb2 as rota_dot_v1_dot_common__pb2
+from rota.v1 import detector_pb2 as rota_dot_v1_dot_detector__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13rota/v1/agent.proto\x12\x07rota.v1\x1a\x11rota/v1/api.proto\x1a\x14rota/v1/common.proto\"_\n\rLaunchRequest\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.rota.v1.Job\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x14\n\x0cresume_image\x18\x03 \x01(\t\x12\x0e\n\x06layout\x18\x04 \x01(\t\"9\n\x0eLaunchResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.rota.v1.AgentJobReport\"S\n\x0bStopRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x15\n\rgrace_seconds\x18\x04 \x01(\x01\"\x1f\n\x0cStopResponse\x12\x0f\n\x07stopped\x18\x01 \x01(\x08\"C\n\rResizeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x13\n\x0bgpu_indices\x18\x03 \x03(\x05\"9\n\x0eResizeResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.rota.v1.AgentJobReport\"\x0f\n\rStatusRequest\"T\n\x0eStatusResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12%\n\x04jobs\x18\x02 \x03(\x0b\x32\x17.rota.v1.AgentJobReport\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"C\n\x0eReadLogRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x11\n\tmax_bytes\x18\x03 \x01(\x05\"A\n\x0fReadLogResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x10\n\x08\x66inished\x18\x03 \x01(\x08\"\x8c\x01\n\x16\x41gentCheckpointRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x10\n\x08image_id\x18\x03 \x01(\t\x12\r\n\x05pause\x18\x04 \x01(\x08\x12\x17\n\x0ftimeout_seconds\x18\x05 \x01(\x01\x12\x19\n\x11skip_unregistered\x18\x06 \x01(\x08\"\xa0\x01\n\x17\x41gentCheckpointResponse\x12\x10\n\x08image_id\x18\x01 \x01(\t\x12\x12\n\nregistered\x18\x02 \x01(\x08\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\r\n\x05ranks\x18\x04 \x01(\x05\x12\x15\n\rlogical_bytes\x18\x05 \x01(\x03\x12\x14\n\x0c\x63opy_seconds\x18\x06 \x01(\x01\x12\x15\n\rpause_seconds\x18\x07 \x01(\x01\"Q\n\x13\x41gentRestoreRequest\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.rota.v1.Job\x12\x10\n\x08image_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"?\n\x14\x41gentRestoreResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.rota.v1.AgentJobReport\"+\n\x17\x41gentImageStatusRequest\x12\x10\n\x08image_id\x18\x01 \x01(\t\"\xc1\x01\n\x18\x41gentImageStatusResponse\x12\r\n\x05state\x18\x01 \x01(\t\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x15\n\rmanifest_json\x18\x03 \x01(\x0c\x12\x15\n\rlogical_bytes\x18\x04 \x01(\x03\x12\x15\n\rwritten_bytes\x18\x05 \x01(\x03\x12\x0e\n\x06\x63hunks\x18\x06 \x01(\x05\x12\x15\n\rwrite_seconds\x18\x07 \x01(\x01\x12\x0c\n\x04step\x18\x08 \x01(\x03\x12\r\n\x05ranks\x18\t \x01(\x05\x32\x9f\x04\n\x0c\x41gentService\x12\x39\n\x06Launch\x12\x16.rota.v1.LaunchRequest\x1a\x17.rota.v1.LaunchResponse\x12\x33\n\x04Stop\x12\x14.rota.v1.StopRequest\x1a\x15.rota.v1.StopResponse\x12\x39\n\x06Resize\x12\x16.rota.v1.ResizeRequest\x1a\x17.rota.v1.ResizeResponse\x12\x39\n\x06Status\x12\x16.rota.v1.StatusRequest\x1a\x17.rota.v1.StatusResponse\x12<\n\x07ReadLog\x12\x17.rota.v1.ReadLogRequest\x1a\x18.rota.v1.ReadLogResponse\x12O\n\nCheckpoint\x12\x1f.rota.v1.AgentCheckpointRequest\x1a .rota.v1.AgentCheckpointResponse\x12\x46\n\x07Restore\x12\x1c.rota.v1.AgentRestoreRequest\x1a\x1d.rota.v1.AgentRestoreResponse\x12R\n\x0bImageStatus\x12 .rota.v1.AgentImageStatusRequest\x1a!.rota.v1.AgentImageStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13rota/v1/agent.proto\x12\x07rota.v1\x1a\x11rota/v1/api.proto\x1a\x18rota/v1/checkpoint.proto\x1a\x14rota/v1/common.proto\x1a\x16rota/v1/detector.proto\"\x97\x01\n\rLaunchRequest\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.rota.v1.Job\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x14\n\x0cresume_image\x18\x03 \x01(\t\x12\x12\n\x06layout\x18\x04 \x01(\tB\x02\x18\x01\x12\x32\n\x10replanned_layout\x18\x05 \x01(\x0b\x32\x18.rota.v1.ReplannedLayout\"9\n\x0eLaunchResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.rota.v1.AgentJobReport\"S\n\x0bStopRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x15\n\rgrace_seconds\x18\x04 \x01(\x01\"\x1f\n\x0cStopResponse\x12\x0f\n\x07stopped\x18\x01 \x01(\x08\"C\n\rResizeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x13\n\x0bgpu_indices\x18\x03 \x03(\x05\"9\n\x0eResizeResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.rota.v1.AgentJobReport\"\x0f\n\rStatusRequest\"T\n\x0eStatusResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12%\n\x04jobs\x18\x02 \x03(\x0b\x32\x17.rota.v1.AgentJobReport\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"C\n\x0eReadLogRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x11\n\tmax_bytes\x18\x03 \x01(\x05\"A\n\x0fReadLogResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x10\n\x08\x66inished\x18\x03 \x01(\x08\"\x8c\x01\n\x16\x41gentCheckpointRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x10\n\x08image_id\x18\x03 \x01(\t\x12\r\n\x05pause\x18\x04 \x01(\x08\x12\x17\n\x0ftimeout_seconds\x18\x05 \x01(\x01\x12\x19\n\x11skip_unregistered\x18\x06 \x01(\x08\"\xa0\x01\n\x17\x41gentCheckpointResponse\x12\x10\n\x08image_id\x18\x01 \x01(\t\x12\x12\n\nregistered\x18\x02 \x01(\x08\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\r\n\x05ranks\x18\x04 \x01(\x05\x12\x15\n\rlogical_bytes\x18\x05 \x01(\x03\x12\x14\n\x0c\x63opy_seconds\x18\x06 \x01(\x01\x12\x15\n\rpause_seconds\x18\x07 \x01(\x01\"Q\n\x13\x41gentRestoreRequest\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.rota.v1.Job\x12\x10\n\x08image_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"?\n\x14\x41gentRestoreResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.rota.v1.AgentJobReport\"+\n\x17\x41gentImageStatusRequest\x12\x10\n\x08image_id\x18\x01 \x01(\t\"\xef\x01\n\x18\x41gentImageStatusResponse\x12\x11\n\x05state\x18\x01 \x01(\tB\x02\x18\x01\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x15\n\rmanifest_json\x18\x03 \x01(\x0c\x12\x15\n\rlogical_bytes\x18\x04 \x01(\x03\x12\x15\n\rwritten_bytes\x18\x05 \x01(\x03\x12\x0e\n\x06\x63hunks\x18\x06 \x01(\x05\x12\x15\n\rwrite_seconds\x18\x07 \x01(\x01\x12\x0c\n\x04step\x18\x08 \x01(\x03\x12\r\n\x05ranks\x18\t \x01(\x05\x12(\n\x0bimage_state\x18\n \x01(\x0e\x32\x13.rota.v1.ImageState2\x9f\x04\n\x0c\x41gentService\x12\x39\n\x06Launch\x12\x16.rota.v1.LaunchRequest\x1a\x17.rota.v1.LaunchResponse\x12\x33\n\x04Stop\x12\x14.rota.v1.StopRequest\x1a\x15.rota.v1.StopResponse\x12\x39\n\x06Resize\x12\x16.rota.v1.ResizeRequest\x1a\x17.rota.v1.ResizeResponse\x12\x39\n\x06Status\x12\x16.rota.v1.StatusRequest\x1a\x17.rota.v1.StatusResponse\x12<\n\x07ReadLog\x12\x17.rota.v1.ReadLogRequest\x1a\x18.rota.v1.ReadLogResponse\x12O\n\nCheckpoint\x12\x1f.rota.v1.AgentCheckpointRequest\x1a .rota.v1.AgentCheckpointResponse\x12\x46\n\x07Restore\x12\x1c.rota.v1.AgentRestoreRequest\x1a\x1d.rota.v1.AgentRestoreResponse\x12R\n\x0bImageStatus\x12 .rota.v1.AgentImageStatusRequest\x1a!.rota.v1.AgentImageStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rota.v1.agent_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LAUNCHREQUEST']._serialized_start=73
-  _globals['_LAUNCHREQUEST']._serialized_end=168
-  _globals['_LAUNCHRESPONSE']._serialized_start=170
-  _globals['_LAUNCHRESPONSE']._serialized_end=227
-  _globals['_STOPREQUEST']._serialized_start=229
-  _globals['_STOPREQUEST']._serialized_end=312
-  _globals['_STOPRESPONSE']._serialized_start=314
-  _globals['_STOPRESPONSE']._serialized_end=345
-  _globals['_RESIZEREQUEST']._serialized_start=347
-  _globals['_RESIZEREQUEST']._serialized_end=414
-  _globals['_RESIZERESPONSE']._serialized_start=416
-  _globals['_RESIZERESPONSE']._serialized_end=473
-  _globals['_STATUSREQUEST']._serialized_start=475
-  _globals['_STATUSREQUEST']._serialized_end=490
-  _globals['_STATUSRESPONSE']._serialized_start=492
-  _globals['_STATUSRESPONSE']._serialized_end=576
-  _globals['_READLOGREQUEST']._serialized_start=578
-  _globals['_READLOGREQUEST']._serialized_end=645
-  _globals['_READLOGRESPONSE']._serialized_start=647
-  _globals['_READLOGRESPONSE']._serialized_end=712
-  _globals['_AGENTCHECKPOINTREQUEST']._serialized_start=715
-  _globals['_AGENTCHECKPOINTREQUEST']._serialized_end=855
-  _globals['_AGENTCHECKPOINTRESPONSE']._serialized_start=858
-  _globals['_AGENTCHECKPOINTRESPONSE']._serialized_end=1018
-  _globals['_AGENTRESTOREREQUEST']._serialized_start=1020
-  _globals['_AGENTRESTOREREQUEST']._serialized_end=1101
-  _globals['_AGENTRESTORERESPONSE']._serialized_start=1103
-  _globals['_AGENTRESTORERESPONSE']._serialized_end=1166
-  _globals['_AGENTIMAGESTATUSREQUEST']._serialized_start=1168
-  _globals['_AGENTIMAGESTATUSREQUEST']._serialized_end=1211
-  _globals['_AGENTIMAGESTATUSRESPONSE']._serialized_start=1214
-  _globals['_AGENTIMAGESTATUSRESPONSE']._serialized_end=1407
-  _globals['_AGENTSERVICE']._serialized_start=1410
-  _globals['_AGENTSERVICE']._serialized_end=1953
+  _globals['_LAUNCHREQUEST'].fields_by_name['layout']._loaded_options = None
+  _globals['_LAUNCHREQUEST'].fields_by_name['layout']._serialized_options = b'\030\001'
+  _globals['_AGENTIMAGESTATUSRESPONSE'].fields_by_name['state']._loaded_options = None
+  _globals['_AGENTIMAGESTATUSRESPONSE'].fields_by_name['state']._serialized_options = b'\030\001'
+  _globals['_LAUNCHREQUEST']._serialized_start=124
+  _globals['_LAUNCHREQUEST']._serialized_end=275
+  _globals['_LAUNCHRESPONSE']._serialized_start=277
+  _globals['_LAUNCHRESPONSE']._serialized_end=334
+  _globals['_STOPREQUEST']._serialized_start=336
+  _globals['_STOPREQUEST']._serialized_end=419
+  _globals['_STOPRESPONSE']._serialized_start=421
+  _globals['_STOPRESPONSE']._serialized_end=452
+  _globals['_RESIZEREQUEST']._serialized_start=454
+  _globals['_RESIZEREQUEST']._serialized_end=521
+  _globals['_RESIZERESPONSE']._serialized_start=523
+  _globals['_RESIZERESPONSE']._serialized_end=580
+  _globals['_STATUSREQUEST']._serialized_start=582
+  _globals['_STATUSREQUEST']._serialized_end=597
+  _globals['_STATUSRESPONSE']._serialized_start=599
+  _globals['_STATUSRESPONSE']._serialized_end=683
+  _globals['_READLOGREQUEST']._serialized_start=685
+  _globals['_READLOGREQUEST']._serialized_end=752
+  _globals['_READLOGRESPONSE']._serialized_start=754
+  _globals['_READLOGRESPONSE']._serialized_end=819
+  _globals['_AGENTCHECKPOINTREQUEST']._serialized_start=822
+  _globals['_AGENTCHECKPOINTREQUEST']._serialized_end=962
+  _globals['_AGENTCHECKPOINTRESPONSE']._serialized_start=965
+  _globals['_AGENTCHECKPOINTRESPONSE']._serialized_end=1125
+  _globals['_AGENTRESTOREREQUEST']._serialized_start=1127
+  _globals['_AGENTRESTOREREQUEST']._serialized_end=1208
+  _globals['_AGENTRESTORERESPONSE']._serialized_start=1210
+  _globals['_AGENTRESTORERESPONSE']._serialized_end=1273
+  _globals['_AGENTIMAGESTATUSREQUEST']._serialized_start=1275
+  _globals['_AGENTIMAGESTATUSREQUEST']._serialized_end=1318
+  _globals['_AGENTIMAGESTATUSRESPONSE']._serialized_start=1321
+  _globals['_AGENTIMAGESTATUSRESPONSE']._serialized_end=1560
+  _globals['_AGENTSERVICE']._serialized_start=1563
+  _globals['_AGENTSERVICE']._serialized_end=2106
 # @@protoc_insertion_point(module_scope)

@@ -11,7 +11,9 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from rota.v1 import api_pb2 as _api_pb2
+from rota.v1 import checkpoint_pb2 as _checkpoint_pb2
 from rota.v1 import common_pb2 as _common_pb2
+from rota.v1 import detector_pb2 as _detector_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -21,14 +23,21 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
+
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class LaunchRequest(_message.Message):
     """resume_image: the checkpoint image the job restores from (its runtime reads it through
     ROTA_RESTORE_DIR, materialised by the agent while the process starts); empty: a fresh start.
-    layout: the 3-D layout an applied re-plan gave the job (JSON), passed to it as ROTA_LAYOUT;
-    empty: the job keeps the layout it was written with.
+    replanned_layout: the 3-D layout an applied re-plan gave the job, passed to it as the JSON
+    object ROTA_LAYOUT; unset: the job keeps the layout it was written with. layout (deprecated
+    since 0.2.0, removed in 0.3.0) is the same as JSON text, for an agent older than 0.2.0; an
+    agent reads replanned_layout when it is set, else layout.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -37,11 +46,19 @@ class LaunchRequest(_message.Message):
     EPOCH_FIELD_NUMBER: _builtins.int
     RESUME_IMAGE_FIELD_NUMBER: _builtins.int
     LAYOUT_FIELD_NUMBER: _builtins.int
+    REPLANNED_LAYOUT_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     resume_image: _builtins.str
-    layout: _builtins.str
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def layout(self) -> _builtins.str: ...
+    @layout.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def layout(self, value: _builtins.str) -> None: ...
     @_builtins.property
     def job(self) -> _common_pb2.Job: ...
+    @_builtins.property
+    def replanned_layout(self) -> _detector_pb2.ReplannedLayout: ...
     def __init__(
         self,
         *,
@@ -49,10 +66,11 @@ class LaunchRequest(_message.Message):
         epoch: _builtins.int = ...,
         resume_image: _builtins.str = ...,
         layout: _builtins.str = ...,
+        replanned_layout: _detector_pb2.ReplannedLayout | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "replanned_layout", b"replanned_layout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "job", b"job", "layout", b"layout", "resume_image", b"resume_image"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "job", b"job", "layout", b"layout", "replanned_layout", b"replanned_layout", "resume_image", b"resume_image"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -419,8 +437,21 @@ class AgentImageStatusResponse(_message.Message):
     WRITE_SECONDS_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
     RANKS_FIELD_NUMBER: _builtins.int
-    state: _builtins.str
-    """writing | complete | failed | unknown"""
+    IMAGE_STATE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self) -> _builtins.str:
+        """Deprecated since 0.2.0, removed in 0.3.0: use image_state.
+        writing | complete | failed | unknown
+        """
+
+    @state.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self, value: _builtins.str) -> None:
+        """Deprecated since 0.2.0, removed in 0.3.0: use image_state.
+        writing | complete | failed | unknown
+        """
+
     error: _builtins.str
     manifest_json: _builtins.bytes
     """once complete: {"chunk_size", "ranks": [...]}"""
@@ -431,6 +462,7 @@ class AgentImageStatusResponse(_message.Message):
     write_seconds: _builtins.float
     step: _builtins.int
     ranks: _builtins.int
+    image_state: _checkpoint_pb2.ImageState.ValueType
     def __init__(
         self,
         *,
@@ -443,10 +475,11 @@ class AgentImageStatusResponse(_message.Message):
         write_seconds: _builtins.float = ...,
         step: _builtins.int = ...,
         ranks: _builtins.int = ...,
+        image_state: _checkpoint_pb2.ImageState.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "error", b"error", "logical_bytes", b"logical_bytes", "manifest_json", b"manifest_json", "ranks", b"ranks", "state", b"state", "step", b"step", "write_seconds", b"write_seconds", "written_bytes", b"written_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "error", b"error", "image_state", b"image_state", "logical_bytes", b"logical_bytes", "manifest_json", b"manifest_json", "ranks", b"ranks", "state", b"state", "step", b"step", "write_seconds", b"write_seconds", "written_bytes", b"written_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -20,6 +20,11 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
+
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
@@ -141,15 +146,30 @@ class PlannedJob(_message.Message):
     GPUS_FIELD_NUMBER: _builtins.int
     START_STEP_FIELD_NUMBER: _builtins.int
     PLANNED_SECONDS_FIELD_NUMBER: _builtins.int
+    JOB_KIND_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     tenant: _builtins.str
-    kind: _builtins.str
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def kind(self) -> _builtins.str:
+        """Deprecated since 0.2.0, removed in 0.3.0: use job_kind. The spec's kind name
+        (training | batch_inference | quantization | realtime | trial).
+        """
+
+    @kind.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def kind(self, value: _builtins.str) -> None:
+        """Deprecated since 0.2.0, removed in 0.3.0: use job_kind. The spec's kind name
+        (training | batch_inference | quantization | realtime | trial).
+        """
+
     node: _builtins.str
     """set when it holds or starts on GPUs at step 0"""
     start_step: _builtins.int
     """the step it starts at; -1 if it already runs; -2 if not in the plan"""
     planned_seconds: _builtins.float
     """the duration the plan assumed (0 = unknown)"""
+    job_kind: _common_pb2.JobKind.ValueType
     @_builtins.property
     def gpus(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
@@ -162,10 +182,11 @@ class PlannedJob(_message.Message):
         gpus: _abc.Iterable[_builtins.int] | None = ...,
         start_step: _builtins.int = ...,
         planned_seconds: _builtins.float = ...,
+        job_kind: _common_pb2.JobKind.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "job_id", b"job_id", "kind", b"kind", "node", b"node", "planned_seconds", b"planned_seconds", "start_step", b"start_step", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "job_id", b"job_id", "job_kind", b"job_kind", "kind", b"kind", "node", b"node", "planned_seconds", b"planned_seconds", "start_step", b"start_step", "tenant", b"tenant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

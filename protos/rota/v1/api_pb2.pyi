@@ -4,7 +4,9 @@ isort:skip_file
 The public front door, served by the `api` service. Every call needs a bearer token in
 the `authorization` metadata: missing or unknown -> UNAUTHENTICATED. A tenant token sees
 and changes only its own tenant's jobs (PERMISSION_DENIED otherwise); the admin token
-sees everything and alone may manage tenants and call the node (agent-facing) RPCs.
+sees everything and alone may manage tenants and call the node (agent-facing) RPCs. The
+node RPCs are NodeService's (rota/v1/node.proto), served on the api's node port, not on
+this public endpoint; ClusterService keeps deprecated copies of them for one release.
 Bad input -> INVALID_ARGUMENT whose message starts with the field name.
 """
 
@@ -14,6 +16,7 @@ from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from rota.v1 import common_pb2 as _common_pb2
+from rota.v1 import detector_pb2 as _detector_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -22,6 +25,11 @@ if sys.version_info >= (3, 11):
     from typing import TypeAlias as _TypeAlias, Never as _Never
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
+
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -562,7 +570,10 @@ class AgentJobReport(_message.Message):
     error: _builtins.str
     """last log lines on failure"""
     progress_json: _builtins.str
-    """last rota.runtime report, a JSON object"""
+    """The last rota.runtime report, a JSON object, as the job wrote it. Kept as text, not a
+    google.protobuf.Struct: the runtime promises exact values (an integer stays an integer
+    of any size; a Struct holds every number as a double).
+    """
     def __init__(
         self,
         *,
@@ -613,22 +624,36 @@ class Assignment(_message.Message):
     JOB_FIELD_NUMBER: _builtins.int
     RESUME_IMAGE_FIELD_NUMBER: _builtins.int
     LAYOUT_FIELD_NUMBER: _builtins.int
+    REPLANNED_LAYOUT_FIELD_NUMBER: _builtins.int
     resume_image: _builtins.str
     """the image a (re)started job restores from, if any"""
-    layout: _builtins.str
-    """ROTA_LAYOUT of a re-planned job (see LaunchRequest)"""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def layout(self) -> _builtins.str:
+        """Deprecated since 0.2.0, removed in 0.3.0: use replanned_layout. Its JSON text."""
+
+    @layout.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def layout(self, value: _builtins.str) -> None:
+        """Deprecated since 0.2.0, removed in 0.3.0: use replanned_layout. Its JSON text."""
+
     @_builtins.property
     def job(self) -> _common_pb2.Job: ...
+    @_builtins.property
+    def replanned_layout(self) -> _detector_pb2.ReplannedLayout:
+        """ROTA_LAYOUT of a re-planned job (see LaunchRequest)"""
+
     def __init__(
         self,
         *,
         job: _common_pb2.Job | None = ...,
         resume_image: _builtins.str = ...,
         layout: _builtins.str = ...,
+        replanned_layout: _detector_pb2.ReplannedLayout | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "replanned_layout", b"replanned_layout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "layout", b"layout", "resume_image", b"resume_image"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "layout", b"layout", "replanned_layout", b"replanned_layout", "resume_image", b"resume_image"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

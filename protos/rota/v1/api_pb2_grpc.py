@@ -535,14 +535,16 @@ class ClusterServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RegisterNode(self, request, context):
-        """Admin only (agents). Registers or re-registers a node and its GPUs.
+        """Deprecated since 0.2.0, removed in 0.3.0: NodeService.Register on the api's node port.
+        Admin only (agents). Registers or re-registers a node and its GPUs.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def NodeHeartbeat(self, request, context):
-        """Admin only (agents). Reports the jobs the agent runs (state, exit, progress); the
+        """Deprecated since 0.2.0, removed in 0.3.0: NodeService.Heartbeat on the api's node port.
+        Admin only (agents). Reports the jobs the agent runs (state, exit, progress); the
         answer lists what the control plane has placed on the node, so the agent can launch
         what it misses and stop what it should not run (reconciliation).
         """

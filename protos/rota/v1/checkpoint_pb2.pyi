@@ -9,6 +9,8 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from rota.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -18,7 +20,145 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
+
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _ImageState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ImageStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ImageState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    IMAGE_STATE_UNSPECIFIED: _ImageState.ValueType  # 0
+    IMAGE_STATE_WRITING: _ImageState.ValueType  # 1
+    """"writing" """
+    IMAGE_STATE_COMPLETE: _ImageState.ValueType  # 2
+    """"complete" """
+    IMAGE_STATE_FAILED: _ImageState.ValueType  # 3
+    """"failed" """
+    IMAGE_STATE_UNKNOWN: _ImageState.ValueType  # 4
+    """"unknown" """
+
+class ImageState(_ImageState, metaclass=_ImageStateEnumTypeWrapper):
+    """The string `state` and `kind` fields these enums replace are deprecated since 0.2.0 and
+    go in 0.3.0; until then a server fills both, and a client reads the enum, falling back to
+    the string when the enum is UNSPECIFIED (a server older than 0.2.0).
+
+    A checkpoint image's write: WRITING -> COMPLETE | FAILED. UNKNOWN only from an agent's
+    ImageStatus: it knows no such image (it restarted, or the image was never its own).
+    """
+
+IMAGE_STATE_UNSPECIFIED: ImageState.ValueType  # 0
+IMAGE_STATE_WRITING: ImageState.ValueType  # 1
+""""writing" """
+IMAGE_STATE_COMPLETE: ImageState.ValueType  # 2
+""""complete" """
+IMAGE_STATE_FAILED: ImageState.ValueType  # 3
+""""failed" """
+IMAGE_STATE_UNKNOWN: ImageState.ValueType  # 4
+""""unknown" """
+Global___ImageState: _TypeAlias = ImageState  # noqa: Y015
+
+class _ImageKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ImageKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ImageKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    IMAGE_KIND_UNSPECIFIED: _ImageKind.ValueType  # 0
+    IMAGE_KIND_CHECKPOINT: _ImageKind.ValueType  # 1
+    """"checkpoint": on demand"""
+    IMAGE_KIND_PERIODIC: _ImageKind.ValueType  # 2
+    """"periodic": the coordinator's timer"""
+    IMAGE_KIND_PAUSE: _ImageKind.ValueType  # 3
+    """"pause": a pause or a migration"""
+
+class ImageKind(_ImageKind, metaclass=_ImageKindEnumTypeWrapper):
+    """Why an image was taken."""
+
+IMAGE_KIND_UNSPECIFIED: ImageKind.ValueType  # 0
+IMAGE_KIND_CHECKPOINT: ImageKind.ValueType  # 1
+""""checkpoint": on demand"""
+IMAGE_KIND_PERIODIC: ImageKind.ValueType  # 2
+""""periodic": the coordinator's timer"""
+IMAGE_KIND_PAUSE: ImageKind.ValueType  # 3
+""""pause": a pause or a migration"""
+Global___ImageKind: _TypeAlias = ImageKind  # noqa: Y015
+
+class _OperationKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _OperationKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_OperationKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    OPERATION_KIND_UNSPECIFIED: _OperationKind.ValueType  # 0
+    OPERATION_KIND_CHECKPOINT: _OperationKind.ValueType  # 1
+    """"checkpoint" """
+    OPERATION_KIND_PERIODIC: _OperationKind.ValueType  # 2
+    """"periodic" """
+    OPERATION_KIND_PAUSE: _OperationKind.ValueType  # 3
+    """"pause" """
+    OPERATION_KIND_RESUME: _OperationKind.ValueType  # 4
+    """"resume" """
+    OPERATION_KIND_MIGRATE: _OperationKind.ValueType  # 5
+    """"migrate" """
+
+class OperationKind(_OperationKind, metaclass=_OperationKindEnumTypeWrapper): ...
+
+OPERATION_KIND_UNSPECIFIED: OperationKind.ValueType  # 0
+OPERATION_KIND_CHECKPOINT: OperationKind.ValueType  # 1
+""""checkpoint" """
+OPERATION_KIND_PERIODIC: OperationKind.ValueType  # 2
+""""periodic" """
+OPERATION_KIND_PAUSE: OperationKind.ValueType  # 3
+""""pause" """
+OPERATION_KIND_RESUME: OperationKind.ValueType  # 4
+""""resume" """
+OPERATION_KIND_MIGRATE: OperationKind.ValueType  # 5
+""""migrate" """
+Global___OperationKind: _TypeAlias = OperationKind  # noqa: Y015
+
+class _OperationState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _OperationStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_OperationState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    OPERATION_STATE_UNSPECIFIED: _OperationState.ValueType  # 0
+    OPERATION_STATE_REQUESTED: _OperationState.ValueType  # 1
+    """"requested" """
+    OPERATION_STATE_COPYING: _OperationState.ValueType  # 2
+    """"copying" """
+    OPERATION_STATE_WRITING: _OperationState.ValueType  # 3
+    """"writing" """
+    OPERATION_STATE_RESUMING: _OperationState.ValueType  # 4
+    """"resuming" """
+    OPERATION_STATE_DONE: _OperationState.ValueType  # 5
+    """"done" """
+    OPERATION_STATE_FAILED: _OperationState.ValueType  # 6
+    """"failed" """
+
+class OperationState(_OperationState, metaclass=_OperationStateEnumTypeWrapper):
+    """REQUESTED -> COPYING -> WRITING -> (RESUMING, for a migration) -> DONE, or FAILED."""
+
+OPERATION_STATE_UNSPECIFIED: OperationState.ValueType  # 0
+OPERATION_STATE_REQUESTED: OperationState.ValueType  # 1
+""""requested" """
+OPERATION_STATE_COPYING: OperationState.ValueType  # 2
+""""copying" """
+OPERATION_STATE_WRITING: OperationState.ValueType  # 3
+""""writing" """
+OPERATION_STATE_RESUMING: OperationState.ValueType  # 4
+""""resuming" """
+OPERATION_STATE_DONE: OperationState.ValueType  # 5
+""""done" """
+OPERATION_STATE_FAILED: OperationState.ValueType  # 6
+""""failed" """
+Global___OperationState: _TypeAlias = OperationState  # noqa: Y015
 
 @_typing.final
 class CheckpointRequest(_message.Message):
@@ -179,11 +319,22 @@ class ResumeResponse(_message.Message):
     IMAGE_ID_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
+    JOB_STATE_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """"" while not yet placed"""
     image_id: _builtins.str
     step: _builtins.int
-    state: _builtins.str
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self) -> _builtins.str:
+        """Deprecated since 0.2.0, removed in 0.3.0: use job_state. The job's state name ("PENDING", ...)."""
+
+    @state.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self, value: _builtins.str) -> None:
+        """Deprecated since 0.2.0, removed in 0.3.0: use job_state. The job's state name ("PENDING", ...)."""
+
+    job_state: _common_pb2.JobState.ValueType
     @_builtins.property
     def gpus(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
@@ -194,10 +345,11 @@ class ResumeResponse(_message.Message):
         image_id: _builtins.str = ...,
         step: _builtins.int = ...,
         state: _builtins.str = ...,
+        job_state: _common_pb2.JobState.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "image_id", b"image_id", "node", b"node", "state", b"state", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "image_id", b"image_id", "job_state", b"job_state", "node", b"node", "state", b"state", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -318,13 +470,35 @@ class CheckpointImage(_message.Message):
     WRITE_SECONDS_FIELD_NUMBER: _builtins.int
     CREATED_UNIX_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    IMAGE_KIND_FIELD_NUMBER: _builtins.int
+    IMAGE_STATE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     job_id: _builtins.str
     sequence: _builtins.int
-    kind: _builtins.str
-    """checkpoint | periodic | pause"""
-    state: _builtins.str
-    """writing | complete | failed"""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def kind(self) -> _builtins.str:
+        """Deprecated since 0.2.0, removed in 0.3.0: use image_kind and image_state.
+        checkpoint | periodic | pause
+        """
+
+    @kind.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def kind(self, value: _builtins.str) -> None:
+        """Deprecated since 0.2.0, removed in 0.3.0: use image_kind and image_state.
+        checkpoint | periodic | pause
+        """
+
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self) -> _builtins.str:
+        """writing | complete | failed"""
+
+    @state.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self, value: _builtins.str) -> None:
+        """writing | complete | failed"""
+
     node: _builtins.str
     ranks: _builtins.int
     step: _builtins.int
@@ -339,6 +513,8 @@ class CheckpointImage(_message.Message):
     write_seconds: _builtins.float
     created_unix: _builtins.float
     error: _builtins.str
+    image_kind: Global___ImageKind.ValueType
+    image_state: Global___ImageState.ValueType
     def __init__(
         self,
         *,
@@ -358,10 +534,12 @@ class CheckpointImage(_message.Message):
         write_seconds: _builtins.float = ...,
         created_unix: _builtins.float = ...,
         error: _builtins.str = ...,
+        image_kind: Global___ImageKind.ValueType = ...,
+        image_state: Global___ImageState.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "copy_seconds", b"copy_seconds", "created_unix", b"created_unix", "error", b"error", "id", b"id", "job_id", b"job_id", "kind", b"kind", "logical_bytes", b"logical_bytes", "node", b"node", "ranks", b"ranks", "sequence", b"sequence", "state", b"state", "step", b"step", "stored_bytes", b"stored_bytes", "unique_bytes", b"unique_bytes", "write_seconds", b"write_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "copy_seconds", b"copy_seconds", "created_unix", b"created_unix", "error", b"error", "id", b"id", "image_kind", b"image_kind", "image_state", b"image_state", "job_id", b"job_id", "kind", b"kind", "logical_bytes", b"logical_bytes", "node", b"node", "ranks", b"ranks", "sequence", b"sequence", "state", b"state", "step", b"step", "stored_bytes", b"stored_bytes", "unique_bytes", b"unique_bytes", "write_seconds", b"write_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -380,15 +558,41 @@ class CheckpointOperation(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     CREATED_UNIX_FIELD_NUMBER: _builtins.int
     FINISHED_UNIX_FIELD_NUMBER: _builtins.int
+    OPERATION_KIND_FIELD_NUMBER: _builtins.int
+    OPERATION_STATE_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     operation_id: _builtins.str
-    kind: _builtins.str
-    state: _builtins.str
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def kind(self) -> _builtins.str:
+        """Deprecated since 0.2.0, removed in 0.3.0: use operation_kind and operation_state.
+        checkpoint | periodic | pause | resume | migrate
+        """
+
+    @kind.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def kind(self, value: _builtins.str) -> None:
+        """Deprecated since 0.2.0, removed in 0.3.0: use operation_kind and operation_state.
+        checkpoint | periodic | pause | resume | migrate
+        """
+
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self) -> _builtins.str:
+        """requested | copying | writing | resuming | done | failed"""
+
+    @state.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self, value: _builtins.str) -> None:
+        """requested | copying | writing | resuming | done | failed"""
+
     target_node: _builtins.str
     image_id: _builtins.str
     error: _builtins.str
     created_unix: _builtins.float
     finished_unix: _builtins.float
+    operation_kind: Global___OperationKind.ValueType
+    operation_state: Global___OperationState.ValueType
     def __init__(
         self,
         *,
@@ -401,10 +605,12 @@ class CheckpointOperation(_message.Message):
         error: _builtins.str = ...,
         created_unix: _builtins.float = ...,
         finished_unix: _builtins.float = ...,
+        operation_kind: Global___OperationKind.ValueType = ...,
+        operation_state: Global___OperationState.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_unix", b"created_unix", "error", b"error", "finished_unix", b"finished_unix", "id", b"id", "image_id", b"image_id", "kind", b"kind", "operation_id", b"operation_id", "state", b"state", "target_node", b"target_node"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_unix", b"created_unix", "error", b"error", "finished_unix", b"finished_unix", "id", b"id", "image_id", b"image_id", "kind", b"kind", "operation_id", b"operation_id", "operation_kind", b"operation_kind", "operation_state", b"operation_state", "state", b"state", "target_node", b"target_node"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

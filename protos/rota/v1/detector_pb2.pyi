@@ -9,6 +9,8 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from rota.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -18,7 +20,61 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
+
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _VerdictKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _VerdictKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_VerdictKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    VERDICT_KIND_UNSPECIFIED: _VerdictKind.ValueType  # 0
+    VERDICT_KIND_SLOW: _VerdictKind.ValueType  # 1
+    """"slow": ratio = observed / expected time"""
+    VERDICT_KIND_STOP: _VerdictKind.ValueType  # 2
+    """"stop": ratio = silence / timeout"""
+
+class VerdictKind(_VerdictKind, metaclass=_VerdictKindEnumTypeWrapper):
+    """The string `kind`, `state` and `health` fields these enums replace, and the JSON string
+    `applied_layout` that ReplannedLayout replaces, are deprecated since 0.2.0 and go in
+    0.3.0; until then a server fills both, and a client reads the new field, falling back to
+    the string when it is UNSPECIFIED or unset (a server older than 0.2.0).
+
+    What a verdict says of a rank.
+    """
+
+VERDICT_KIND_UNSPECIFIED: VerdictKind.ValueType  # 0
+VERDICT_KIND_SLOW: VerdictKind.ValueType  # 1
+""""slow": ratio = observed / expected time"""
+VERDICT_KIND_STOP: VerdictKind.ValueType  # 2
+""""stop": ratio = silence / timeout"""
+Global___VerdictKind: _TypeAlias = VerdictKind  # noqa: Y015
+
+class _DeviceState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _DeviceStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DeviceState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    DEVICE_STATE_UNSPECIFIED: _DeviceState.ValueType  # 0
+    DEVICE_STATE_BAD: _DeviceState.ValueType  # 1
+    """"BAD": left out of the plan"""
+    DEVICE_STATE_CLEARED: _DeviceState.ValueType  # 2
+    """"CLEARED": put back by an operator"""
+
+class DeviceState(_DeviceState, metaclass=_DeviceStateEnumTypeWrapper): ...
+
+DEVICE_STATE_UNSPECIFIED: DeviceState.ValueType  # 0
+DEVICE_STATE_BAD: DeviceState.ValueType  # 1
+""""BAD": left out of the plan"""
+DEVICE_STATE_CLEARED: DeviceState.ValueType  # 2
+""""CLEARED": put back by an operator"""
+Global___DeviceState: _TypeAlias = DeviceState  # noqa: Y015
 
 @_typing.final
 class HeartbeatRequest(_message.Message):
@@ -199,9 +255,22 @@ class Verdict(_message.Message):
     GPU_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
     AT_UNIX_FIELD_NUMBER: _builtins.int
+    VERDICT_KIND_FIELD_NUMBER: _builtins.int
     subject: _builtins.str
-    kind: _builtins.str
-    """slow | stop"""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def kind(self) -> _builtins.str:
+        """Deprecated since 0.2.0, removed in 0.3.0: use verdict_kind.
+        slow | stop
+        """
+
+    @kind.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def kind(self, value: _builtins.str) -> None:
+        """Deprecated since 0.2.0, removed in 0.3.0: use verdict_kind.
+        slow | stop
+        """
+
     ratio: _builtins.float
     evidence: _builtins.str
     job_id: _builtins.str
@@ -212,6 +281,7 @@ class Verdict(_message.Message):
     """-1 when the rank has no GPU of its own"""
     epoch: _builtins.int
     at_unix: _builtins.float
+    verdict_kind: Global___VerdictKind.ValueType
     def __init__(
         self,
         *,
@@ -226,10 +296,11 @@ class Verdict(_message.Message):
         gpu: _builtins.int = ...,
         epoch: _builtins.int = ...,
         at_unix: _builtins.float = ...,
+        verdict_kind: Global___VerdictKind.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_unix", b"at_unix", "epoch", b"epoch", "evidence", b"evidence", "gpu", b"gpu", "iteration", b"iteration", "job_id", b"job_id", "kind", b"kind", "node", b"node", "rank", b"rank", "ratio", b"ratio", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_unix", b"at_unix", "epoch", b"epoch", "evidence", b"evidence", "gpu", b"gpu", "iteration", b"iteration", "job_id", b"job_id", "kind", b"kind", "node", b"node", "rank", b"rank", "ratio", b"ratio", "subject", b"subject", "verdict_kind", b"verdict_kind"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -366,6 +437,76 @@ class StagePlan(_message.Message):
 Global___StagePlan: _TypeAlias = StagePlan  # noqa: Y015
 
 @_typing.final
+class ReplannedLayout(_message.Message):
+    """What an applied re-plan hands the job at its restart; the job reads it as the JSON object
+    ROTA_LAYOUT (rota.runtime.layout()), with these names as its keys. tp, pp, dp: the sizes
+    the plan started from; layers and microbatches (per replica, before the shift): what it
+    was planned on; device_speeds: per original rank, 0 dead; from_epoch: the placement epoch
+    whose verdicts it answered. The other fields are those of ReplanResponse.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TP_FIELD_NUMBER: _builtins.int
+    PP_FIELD_NUMBER: _builtins.int
+    DP_FIELD_NUMBER: _builtins.int
+    STAGES_FIELD_NUMBER: _builtins.int
+    LAYERS_PER_STAGE_FIELD_NUMBER: _builtins.int
+    MICROBATCHES_PER_REPLICA_FIELD_NUMBER: _builtins.int
+    IDLE_RANKS_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_BEFORE_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_AFTER_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_DROP_GROUP_FIELD_NUMBER: _builtins.int
+    LAYERS_FIELD_NUMBER: _builtins.int
+    MICROBATCHES_FIELD_NUMBER: _builtins.int
+    DEVICE_SPEEDS_FIELD_NUMBER: _builtins.int
+    FROM_EPOCH_FIELD_NUMBER: _builtins.int
+    tp: _builtins.int
+    pp: _builtins.int
+    dp: _builtins.int
+    throughput_before: _builtins.float
+    throughput_after: _builtins.float
+    throughput_drop_group: _builtins.float
+    layers: _builtins.int
+    microbatches: _builtins.int
+    from_epoch: _builtins.int
+    @_builtins.property
+    def stages(self) -> _containers.RepeatedCompositeFieldContainer[Global___StagePlan]: ...
+    @_builtins.property
+    def layers_per_stage(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def microbatches_per_replica(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def idle_ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def device_speeds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        tp: _builtins.int = ...,
+        pp: _builtins.int = ...,
+        dp: _builtins.int = ...,
+        stages: _abc.Iterable[Global___StagePlan] | None = ...,
+        layers_per_stage: _abc.Iterable[_builtins.int] | None = ...,
+        microbatches_per_replica: _abc.Iterable[_builtins.int] | None = ...,
+        idle_ranks: _abc.Iterable[_builtins.int] | None = ...,
+        throughput_before: _builtins.float = ...,
+        throughput_after: _builtins.float = ...,
+        throughput_drop_group: _builtins.float = ...,
+        layers: _builtins.int = ...,
+        microbatches: _builtins.int = ...,
+        device_speeds: _abc.Iterable[_builtins.float] | None = ...,
+        from_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device_speeds", b"device_speeds", "dp", b"dp", "from_epoch", b"from_epoch", "idle_ranks", b"idle_ranks", "layers", b"layers", "layers_per_stage", b"layers_per_stage", "microbatches", b"microbatches", "microbatches_per_replica", b"microbatches_per_replica", "pp", b"pp", "stages", b"stages", "throughput_after", b"throughput_after", "throughput_before", b"throughput_before", "throughput_drop_group", b"throughput_drop_group", "tp", b"tp"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplannedLayout: _TypeAlias = ReplannedLayout  # noqa: Y015
+
+@_typing.final
 class ReplanResponse(_message.Message):
     """Throughputs are relative to the healthy layout (1.0). layers_per_stage is replica-major."""
 
@@ -386,14 +527,25 @@ class ReplanResponse(_message.Message):
     STEP_FIELD_NUMBER: _builtins.int
     FROM_NODE_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
+    REPLANNED_LAYOUT_FIELD_NUMBER: _builtins.int
     throughput_before: _builtins.float
     throughput_after: _builtins.float
     throughput_drop_group: _builtins.float
     applied: _builtins.bool
-    """With apply: the layout the job restarts with (the JSON of ROTA_LAYOUT), the image it
-    restarts from, and where it ran and runs now ("" while not yet placed).
+    """With apply: the layout the job restarts with (replanned_layout; applied_layout is its
+    JSON text, ROTA_LAYOUT), the image it restarts from, and where it ran and runs now (""
+    while not yet placed).
     """
-    applied_layout: _builtins.str
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def applied_layout(self) -> _builtins.str:
+        """Deprecated since 0.2.0, removed in 0.3.0: use replanned_layout."""
+
+    @applied_layout.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def applied_layout(self, value: _builtins.str) -> None:
+        """Deprecated since 0.2.0, removed in 0.3.0: use replanned_layout."""
+
     image_id: _builtins.str
     step: _builtins.int
     from_node: _builtins.str
@@ -410,6 +562,8 @@ class ReplanResponse(_message.Message):
     def idle_ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def device_speeds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def replanned_layout(self) -> Global___ReplannedLayout: ...
     def __init__(
         self,
         *,
@@ -428,10 +582,11 @@ class ReplanResponse(_message.Message):
         step: _builtins.int = ...,
         from_node: _builtins.str = ...,
         node: _builtins.str = ...,
+        replanned_layout: Global___ReplannedLayout | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["layout", b"layout"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["layout", b"layout", "replanned_layout", b"replanned_layout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "applied_layout", b"applied_layout", "device_speeds", b"device_speeds", "from_node", b"from_node", "idle_ranks", b"idle_ranks", "image_id", b"image_id", "layers_per_stage", b"layers_per_stage", "layout", b"layout", "microbatches_per_replica", b"microbatches_per_replica", "node", b"node", "stages", b"stages", "step", b"step", "throughput_after", b"throughput_after", "throughput_before", b"throughput_before", "throughput_drop_group", b"throughput_drop_group"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "applied_layout", b"applied_layout", "device_speeds", b"device_speeds", "from_node", b"from_node", "idle_ranks", b"idle_ranks", "image_id", b"image_id", "layers_per_stage", b"layers_per_stage", "layout", b"layout", "microbatches_per_replica", b"microbatches_per_replica", "node", b"node", "replanned_layout", b"replanned_layout", "stages", b"stages", "step", b"step", "throughput_after", b"throughput_after", "throughput_before", b"throughput_before", "throughput_drop_group", b"throughput_drop_group"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -469,19 +624,31 @@ class DrainResponse(_message.Message):
     NODE_FIELD_NUMBER: _builtins.int
     HEALTH_FIELD_NUMBER: _builtins.int
     RUNNING_JOBS_FIELD_NUMBER: _builtins.int
+    NODE_HEALTH_FIELD_NUMBER: _builtins.int
     node: _builtins.str
-    health: _builtins.str
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def health(self) -> _builtins.str:
+        """Deprecated since 0.2.0, removed in 0.3.0: use node_health. ALIVE | DRAINING | DEAD."""
+
+    @health.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def health(self, value: _builtins.str) -> None:
+        """Deprecated since 0.2.0, removed in 0.3.0: use node_health. ALIVE | DRAINING | DEAD."""
+
     running_jobs: _builtins.int
+    node_health: _common_pb2.NodeHealth.ValueType
     def __init__(
         self,
         *,
         node: _builtins.str = ...,
         health: _builtins.str = ...,
         running_jobs: _builtins.int = ...,
+        node_health: _common_pb2.NodeHealth.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "node", b"node", "running_jobs", b"running_jobs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "node", b"node", "node_health", b"node_health", "running_jobs", b"running_jobs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -504,17 +671,43 @@ class DeviceHealth(_message.Message):
     KIND_FIELD_NUMBER: _builtins.int
     SINCE_UNIX_FIELD_NUMBER: _builtins.int
     CLEARED_UNIX_FIELD_NUMBER: _builtins.int
+    DEVICE_STATE_FIELD_NUMBER: _builtins.int
+    VERDICT_KIND_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     gpu: _builtins.int
-    state: _builtins.str
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self) -> _builtins.str:
+        """Deprecated since 0.2.0, removed in 0.3.0: use device_state and verdict_kind.
+        BAD | CLEARED
+        """
+
+    @state.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self, value: _builtins.str) -> None:
+        """Deprecated since 0.2.0, removed in 0.3.0: use device_state and verdict_kind.
+        BAD | CLEARED
+        """
+
     reason: _builtins.str
     job_id: _builtins.str
     """empty for a tenant who does not own the job"""
     rank: _builtins.int
-    kind: _builtins.str
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def kind(self) -> _builtins.str:
+        """stop | slow"""
+
+    @kind.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def kind(self, value: _builtins.str) -> None:
+        """stop | slow"""
+
     since_unix: _builtins.float
     cleared_unix: _builtins.float
     """0 while BAD"""
+    device_state: Global___DeviceState.ValueType
+    verdict_kind: Global___VerdictKind.ValueType
     def __init__(
         self,
         *,
@@ -527,10 +720,12 @@ class DeviceHealth(_message.Message):
         kind: _builtins.str = ...,
         since_unix: _builtins.float = ...,
         cleared_unix: _builtins.float = ...,
+        device_state: Global___DeviceState.ValueType = ...,
+        verdict_kind: Global___VerdictKind.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleared_unix", b"cleared_unix", "gpu", b"gpu", "job_id", b"job_id", "kind", b"kind", "node", b"node", "rank", b"rank", "reason", b"reason", "since_unix", b"since_unix", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleared_unix", b"cleared_unix", "device_state", b"device_state", "gpu", b"gpu", "job_id", b"job_id", "kind", b"kind", "node", b"node", "rank", b"rank", "reason", b"reason", "since_unix", b"since_unix", "state", b"state", "verdict_kind", b"verdict_kind"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

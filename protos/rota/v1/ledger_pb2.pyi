@@ -9,6 +9,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from rota.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -17,6 +18,11 @@ if sys.version_info >= (3, 11):
     from typing import TypeAlias as _TypeAlias, Never as _Never
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
+
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -277,12 +283,22 @@ class JobFairness(_message.Message):
     PENDING_SINCE_UNIX_FIELD_NUMBER: _builtins.int
     SUBMITTED_UNIX_SECONDS_FIELD_NUMBER: _builtins.int
     PENDING_SINCE_UNIX_SECONDS_FIELD_NUMBER: _builtins.int
+    JOB_STATE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     tenant: _builtins.str
     deserved: _builtins.float
     used: _builtins.float
     fairness: _builtins.float
-    state: _builtins.str
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self) -> _builtins.str:
+        """Deprecated since 0.2.0, removed in 0.3.0: use job_state. The job's state name ("PENDING", ...)."""
+
+    @state.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self, value: _builtins.str) -> None:
+        """Deprecated since 0.2.0, removed in 0.3.0: use job_state. The job's state name ("PENDING", ...)."""
+
     gpus: _builtins.int
     pending_since_unix: _builtins.int
     """0 unless it is waiting"""
@@ -290,6 +306,7 @@ class JobFairness(_message.Message):
     """The same two instants to the microsecond (the allocator's fair order breaks ties on them)."""
     pending_since_unix_seconds: _builtins.float
     """0 unless it is waiting"""
+    job_state: _common_pb2.JobState.ValueType
     def __init__(
         self,
         *,
@@ -303,10 +320,11 @@ class JobFairness(_message.Message):
         pending_since_unix: _builtins.int = ...,
         submitted_unix_seconds: _builtins.float = ...,
         pending_since_unix_seconds: _builtins.float = ...,
+        job_state: _common_pb2.JobState.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deserved", b"deserved", "fairness", b"fairness", "gpus", b"gpus", "job_id", b"job_id", "pending_since_unix", b"pending_since_unix", "pending_since_unix_seconds", b"pending_since_unix_seconds", "state", b"state", "submitted_unix_seconds", b"submitted_unix_seconds", "tenant", b"tenant", "used", b"used"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deserved", b"deserved", "fairness", b"fairness", "gpus", b"gpus", "job_id", b"job_id", "job_state", b"job_state", "pending_since_unix", b"pending_since_unix", "pending_since_unix_seconds", b"pending_since_unix_seconds", "state", b"state", "submitted_unix_seconds", b"submitted_unix_seconds", "tenant", b"tenant", "used", b"used"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -3,6 +3,8 @@
 The heartbeat loop (1) renews the lease file the job launchers watch, (2) reports every
 job's state, exit and progress to the control plane, (3) reconciles: launches what the
 control plane placed here and this agent does not run, stops what it runs and should not.
+It talks to the api's NodeService at ROTA_API_NODE_ADDR (--api-node), the api's node port;
+unset, to the deprecated node RPCs of the public ClusterService at ROTA_API_ADDR (until 0.3.0).
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from rota.agent.processes import ProcessTable
 from rota.agent.service import AgentRuntime, AgentService, report_of
 from rota.common.auth import ADMIN, Identity
 from rota.common.config import Settings
+from rota.common.layouts import layout_text
 from rota.common.server import RotaInterceptor, run_server
 from rota.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
 from rota.common.tls import open_aio_channel, tls_files
 from rota.core.errors import DomainError
-from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
+from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2, node_pb2, node_pb2_grpc
 
 log = logging.getLogger("rota.agent")
 LEASE_FRACTION = 0.6  # of the node timeout: the launcher's lease expires well before the verdict
@@ -48,8 +51,14 @@ class Heartbeats:
         self.address = address
         self.devices = devices
         self.metadata = (("authorization", f"Bearer {settings.admin_token}"),)
-        self.channel = open_aio_channel(settings.api_addr, tls_files(settings))
+        # NodeService on the api's node port; without its address, the deprecated copies on
+        # the public ClusterService (an agent configured before 0.2.0).
+        self.channel = open_aio_channel(settings.api_node_addr or settings.api_addr, tls_files(settings))
+        self.nodes = node_pb2_grpc.NodeServiceStub(self.channel) if settings.api_node_addr else None
         self.cluster = api_pb2_grpc.ClusterServiceStub(self.channel)
+        if self.nodes is None:
+            log.warning("ROTA_API_NODE_ADDR is not set: using the deprecated node RPCs of ClusterService at %s "
+                        "(gone in 0.3.0); set it to the api's node port", settings.api_addr)
         self.registered = False
         self._early_at = float("-inf")  # monotonic time of the last early beat
 
@@ -83,24 +92,38 @@ class Heartbeats:
         timeout = max(1.0, self.settings.heartbeat_interval_s * 2)
         if not self.registered:
             node = common_pb2.Node(name=self.runtime.node, address=self.address, gpus=self.devices)
-            await self.cluster.RegisterNode(api_pb2.RegisterNodeRequest(node=node), timeout=timeout, metadata=self.metadata)
+            if self.nodes is not None:
+                await self.nodes.Register(node_pb2.NodeServiceRegisterRequest(node=node), timeout=timeout,
+                                          metadata=self.metadata)
+            else:
+                await self.cluster.RegisterNode(api_pb2.RegisterNodeRequest(node=node), timeout=timeout,
+                                                metadata=self.metadata)
             self.registered = True
             log.info("registered %s at %s with %d GPUs", self.runtime.node, self.address, len(self.devices))
         sent_at = time.monotonic()
         jobs = list(self.runtime.table.jobs.values())
         reports = [report_of(j) for j in jobs]
-        reply = await self.cluster.NodeHeartbeat(
-            api_pb2.NodeHeartbeatRequest(node=self.runtime.node, jobs=reports), timeout=timeout, metadata=self.metadata
-        )
+        reply: node_pb2.NodeServiceHeartbeatResponse | api_pb2.NodeHeartbeatResponse
+        if self.nodes is not None:
+            reply = await self.nodes.Heartbeat(
+                node_pb2.NodeServiceHeartbeatRequest(node=self.runtime.node, jobs=reports), timeout=timeout,
+                metadata=self.metadata,
+            )
+        else:
+            reply = await self.cluster.NodeHeartbeat(
+                api_pb2.NodeHeartbeatRequest(node=self.runtime.node, jobs=reports), timeout=timeout, metadata=self.metadata
+            )
         finished = [j for j, r in zip(jobs, reports, strict=True) if r.state != common_pb2.JOB_STATE_RUNNING]
         self.runtime.table.acknowledge_finished(finished)
         for job in finished:
             self.runtime.checkpoints.forget(job)
         await self.reconcile(reply, sent_at)
 
-    async def reconcile(self, reply: api_pb2.NodeHeartbeatResponse, sent_at: float) -> None:
+    async def reconcile(
+        self, reply: node_pb2.NodeServiceHeartbeatResponse | api_pb2.NodeHeartbeatResponse, sent_at: float,
+    ) -> None:
         wanted = {a.job.id: a.job for a in reply.assignments}
-        images = {a.job.id: (a.resume_image, a.layout) for a in reply.assignments}
+        images = {a.job.id: (a.resume_image, layout_text(a)) for a in reply.assignments}
         for job in self.runtime.table.running():
             target = wanted.get(job.job_id)
             launched_after_request = job.started_at > sent_at
@@ -138,6 +161,9 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", default=None, help="host:port for AgentService (default: ROTA_LISTEN)")
     parser.add_argument("--advertise", default=None, help="address the control plane dials (default: --listen)")
     parser.add_argument("--api", default=None, help="api address (default: ROTA_API_ADDR)")
+    parser.add_argument("--api-node", default=None,
+                        help="the api's node port, its NodeService (default: ROTA_API_NODE_ADDR; unset: the "
+                             "deprecated node RPCs at --api)")
     parser.add_argument("--home", default=None, help="state folder (default: ROTA_HOME/agents/NAME)")
 
 
@@ -148,6 +174,8 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     listen = args.listen or settings.listen
     if args.api:
         settings = Settings(**{**settings.__dict__, "api_addr": args.api})
+    if getattr(args, "api_node", None):
+        settings = Settings(**{**settings.__dict__, "api_node_addr": args.api_node})
     if listen.endswith(":0"):
         raise ValueError("--listen: the agent needs a fixed port the control plane can dial")
     home = Path(args.home) if args.home else settings.home / "agents" / args.name

@@ -8,14 +8,19 @@ import json
 
 import grpc
 
-from rota.agent.checkpoints import AgentCheckpoints, ImageRecord
+from rota.agent.checkpoints import COMPLETE, FAILED, WRITING, AgentCheckpoints, ImageRecord
 from rota.agent.processes import LocalJob, ProcessTable
 from rota.common.auth import current_identity
+from rota.common.layouts import layout_text
 from rota.core.errors import InvalidArgument, NotFound
-from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, common_pb2
+from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, checkpoint_pb2, common_pb2
 
 MAX_LOG_CHUNK = 1024 * 1024
 MAX_LAYOUT_BYTES = 64 * 1024  # a re-plan of the largest layout the detector takes, with room
+IMAGE_STATES = {
+    WRITING: checkpoint_pb2.IMAGE_STATE_WRITING, COMPLETE: checkpoint_pb2.IMAGE_STATE_COMPLETE,
+    FAILED: checkpoint_pb2.IMAGE_STATE_FAILED,
+}
 
 
 def report_of(job: LocalJob) -> api_pb2.AgentJobReport:
@@ -33,10 +38,11 @@ def report_of(job: LocalJob) -> api_pb2.AgentJobReport:
 
 def image_status_of(record: ImageRecord | None) -> agent_pb2.AgentImageStatusResponse:
     if record is None:
-        return agent_pb2.AgentImageStatusResponse(state="unknown")
+        return agent_pb2.AgentImageStatusResponse(state="unknown", image_state=checkpoint_pb2.IMAGE_STATE_UNKNOWN)
     manifest = json.dumps(record.manifest).encode() if record.manifest is not None else b""
     return agent_pb2.AgentImageStatusResponse(
-        state=record.state, error=record.error, manifest_json=manifest, logical_bytes=record.logical_bytes,
+        state=record.state, image_state=IMAGE_STATES.get(record.state, checkpoint_pb2.IMAGE_STATE_UNSPECIFIED),
+        error=record.error, manifest_json=manifest, logical_bytes=record.logical_bytes,
         written_bytes=record.written_bytes, chunks=record.chunks, write_seconds=record.write_s,
         step=record.step, ranks=record.ranks,
     )
@@ -109,7 +115,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
 
     async def Launch(self, request: agent_pb2.LaunchRequest, context: grpc.aio.ServicerContext) -> agent_pb2.LaunchResponse:
         current_identity().require_admin()
-        job = await self.runtime.launch(request.job, request.epoch, request.resume_image, request.layout)
+        job = await self.runtime.launch(request.job, request.epoch, request.resume_image, layout_text(request))
         return agent_pb2.LaunchResponse(report=report_of(job))
 
     async def Restore(self, request: agent_pb2.AgentRestoreRequest, context: grpc.aio.ServicerContext) -> agent_pb2.AgentRestoreResponse:

@@ -25,7 +25,7 @@ from rota.core.planning.liveplan import Horizon, LiveJob
 from rota.core.planning.metrics import measure
 from rota.core.planning.planner import plan_live
 from rota.core.planning.scenario import ScenarioError, from_dict
-from rota.v1 import allocator_pb2, allocator_pb2_grpc
+from rota.v1 import allocator_pb2, allocator_pb2_grpc, common_pb2
 
 MAX_FULL_TIME_LIMIT_S = 60.0
 OTHER_TENANT = "*"
@@ -127,6 +127,7 @@ def plan_step_to_proto(row: PlanStepRow, identity: Identity) -> allocator_pb2.Cu
         jobs=[
             allocator_pb2.PlannedJob(
                 job_id=job_id, tenant=a["tenant"], kind=a["kind"], node=a.get("node", ""), gpus=a.get("gpus", []),
+                job_kind=convert.KIND_VALUES.get(a["kind"], common_pb2.JOB_KIND_UNSPECIFIED),
                 start_step=a.get("start_step", -2), planned_seconds=a.get("planned_seconds", 0),
             )
             for job_id, a in sorted(row.assignments.items()) if job_id in visible

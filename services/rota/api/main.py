@@ -1,4 +1,5 @@
-"""Composition root of the api service: the public front door (jobs, tenants, cluster)."""
+"""Composition root of the api service: the public front door (jobs, tenants, cluster), and
+the agents' NodeService on a node port of its own (Settings.node_listen)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import sys
 import grpc
 
 from rota.api.forward import Forwarder
-from rota.api.service import ApiContext, ClusterService, JobService, TenantService
+from rota.api.service import ApiContext, ClusterService, JobService, NodeService, TenantService
 from rota.common import nodes_repo
 from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
-from rota.v1 import api_pb2, api_pb2_grpc
+from rota.v1 import api_pb2, api_pb2_grpc, node_pb2, node_pb2_grpc
 
 SWITCH_INTERVAL_S = 0.0005
 
@@ -35,12 +36,16 @@ async def serve(settings: Settings) -> None:
         names = ("JobService", "TenantService", "ClusterService")
         return [api_pb2.DESCRIPTOR.services_by_name[n].full_name for n in names]
 
+    def register_nodes(server: grpc.aio.Server) -> list[str]:
+        node_pb2_grpc.add_NodeServiceServicer_to_server(NodeService(ctx), server)
+        return [node_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name]
+
     # Everything built so far (modules, the ORM's mappers, the engine) lives as long as the
     # process: out of the collector's sight, a full collection scans only what requests
     # made since, a millisecond's work instead of a pause of tens of milliseconds that
     # every call in flight would wait out.
     gc.freeze()
-    await parts.serve(register)
+    await parts.serve(register, internal=(settings.node_listen, register_nodes))
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from rota.api import repository
 from rota.api.batcher import SubmitBatcher
-from rota.common import convert, nodes_repo, read_models
+from rota.common import convert, layouts, nodes_repo, read_models
 from rota.common.agents import AgentClients
 from rota.common.auth import Identity, current_identity, hash_token, new_token
 from rota.common.config import Settings
@@ -30,7 +30,7 @@ from rota.common.refresh import RefreshAhead
 from rota.core import jobstate
 from rota.core.errors import FailedPrecondition, InvalidArgument, NotFound
 from rota.core.jobspec import JobSpecData, validate
-from rota.v1 import agent_pb2, api_pb2, api_pb2_grpc, common_pb2
+from rota.v1 import agent_pb2, api_pb2, api_pb2_grpc, common_pb2, node_pb2, node_pb2_grpc
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -358,63 +358,102 @@ class ClusterService(api_pb2_grpc.ClusterServiceServicer):
         return api_pb2.GetPlacementResponse(placements=placements, epoch=max((p.epoch for p in placements), default=0))
 
     async def RegisterNode(self, request: api_pb2.RegisterNodeRequest, context: grpc.aio.ServicerContext) -> api_pb2.RegisterNodeResponse:
-        current_identity().require_admin()
-        node = request.node
-        if not node.name:
-            raise InvalidArgument("node.name", "must not be empty")
-        if not node.address:
-            raise InvalidArgument("node.address", "must not be empty")
-        gpus = [GpuRow(node=node.name, index=g.index, uuid=g.uuid, model=g.model, virtual=g.virtual) for g in node.gpus]
-        if sorted(g.index for g in gpus) != list(range(len(gpus))):
-            raise InvalidArgument("node.gpus", "indices must be 0..n-1")
-
-        def register(session: Session) -> common_pb2.Node:
-            row = nodes_repo.register(session, node.name, node.address, gpus)
-            session.flush()
-            nodes = {n.name: (n, g, c) for n, g, c in repository.list_nodes(session)}
-            return convert.node_to_proto(*nodes[row.name])
-
-        return api_pb2.RegisterNodeResponse(node=await self.ctx.tx(register))
+        """Deprecated since 0.2.0 (gone in 0.3.0): NodeService.Register on the node port."""
+        _deprecated_node_rpc("RegisterNode")
+        return api_pb2.RegisterNodeResponse(node=await register_node(self.ctx, request.node))
 
     async def NodeHeartbeat(self, request: api_pb2.NodeHeartbeatRequest, context: grpc.aio.ServicerContext) -> api_pb2.NodeHeartbeatResponse:
-        current_identity().require_admin()
-        reports = [
-            repository.JobReport(
-                job_id=r.job_id,
-                epoch=r.epoch,
-                state=convert.state_name(r.state, f"jobs[{i}].state"),
-                exit_code=r.exit_code,
-                error=r.error[-8192:],
-                progress=convert.progress_from_json(r.progress_json),
-            )
-            for i, r in enumerate(request.jobs)
-        ]
-        events = Events()
+        """Deprecated since 0.2.0 (gone in 0.3.0): NodeService.Heartbeat on the node port."""
+        _deprecated_node_rpc("NodeHeartbeat")
+        assignments, health = await node_heartbeat(self.ctx, request.node, request.jobs)
+        return api_pb2.NodeHeartbeatResponse(assignments=assignments, health=health)
 
-        def beat(session: Session) -> api_pb2.NodeHeartbeatResponse:
-            node, assigned = repository.heartbeat(session, request.node, reports, events)
-            return api_pb2.NodeHeartbeatResponse(
-                assignments=[
-                    # A job not yet started restores from its last image, with the layout an
-                    # applied re-plan gave it: as the allocator's launch.
-                    api_pb2.Assignment(
-                        job=convert.job_to_proto(j),
-                        resume_image=(read_models.resume_image(session, j.id) or "") if j.state == jobstate.SCHEDULED else "",
-                        layout=read_models.applied_layout(session, j.id) if j.state == jobstate.SCHEDULED else "")
-                    for j in assigned
-                ],
-                health=convert.health_value(node.health),
-            )
 
-        response = await self.ctx.tx(beat)
-        await self.ctx.publish(events)
-        try:
-            await asyncio.to_thread(
-                self.ctx.live.record_heartbeat,
-                request.node,
-                {"node": request.node, "at": time.time(), "jobs": [r.job_id for r in request.jobs]},
-                self.ctx.settings.node_timeout_s,
-            )
-        except Exception as exc:  # noqa: BLE001 - the cache may be down; Postgres has the heartbeat
-            log.debug("heartbeat cache write failed: %s", exc)
-        return response
+class NodeService(node_pb2_grpc.NodeServiceServicer):
+    """The agents' RPCs, served on the api's node port (Settings.node_listen) and never on
+    the public endpoint. Admin token only."""
+
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def Register(self, request: node_pb2.NodeServiceRegisterRequest, context: grpc.aio.ServicerContext) -> node_pb2.NodeServiceRegisterResponse:
+        return node_pb2.NodeServiceRegisterResponse(node=await register_node(self.ctx, request.node))
+
+    async def Heartbeat(self, request: node_pb2.NodeServiceHeartbeatRequest, context: grpc.aio.ServicerContext) -> node_pb2.NodeServiceHeartbeatResponse:
+        assignments, health = await node_heartbeat(self.ctx, request.node, request.jobs)
+        return node_pb2.NodeServiceHeartbeatResponse(assignments=assignments, health=health)
+
+
+_warned_deprecated: set[str] = set()
+
+
+def _deprecated_node_rpc(method: str) -> None:
+    if method not in _warned_deprecated:
+        _warned_deprecated.add(method)
+        log.warning("an agent called the deprecated ClusterService.%s on the public endpoint (gone in 0.3.0): "
+                    "give it ROTA_API_NODE_ADDR, the api's node port, to use NodeService", method)
+
+
+async def register_node(ctx: ApiContext, node: common_pb2.Node) -> common_pb2.Node:
+    """Registers or re-registers a node and its GPUs (admin only)."""
+    current_identity().require_admin()
+    if not node.name:
+        raise InvalidArgument("node.name", "must not be empty")
+    if not node.address:
+        raise InvalidArgument("node.address", "must not be empty")
+    gpus = [GpuRow(node=node.name, index=g.index, uuid=g.uuid, model=g.model, virtual=g.virtual) for g in node.gpus]
+    if sorted(g.index for g in gpus) != list(range(len(gpus))):
+        raise InvalidArgument("node.gpus", "indices must be 0..n-1")
+
+    def register(session: Session) -> common_pb2.Node:
+        row = nodes_repo.register(session, node.name, node.address, gpus)
+        session.flush()
+        nodes = {n.name: (n, g, c) for n, g, c in repository.list_nodes(session)}
+        return convert.node_to_proto(*nodes[row.name])
+
+    return await ctx.tx(register)
+
+
+async def node_heartbeat(
+    ctx: ApiContext, node_name: str, jobs: Sequence[api_pb2.AgentJobReport],
+) -> tuple[list[api_pb2.Assignment], common_pb2.NodeHealth.ValueType]:
+    """A node's beat (admin only): its jobs' reports in; what is placed on it, and its health, out."""
+    current_identity().require_admin()
+    reports = [
+        repository.JobReport(
+            job_id=r.job_id,
+            epoch=r.epoch,
+            state=convert.state_name(r.state, f"jobs[{i}].state"),
+            exit_code=r.exit_code,
+            error=r.error[-8192:],
+            progress=convert.progress_from_json(r.progress_json),
+        )
+        for i, r in enumerate(jobs)
+    ]
+    events = Events()
+
+    def beat(session: Session) -> tuple[list[api_pb2.Assignment], common_pb2.NodeHealth.ValueType]:
+        node, assigned = repository.heartbeat(session, node_name, reports, events)
+        return [
+            # A job not yet started restores from its last image, with the layout an
+            # applied re-plan gave it: as the allocator's launch.
+            api_pb2.Assignment(
+                job=convert.job_to_proto(j),
+                resume_image=(read_models.resume_image(session, j.id) or "") if j.state == jobstate.SCHEDULED else "",
+                **layouts.layout_fields(
+                    read_models.applied_layout_document(session, j.id) if j.state == jobstate.SCHEDULED else None))
+            for j in assigned
+        ], convert.health_value(node.health)
+
+    response = await ctx.tx(beat)
+    await ctx.publish(events)
+    try:
+        await asyncio.to_thread(
+            ctx.live.record_heartbeat,
+            node_name,
+            {"node": node_name, "at": time.time(), "jobs": [r.job_id for r in jobs]},
+            ctx.settings.node_timeout_s,
+        )
+    except Exception as exc:  # noqa: BLE001 - the cache may be down; Postgres has the heartbeat
+        log.debug("heartbeat cache write failed: %s", exc)
+    return response

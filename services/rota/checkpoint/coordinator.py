@@ -37,7 +37,7 @@ from rota.common.models import NodeRow
 from rota.core import jobstate
 from rota.core.errors import AlreadyExists, FailedPrecondition, NotFound
 from rota.imagestore.settings import EXIT_GRACE_S, CheckpointSettings
-from rota.v1 import agent_pb2
+from rota.v1 import agent_pb2, checkpoint_pb2
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -60,6 +60,17 @@ DEFINITIVE = frozenset({grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INV
 
 def _failed_call(exc: grpc.aio.AioRpcError) -> AgentCallFailed:
     return AgentCallFailed(exc.details() or exc.code().name, exc.code() in DEFINITIVE)
+
+
+def image_state(status: agent_pb2.AgentImageStatusResponse) -> str:
+    """writing | complete | failed | unknown: the enum an agent fills from 0.2.0 on, or the
+    string (deprecated) of an older agent."""
+    if status.image_state != checkpoint_pb2.IMAGE_STATE_UNSPECIFIED:
+        try:
+            return checkpoint_pb2.ImageState.Name(status.image_state).removeprefix("IMAGE_STATE_").lower()
+        except ValueError:  # a state newer than this coordinator: its string says which
+            pass
+    return status.state
 
 
 def _left(wait_s: float, budget_s: float | None, started: float) -> float:
@@ -318,13 +329,14 @@ class Coordinator:
                     return
                 await asyncio.sleep(self.poll_s * 10)
                 continue
-            if status.state == "writing":
+            state = image_state(status)
+            if state == "writing":
                 await asyncio.sleep(self.poll_s * 5)  # an RPC a poll: less often than the database
                 continue
-            if status.state == "complete":
+            if state == "complete":
                 await self._record_written(op, status)
             else:
-                await self._failed(op, f"image write failed: {status.error or status.state}")
+                await self._failed(op, f"image write failed: {status.error or state}")
             return
 
     def _written(self, s: Session, op: OperationRow, status: agent_pb2.AgentImageStatusResponse) -> None:
@@ -402,8 +414,8 @@ class Coordinator:
             try:
                 status = await self.agents.image_status(address, op.image_id or "")
             except AgentCallFailed:
-                status = agent_pb2.AgentImageStatusResponse(state="unknown")
-            if status.state != "unknown":
+                status = agent_pb2.AgentImageStatusResponse(state="unknown", image_state=checkpoint_pb2.IMAGE_STATE_UNKNOWN)
+            if image_state(status) != "unknown":
                 copied = {"step": status.step, "ranks": status.ranks, "copy_s": 0.0, "pause_s": 0.0,
                           "logical_bytes": status.logical_bytes}
                 await self._record_copied(op.id, copied)

@@ -13,11 +13,12 @@ import grpc
 from rota.checkpoint import repository as repo
 from rota.checkpoint.coordinator import Coordinator
 from rota.checkpoint.models import OperationRow
+from rota.common import convert
 from rota.common.auth import current_identity
 from rota.common.db import Database
 from rota.common.jobs_repo import get_job
 from rota.core.errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
-from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc
+from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc, common_pb2
 
 MAX_TIMEOUT_S = 600.0
 
@@ -108,6 +109,7 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
         return checkpoint_pb2.ResumeResponse(
             node=placed.node, gpus=placed.gpus, image_id=str(op.detail.get("image_id", "")),
             step=int(op.detail.get("step", 0)), state=placed.state,
+            job_state=convert.enum_value(common_pb2.JobState, "JOB_STATE_", placed.state),
         )
 
     async def Migrate(self, request: checkpoint_pb2.MigrateRequest, context: grpc.aio.ServicerContext) -> checkpoint_pb2.MigrateResponse:
@@ -136,6 +138,8 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
                 checkpoint_pb2.CheckpointImage(
                     id=v.image.id, job_id=v.image.job_id, sequence=v.image.sequence, kind=v.image.kind,
                     state=v.image.state, node=v.image.node, ranks=v.image.ranks, step=v.image.step,
+                    image_kind=convert.enum_value(checkpoint_pb2.ImageKind, "IMAGE_KIND_", v.image.kind),
+                    image_state=convert.enum_value(checkpoint_pb2.ImageState, "IMAGE_STATE_", v.image.state),
                     logical_bytes=v.image.logical_bytes, stored_bytes=v.image.stored_bytes, unique_bytes=v.unique_bytes,
                     chunks=v.image.chunks, copy_seconds=v.image.copy_s, write_seconds=v.image.write_s,
                     created_unix=_unix(v.image.created_at), error=v.image.error,
@@ -149,5 +153,7 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
 def _operation(op: OperationRow) -> checkpoint_pb2.CheckpointOperation:
     return checkpoint_pb2.CheckpointOperation(
         id=op.id, operation_id=op.request_id or "", kind=op.kind, state=op.state, target_node=op.target_node,
+        operation_kind=convert.enum_value(checkpoint_pb2.OperationKind, "OPERATION_KIND_", op.kind),
+        operation_state=convert.enum_value(checkpoint_pb2.OperationState, "OPERATION_STATE_", op.state),
         image_id=op.image_id or "", error=op.error, created_unix=_unix(op.created_at), finished_unix=_unix(op.finished_at),
     )

@@ -75,6 +75,7 @@ class ServiceParts:
         self,
         register: Callable[[grpc.aio.Server], list[str]],
         background: list[Callable[[], Awaitable[None]]] | None = None,
+        internal: tuple[str, Callable[[grpc.aio.Server], list[str]]] | None = None,
     ) -> None:
         async def on_stop() -> None:
             await self.agents.close()
@@ -97,4 +98,5 @@ class ServiceParts:
             on_stop=on_stop,
             tls=self.tls,
             reuse_port=self.settings.reuse_port,
+            internal=internal,
         )

@@ -92,6 +92,18 @@ def _env_tls() -> tuple[str, str, str]:
 
 # Services whose RPCs the api forwards (ROTA_<NAME>_ADDR says where each one listens).
 FORWARDED_SERVICES = ("allocator", "forecaster", "ledger", "checkpoint", "detector")
+# The api's node port (NodeService, for agents only) is its public port plus this, unless
+# ROTA_API_NODE_LISTEN says otherwise.
+NODE_PORT_OFFSET = 1000
+
+
+def default_node_listen(listen: str) -> str:
+    """Where the api serves NodeService when ROTA_API_NODE_LISTEN is unset: the public
+    address's host on its port + NODE_PORT_OFFSET (a free port when the public one is 0)."""
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return f"{host}:0"
+    return f"{host}:{int(port) + NODE_PORT_OFFSET}"
 
 
 @dataclass(frozen=True)
@@ -103,6 +115,12 @@ class Settings:
     admin_token: str = ""
     listen: str = "127.0.0.1:0"
     api_addr: str = "127.0.0.1:50051"
+    # The api: where it serves NodeService, the agents' RPCs, apart from the public endpoint
+    # (ROTA_API_NODE_LISTEN; "" = default_node_listen(listen)). An agent: where it dials it
+    # (ROTA_API_NODE_ADDR); "" = the deprecated ClusterService node RPCs at api_addr, for
+    # agents set up before 0.2.0 (gone in 0.3.0).
+    api_node_listen: str = ""
+    api_node_addr: str = ""
     tracing: str = "none"  # none | console | otlp
     otlp_endpoint: str = "http://127.0.0.1:4317"
     heartbeat_interval_s: float = 1.0
@@ -164,6 +182,8 @@ class Settings:
             admin_token=os.environ.get("ROTA_ADMIN_TOKEN", ""),
             listen=os.environ.get("ROTA_LISTEN", "127.0.0.1:0"),
             api_addr=os.environ.get("ROTA_API_ADDR", "127.0.0.1:50051"),
+            api_node_listen=os.environ.get("ROTA_API_NODE_LISTEN", "").strip(),
+            api_node_addr=os.environ.get("ROTA_API_NODE_ADDR", "").strip(),
             tracing=os.environ.get("ROTA_TRACING", "none"),
             otlp_endpoint=os.environ.get("ROTA_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
             heartbeat_interval_s=interval,
@@ -197,6 +217,11 @@ class Settings:
             checkpoint=CheckpointSettings.from_env(home),
             agent_stop_jobs_on_exit=_env_flag("ROTA_AGENT_STOP_JOBS_ON_EXIT"),
         )
+
+    @property
+    def node_listen(self) -> str:
+        """Where the api serves NodeService: ROTA_API_NODE_LISTEN, else beside `listen`."""
+        return self.api_node_listen or default_node_listen(self.listen)
 
     @property
     def traced(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
@@ -13,6 +13,11 @@ from rota.common.models import GpuClaimRow, GpuRow, JobRow, JobTransitionRow, No
 from rota.core.errors import InvalidArgument
 from rota.core.jobspec import JobSpecData
 from rota.v1 import common_pb2
+
+if TYPE_CHECKING:  # the generic wrapper exists in the type stubs only
+    from google.protobuf.internal.enum_type_wrapper import _EnumTypeWrapper
+
+_V = TypeVar("_V", bound=int)
 
 KIND_NAMES = {
     common_pb2.JOB_KIND_TRAINING: "training",
@@ -44,6 +49,16 @@ def state_name(value: int, field: str = "state") -> str:
 
 def health_value(health: str) -> common_pb2.NodeHealth.ValueType:
     return common_pb2.NodeHealth.Value("NODE_HEALTH_" + health)
+
+
+def enum_value(enum: _EnumTypeWrapper[_V], prefix: str, name: str) -> _V:
+    """The enum beside a state or kind the wire also carries as a string (deprecated since
+    0.2.0): "writing" -> IMAGE_STATE_WRITING, "BAD" -> DEVICE_STATE_BAD. A name the enum
+    lacks reads <PREFIX>UNSPECIFIED, and a client then reads the string."""
+    try:
+        return enum.Value(prefix + name.upper())
+    except ValueError:
+        return enum.Value(prefix + "UNSPECIFIED")
 
 
 def timestamp(value: datetime | None) -> timestamp_pb2.Timestamp | None:

@@ -17,7 +17,6 @@ or code. The view's columns are the contract; the owner may reshape its tables b
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from sqlalchemy import ARRAY, BigInteger, Column, Float, Integer, MetaData, Stri
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
+from rota.common.layouts import layout_json
 from rota.common.models import JobRow
 from rota.core import jobstate
 
@@ -115,12 +115,13 @@ def bad_gpus(session: Session) -> dict[str, tuple[int, ...]]:
     return {node: tuple(gpus) for node, gpus in out.items()}
 
 
-def layout_json(layout: dict[str, Any]) -> str:
-    """The one text form of a layout (ROTA_LAYOUT): the same object always reads the same."""
-    return json.dumps(layout, sort_keys=True, separators=(",", ":"))
-
-
 def applied_layout(session: Session, job_id: str) -> str:
     """The job's ROTA_LAYOUT: the layout its last applied re-plan gave it; "" when none was."""
-    layout = session.scalar(select(applied_layouts.c.layout).where(applied_layouts.c.job_id == job_id))
+    layout = applied_layout_document(session, job_id)
     return layout_json(layout) if layout is not None else ""
+
+
+def applied_layout_document(session: Session, job_id: str) -> dict[str, Any] | None:
+    """The layout its last applied re-plan gave the job, as stored; None when none was."""
+    layout = session.scalar(select(applied_layouts.c.layout).where(applied_layouts.c.job_id == job_id))
+    return dict(layout) if layout is not None else None

@@ -87,8 +87,14 @@ class RotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._authenticate = authenticate
         self._default_deadline_s = default_deadline_s
         # The wrapped handler of each method, made on its first call: building it (and its
-        # closure) again for every call cost as much as a small handler's own work.
+        # closure) again for every call cost as much as a small handler's own work. One
+        # server's: shared, a method served by one server would be answered by every other.
         self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+
+    def for_another_server(self) -> RotaInterceptor:
+        """The same checks for a second server, with a handler cache of its own."""
+        return RotaInterceptor(tracer=self._tracer, authenticate=self._authenticate,
+                               default_deadline_s=self._default_deadline_s, traced=self._traced)
 
     async def intercept_service(
         self,
@@ -246,17 +252,32 @@ async def run_server(
     grace_s: float = 5.0,
     tls: TLSFiles | None = None,
     reuse_port: bool = False,
+    internal: tuple[str, Callable[[grpc.aio.Server], list[str]]] | None = None,
 ) -> None:
     """Serves until SIGTERM/SIGINT, then stops gracefully: health NOT_SERVING, drain, exit.
 
     With `tls` the port speaks mutual TLS only: plaintext clients and clients without a
-    certificate signed by the CA fail the handshake."""
+    certificate signed by the CA fail the handshake. `internal` (listen, register): services
+    served on a second port of their own, with the same interceptor and TLS, and never on
+    `listen` (the api's NodeService, for agents only)."""
     serving = await start_server(
         listen=listen, register=register, interceptor=interceptor, max_message_bytes=max_message_bytes, tls=tls,
         reuse_port=reuse_port,
     )
-    server, health_servicer, service_names = serving.server, serving.health, serving.service_names
+    servers = [serving]
     log.info("%s serving on %s (port %d%s)", name, listen, serving.port, ", mutual TLS" if tls else "")
+    if internal is not None:
+        internal_listen, register_internal = internal
+        try:
+            inner = await start_server(
+                listen=internal_listen, register=register_internal, interceptor=interceptor.for_another_server(),
+                max_message_bytes=max_message_bytes, tls=tls, reuse_port=reuse_port,
+            )
+        except BaseException:  # e.g. the port is taken: serve nothing rather than half
+            await serving.server.stop(None)
+            raise
+        servers.append(inner)
+        log.info("%s serving %s on %s (port %d)", name, ", ".join(inner.service_names), internal_listen, inner.port)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -281,12 +302,13 @@ async def run_server(
         tasks.append(task)
     await stop.wait()
     log.info("%s stopping", name)
-    for service in ["", *service_names]:
-        await health_servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+    for s in servers:
+        for service in ["", *s.service_names]:
+            await s.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    await server.stop(grace_s)
+    await asyncio.gather(*(s.server.stop(grace_s) for s in servers))
     if on_stop is not None:
         await on_stop()
     log.info("%s stopped", name)

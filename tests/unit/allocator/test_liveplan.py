@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from builders import queued, running
 
 from rota.core.planning.legality import violations
 from rota.core.planning.liveplan import RESERVED_PREFIX, Horizon, LiveJob, LiveNode, Start, build, decide
@@ -16,17 +15,6 @@ NOW = 1_000_000 * STEP  # a wall-clock time on a step boundary: step index 1,000
 
 def horizon(steps: int = 8, now: float = NOW) -> Horizon:
     return Horizon(STEP, steps, now)
-
-
-def queued(id: str, gpus: int = 1, minutes: float | None = 1, priority: int = 5, **kw: Any) -> LiveJob:
-    return LiveJob(id, kw.pop("tenant", "t"), kw.pop("kind", "training"), priority, gpus,
-                   duration_s=None if minutes is None else minutes * 60, **kw)
-
-
-def running(id: str, node: str, gpus: tuple[int, ...], minutes_left: float | None, elapsed_min: float = 1) -> LiveJob:
-    total = None if minutes_left is None else (elapsed_min + minutes_left) * 60
-    return LiveJob(id, "t", "training", 5, len(gpus), node=node, gpu_indices=gpus, elapsed_s=elapsed_min * 60,
-                   duration_s=total)
 
 
 def app(id: str, demand: tuple[int, ...], swap: int = 1, node: str | None = None, gpus: tuple[int, ...] = ()) -> LiveJob:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from functools import partial
 
+import builders
 import pytest
 
 from rota.core.planning.liveplan import Horizon, LiveJob, LiveNode, Start
@@ -19,16 +20,10 @@ def horizon(steps: int = 8) -> Horizon:
     return Horizon(STEP, steps, NOW)
 
 
-def queued(id: str, gpus: int = 1, minutes: float | None = 4, priority: int = 5, **kw: Any) -> LiveJob:
-    return LiveJob(id, kw.pop("tenant", "t"), "training", priority, gpus,
-                   duration_s=None if minutes is None else minutes * 60, **kw)
-
-
-def running(id: str, node: str, gpus: tuple[int, ...], minutes_left: float | None = 10, priority: int = 1,
-            preemptible: bool = True) -> LiveJob:
-    total = None if minutes_left is None else (1 + minutes_left) * 60
-    return LiveJob(id, "t", "training", priority, len(gpus), node=node, gpu_indices=gpus, elapsed_s=60,
-                   duration_s=total, preemptible=preemptible)
+# This file's jobs: queued ones declared to run 4 minutes; running ones preemptible, at
+# priority 1, with 10 minutes left (each call may say otherwise).
+queued = partial(builders.queued, minutes=4)
+running = partial(builders.running, minutes_left=10, priority=1, preemptible=True)
 
 
 CHEAP = MoveCost(pause_s=2.0, restore_s=3.0)

@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from builders import batch_job, scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,12 +23,6 @@ DAY = CFG.window_s
 NOW = 100 * 3600.0
 
 
-def job(id: str, tenant: str, gpus: int = 1, duration: int = 1, **kw: Any) -> dict[str, Any]:
-    return {"id": id, "kind": "training", "tenant": tenant, "gpus": gpus, "duration": duration, **kw}
-
-
-def scenario(*jobs: dict[str, Any], gpus: int = 2, horizon: int = 6) -> Scenario:
-    return from_dict({"name": "t", "gpus": gpus, "horizon": horizon, "jobs": list(jobs)})
 
 
 def tenant(name: str, quota: int, allocated: int = 0, used: float = 0.0) -> TenantState:
@@ -48,7 +43,7 @@ def tenants_at(s: Scenario, grid: Grid, step: int) -> Counter[str]:
 # The plan ------------------------------------------------------------------------------
 
 def test_with_no_standings_two_tenants_with_equal_queues_alternate_where_fifo_drains_one_first() -> None:
-    s = scenario(*(job(f"a{i}", "a") for i in range(3)), *(job(f"b{i}", "b") for i in range(3)))
+    s = scenario(*(batch_job(f"a{i}", tenant="a") for i in range(3)), *(batch_job(f"b{i}", tenant="b") for i in range(3)), gpus=2)
     fair = policy_fair.plan(s).grid
     fifo = policy_fifo.plan(s).grid
     assert [tenants_at(s, fair, t) for t in range(3)] == [Counter(a=1, b=1)] * 3
@@ -56,7 +51,7 @@ def test_with_no_standings_two_tenants_with_equal_queues_alternate_where_fifo_dr
 
 
 def test_quotas_set_the_proportion_each_tenant_gets_of_the_first_steps() -> None:
-    s = scenario(*(job(f"a{i}", "a") for i in range(8)), *(job(f"b{i}", "b") for i in range(8)), gpus=4)
+    s = scenario(*(batch_job(f"a{i}", tenant="a") for i in range(8)), *(batch_job(f"b{i}", tenant="b") for i in range(8)), gpus=4)
     grid = policy_fair.plan(s, {"a": tenant("a", 3), "b": tenant("b", 1)}).grid
     assert tenants_at(s, grid, 0) == Counter(a=3, b=1)
     assert tenants_at(s, grid, 1) == Counter(a=3, b=1)
@@ -74,7 +69,7 @@ def test_quotas_set_the_proportion_each_tenant_gets_of_the_first_steps() -> None
     ],
 )
 def test_stage_one_picks_the_tenant(standings: dict[str, TenantState], first: str) -> None:
-    s = scenario(job("a1", "a"), job("b1", "b"), gpus=1)
+    s = scenario(batch_job("a1", tenant="a"), batch_job("b1", tenant="b"), gpus=1)
     grid = policy_fair.plan(s, standings, NOW).grid
     assert start_of(grid, f"{first}1") == 0
 
@@ -92,15 +87,15 @@ def test_stage_one_picks_the_tenant(standings: dict[str, TenantState], first: st
     ],
 )
 def test_stage_two_picks_the_job_within_the_tenant(views: dict[str, JobView], first: str) -> None:
-    s = scenario(job("old", "a"), job("new", "a"), gpus=1)
+    s = scenario(batch_job("old", tenant="a"), batch_job("new", tenant="a"), gpus=1)
     grid = policy_fair.plan(s, {"a": tenant("a", 1)}, NOW, jobs=views).grid
     assert start_of(grid, first) == 0
 
 
 def test_running_jobs_stay_pinned_and_a_job_that_never_fits_is_reported_unplaced() -> None:
     # `run` holds GPU 1 for the whole horizon, so a 2-GPU block never frees up.
-    s = scenario(job("run", "a", duration=6, running={"started": 0, "first_gpu": 1}),
-                 job("wide", "b", gpus=2), job("next", "b"), gpus=2)
+    s = scenario(batch_job("run", tenant="a", duration=6, running={"started": 0, "first_gpu": 1}),
+                 batch_job("wide", tenant="b", gpus=2), batch_job("next", tenant="b"), gpus=2)
     plan = policy_fair.plan(s)
     assert [row[0] for row in plan.grid] == ["next", "run"]
     assert plan.stats == {"placed": 1, "unplaced": 1}
@@ -109,7 +104,7 @@ def test_running_jobs_stay_pinned_and_a_job_that_never_fits_is_reported_unplaced
 
 def test_fair_is_a_registered_policy() -> None:
     assert "fair" in policies.NAMES
-    s = scenario(job("a1", "a"), job("b1", "b"))
+    s = scenario(batch_job("a1", tenant="a"), batch_job("b1", tenant="b"), gpus=2)
     assert policies.get("fair")(s).grid == policy_fair.plan(s).grid
 
 
@@ -126,8 +121,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     for i in range(draw(st.integers(1, 10))):
         size = draw(st.sampled_from([s for s in (1, 2, 4) if s <= gpus]))
         duration = draw(st.integers(1, horizon + 1))
-        j = job(f"j{i}", draw(st.sampled_from("abc")), size, duration, arrival=draw(st.integers(0, horizon)),
-                priority=draw(st.integers(1, 10)))
+        j = batch_job(f"j{i}", tenant=draw(st.sampled_from("abc")), gpus=size, duration=duration,
+                      arrival=draw(st.integers(0, horizon)), priority=draw(st.integers(1, 10)))
         free = [f for f in range(0, gpus, size) if not taken & set(range(f, f + size))]
         if free and draw(st.booleans()):
             first = draw(st.sampled_from(free))

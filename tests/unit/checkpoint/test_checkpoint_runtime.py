@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -94,13 +95,29 @@ def test_the_safe_point_serves_a_checkpoint_and_training_goes_on(control_dir: Pa
     assert imagefmt.read_index(tmp_path / "st", 0)["step"] == 7
 
 
-def test_a_committed_pause_ends_the_process_at_the_safe_point(control_dir: Path, tmp_path: Path) -> None:
+def signalled_acks(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Set once the job has written an ack (to its control folder, as before)."""
+    acked = threading.Event()
+    write_ack = control.write_ack
+
+    def write_and_signal(*args: Any, **answer: Any) -> None:
+        write_ack(*args, **answer)
+        acked.set()
+
+    monkeypatch.setattr(control, "write_ack", write_and_signal)
+    return acked
+
+
+def test_a_committed_pause_ends_the_process_at_the_safe_point(
+    control_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    acked = signalled_acks(monkeypatch)
     ckpt = Checkpointer(model=torch.nn.Linear(4, 4), fast_exit=False)
     control.write_request(control_dir, control.Request(1, control.PAUSE, time.time() + 5, str(tmp_path / "st")))
 
     def agent() -> None:
-        while not control.read_acks(control_dir, 1):
-            time.sleep(0.01)
+        assert acked.wait(5)  # the agent's side: it decides once the job has answered
+        assert control.read_acks(control_dir, 1)
         control.write_decision(control_dir, 1, control.COMMIT)
 
     threading.Thread(target=agent, daemon=True).start()
@@ -154,6 +171,7 @@ def test_a_rank_that_misses_the_safe_point_fails_the_pause_and_every_rank_carrie
     rank0 = Checkpointer(model=torch.nn.Linear(4, 4), rank=0, world_size=2, fast_exit=False)
     control.register(job.folder / "control", 1, 2)  # rank 1 registered, then never reaches a safe point
     steps: list[int] = []
+    stepped = threading.Condition()
     stop = threading.Event()
 
     def train() -> None:
@@ -161,8 +179,9 @@ def test_a_rank_that_misses_the_safe_point_fails_the_pause_and_every_rank_carrie
         while not stop.is_set():
             step += 1
             rank0.safe_point(step)  # would raise Paused on a commit
-            steps.append(step)
-            time.sleep(0.01)
+            with stepped:
+                steps.append(step)
+                stepped.notify_all()
 
     worker = threading.Thread(target=train, daemon=True)
     worker.start()
@@ -170,11 +189,12 @@ def test_a_rank_that_misses_the_safe_point_fails_the_pause_and_every_rank_carrie
     with pytest.raises(FailedPrecondition, match=r"ranks \[1\] of 2 did not reach a safe point within 1s"):
         checkpoints._quiesce(job, "img-x", True, 1.0, False)
     assert time.monotonic() - started < 3.0
-    seen = len(steps)
-    time.sleep(0.2)
+    with stepped:
+        seen = len(steps)
+        trained_on = stepped.wait_for(lambda: len(steps) > seen, timeout=5)
     stop.set()
     worker.join(5)
-    assert len(steps) > seen  # rank 0 acked, was told "abort", and trained on
+    assert trained_on  # rank 0 acked, was told "abort", and trained on
     assert control.decision_path(job.folder / "control", 1).read_text() == control.ABORT
     assert not (job.folder / "paused").exists() and checkpoints.status("img-x") is None
 

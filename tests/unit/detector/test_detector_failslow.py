@@ -6,7 +6,6 @@ import itertools
 
 import pytest
 
-from rota.core.detection.costmodel import features, replica_features
 from rota.core.detection.failslow import (
     JOB,
     SLOW,
@@ -17,10 +16,26 @@ from rota.core.detection.failslow import (
     Verdict,
 )
 from rota.core.detection.layout import IterationReport, Layout, MicroBatch
-from rota.core.detection.pipeline import makespan
 
-# True model of every stage: seconds = A·(tokens / 1e4) + B·(Σ l² / 1e8).
-A, B = 0.4, 0.3
+# The true cost of every micro-batch on every stage, written out here (not taken from the
+# cost model under test): each packed sequence of l tokens costs 0.4 s per 10⁴ tokens
+# (projections, MLP) plus 0.3 s per 10⁸ of l² (attention).
+SECONDS_PER_TOKEN = 0.4 / 10_000
+SECONDS_PER_SQUARED_TOKEN = 0.3 / 100_000_000
+
+
+def true_seconds(mb: MicroBatch) -> float:
+    return sum(SECONDS_PER_TOKEN * length + SECONDS_PER_SQUARED_TOKEN * length * length for length in mb)
+
+
+def two_stage_1f1b_seconds(first: float, second: float) -> float:
+    """The critical path of a 1F1B pipeline of 2 stages and 2 micro-batches costing `first`
+    and `second` on each stage, split evenly into forward, backward and weight-gradient
+    thirds u and v. Stage 0 runs F0 F1 B0 W0 B1 W1, stage 1 runs F0 B0 W0 F1 B1 W1; stage 0
+    ends last, after its B1 (which waits for stage 1's B1) and W1. The chains into stage 1's
+    F1 (4u, or u + v), into stage 0's B0 (5u, or 3u + v) and the rest give, by hand:"""
+    u, v = first / 3, second / 3
+    return max(5 * u, 4 * u + 2 * v, u + 3 * v) + 2 * v
 SHAPES: list[tuple[MicroBatch, ...]] = [  # micro-batches of one replica, short to very long sequences
     ((2048,) * 8, (4096,) * 4),
     ((16384,), (16384,)),
@@ -35,13 +50,14 @@ def report(it: int, layout: Layout, slow: dict[int, float] | None = None, step_e
     """An iteration of a noiseless job whose micro-batch shapes cycle (or stay at `shape`)."""
     micro = tuple(SHAPES[(it + d) % len(SHAPES) if shape is None else shape] for d in range(layout.dp))
     seconds = []
-    for r in range(layout.ranks):
-        t, q = replica_features(micro[layout.replica(r)])
-        seconds.append((A * t + B * q) * (slow or {}).get(r, 1.0))
+    for r in range(layout.ranks):  # a rank is busy for each micro-batch of its replica
+        busy = sum(true_seconds(mb) for mb in micro[layout.replica(r)])
+        seconds.append(busy * (slow or {}).get(r, 1.0))
     if not step_extra:
         return IterationReport(it, layout, tuple(seconds), micro)
-    cost = [[A * features(mb)[0] + B * features(mb)[1] for mb in micro[0]]] * layout.pp
-    return IterationReport(it, layout, tuple(seconds), micro, makespan(cost) + step_extra)
+    assert (layout.pp, layout.dp) == (2, 1) and all(len(m) == 2 for m in micro[0:1])  # what the formula covers
+    first, second = (true_seconds(mb) for mb in micro[0])
+    return IterationReport(it, layout, tuple(seconds), micro, two_stage_1f1b_seconds(first, second) + step_extra)
 
 
 def run(detector: FailSlowDetector | RawBaseline, reports: list[IterationReport]) -> list[Verdict]:
