@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rota.client import TLS, Client, Job, UnavailableError, spec_from_mapping
+from rota.client.home import ClusterHome, read_info
 
 REPO = Path(__file__).resolve().parents[2]
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -28,11 +29,11 @@ class RunningCluster:
 
     @property
     def info(self) -> dict[str, Any]:
-        return dict(json.loads((self.home / "cluster.json").read_text()))
+        return read_info(self.home)
 
     @property
     def token(self) -> str:
-        return (self.home / "admin.token").read_text().strip()
+        return ClusterHome.read(self.home).admin_token()
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}

@@ -15,7 +15,6 @@ an agent's process, the cluster's Redis keys. The checks read the truth afterwar
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -31,6 +30,7 @@ from sqlalchemy import create_engine, make_url, text
 
 from rota.cli.netproxy import FaultProxy
 from rota.client import Client, Job, UnavailableError, load_job_file, spec_from_mapping
+from rota.client.home import ClusterHome, read_info
 from rota.common.db import normalize_url
 from rota.v1 import common_pb2
 
@@ -175,11 +175,11 @@ class Harness:
 
     @property
     def info(self) -> dict[str, Any]:
-        return dict(json.loads((self.home / "cluster.json").read_text()))
+        return read_info(self.home)
 
     @property
     def token(self) -> str:
-        return (self.home / "admin.token").read_text().strip()
+        return ClusterHome.read(self.home).admin_token()
 
     def client(self, token: str | None = None, timeout_s: float = 20) -> Client:
         return Client.connect(self.info["endpoint"], token=token or self.token, timeout=timedelta(seconds=timeout_s))
