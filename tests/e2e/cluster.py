@@ -63,7 +63,10 @@ class RunningCluster:
         with self.client() as client:
             return client.submit(spec=spec).id
 
-    def wait_job(self, job_id: str, states: tuple[str, ...] = FINAL, timeout_s: float = 120) -> Job:
+    def wait_job(self, job_id: str, states: tuple[str, ...] = FINAL, timeout_s: float = 120,
+                 reason: str = "") -> Job:
+        """The job once it is in one of `states` (and its reason contains `reason`, when given:
+        a waiting reason is written by the allocator's next cycle, not with the state)."""
         deadline = time.monotonic() + timeout_s
         with self.client() as client:
             while True:
@@ -74,10 +77,10 @@ class RunningCluster:
                         raise
                     time.sleep(0.5)
                     continue
-                if job.state in states:
+                if job.state in states and reason in job.reason:
                     return job
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"{job_id} stuck in {job.state} ({job.reason}); wanted {states}")
+                    raise AssertionError(f"{job_id} stuck in {job.state} ({job.reason}); wanted {states} {reason!r}")
                 time.sleep(0.2)
 
     def stop(self) -> None:

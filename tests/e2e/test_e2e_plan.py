@@ -29,8 +29,7 @@ def test_two_blocks_run_and_a_third_waits_with_the_step_it_is_planned_at(cluster
     with cluster.client() as client:
         jobs = [client.submit(spec=_spec("sleep.yaml", gpus=2, command=command, duration="20s")) for _ in range(3)]
         running = [cluster.wait_job(j.id, ("RUNNING",), timeout_s=60).id for j in jobs[:2]]
-        waiting = client.get_job(jobs[2].id)
-        assert waiting.state == "PENDING"
+        waiting = cluster.wait_job(jobs[2].id, ("PENDING",), timeout_s=30, reason="planned at step")
         assert "planned at step" in waiting.reason and "after" in waiting.reason, waiting.reason
         plan = cluster.cli_json("plan")
         cells = {c for row in plan["grid"] for c in row}
