@@ -38,7 +38,7 @@ from typing import Any
 
 from rota.agent.checkpoints import AgentCheckpoints, ImageRecord
 from rota.agent.processes import LocalJob, ProcessTable
-from rota.imagestore.images import DEFAULT_CHUNK_SIZE, MIB
+from rota.imagestore.chunks import DEFAULT_CHUNK_SIZE, MIB
 from rota.imagestore.settings import CheckpointSettings, default_staging_root
 from rota.runtime import control
 

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rota.imagestore.chunks import FileChunkStore
-from rota.imagestore.images import MIB, link, write_staged
+from rota.imagestore.chunks import MIB, FileChunkStore
+from rota.imagestore.images import link, write_staged
 from rota.imagestore.settings import default_staging_root
 from rota.runtime import imagefmt
 

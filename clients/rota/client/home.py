@@ -110,12 +110,15 @@ def resolve_connection(
     endpoint = endpoint or env.get(ENDPOINT_VARIABLE) or None
     token = token or env.get(TOKEN_VARIABLE) or None
     tls = TLS.from_env(env)
-    if tls is None and path is not None and (path / CLUSTER_FILE).exists():
-        tls = ClusterHome.read(path).tls
-    if (not endpoint or not token) and path is not None:
+    # The folder is read once, and only when it is needed: for what the arguments and the
+    # variables leave out, or for the certificate `rota up --tls` recorded.
+    need_folder = not endpoint or not token
+    if path is not None and (need_folder or (tls is None and (path / CLUSTER_FILE).exists())):
         found = ClusterHome.read(path)
-        endpoint = endpoint or found.endpoint
-        token = token or found.admin_token()
+        tls = tls or found.tls
+        if need_folder:
+            endpoint = endpoint or found.endpoint
+            token = token or found.admin_token()
     if not endpoint:
         raise NoClusterError(f"no cluster: set {HOME_VARIABLE} (the folder `rota up --home DIR` writes), "
                              f"or {ENDPOINT_VARIABLE} and {TOKEN_VARIABLE}")

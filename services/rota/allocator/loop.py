@@ -24,7 +24,7 @@ from rota.allocator import repository
 from rota.allocator.forecasts import Forecast
 from rota.allocator.peers import Peers
 from rota.allocator.wakeups import Wakeups
-from rota.common import convert, layouts, nodes_repo, read_models
+from rota.common import convert, nodes_repo, read_models
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
 from rota.common.db import Database
@@ -353,9 +353,8 @@ class SchedulingLoop:
         if job is None:
             return None
         # A paused, migrated or requeued job continues from its last checkpoint image.
-        image = read_models.resume_image(session, job.id) or ""
-        return agent_pb2.LaunchRequest(job=convert.job_to_proto(job), epoch=job.epoch, resume_image=image,
-                                       **layouts.layout_fields(repository.launch_layout(session, job.id)))
+        return agent_pb2.LaunchRequest(job=convert.job_to_proto(job), epoch=job.epoch,
+                                       **read_models.launch_fields(session, job.id))
 
     @staticmethod
     def _record(  # type: ignore[no-untyped-def]

@@ -162,11 +162,6 @@ def _live_job(job_id: str, tenant: str, kind: str, priority: int, spec: JobSpecD
     )
 
 
-def launch_layout(session: Session, job_id: str) -> dict[str, Any] | None:
-    """The job's ROTA_LAYOUT for its launch: the layout an applied re-plan gave it, or None."""
-    return read_models.applied_layout_document(session, job_id)
-
-
 def commit_resize(session: Session, resize: Start, events: Events) -> JobRow | None:
     """A realtime app's new GPU set on its node, under a new epoch (None if it moved on).
 

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from rota.api import repository
 from rota.api.batcher import SubmitBatcher
-from rota.common import convert, layouts, nodes_repo, read_models
+from rota.common import convert, nodes_repo, read_models
 from rota.common.agents import AgentClients
 from rota.common.auth import Identity, current_identity, hash_token, new_token
 from rota.common.config import Settings
@@ -439,9 +439,7 @@ async def node_heartbeat(
             # applied re-plan gave it: as the allocator's launch.
             api_pb2.Assignment(
                 job=convert.job_to_proto(j),
-                resume_image=(read_models.resume_image(session, j.id) or "") if j.state == jobstate.SCHEDULED else "",
-                **layouts.layout_fields(
-                    read_models.applied_layout_document(session, j.id) if j.state == jobstate.SCHEDULED else None))
+                **(read_models.launch_fields(session, j.id) if j.state == jobstate.SCHEDULED else {}))
             for j in assigned
         ], convert.health_value(node.health)
 

@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from rota.checkpoint import repository as repo
 from rota.checkpoint.models import OperationRow
+from rota.client.enums import enum_name
 from rota.common.agents import AgentClients
 from rota.common.db import Database
 from rota.common.jobs_repo import Events, get_job, pause, transition
@@ -64,13 +65,8 @@ def _failed_call(exc: grpc.aio.AioRpcError) -> AgentCallFailed:
 
 def image_state(status: agent_pb2.AgentImageStatusResponse) -> str:
     """writing | complete | failed | unknown: the enum an agent fills from 0.2.0 on, or the
-    string (deprecated) of an older agent."""
-    if status.image_state != checkpoint_pb2.IMAGE_STATE_UNSPECIFIED:
-        try:
-            return checkpoint_pb2.ImageState.Name(status.image_state).removeprefix("IMAGE_STATE_").lower()
-        except ValueError:  # a state newer than this coordinator: its string says which
-            pass
-    return status.state
+    string (deprecated) of an older agent: the SDK's one reading of such pairs."""
+    return enum_name(checkpoint_pb2.ImageState, status.image_state, "IMAGE_STATE_", status.state, lower=True)
 
 
 def _left(wait_s: float, budget_s: float | None, started: float) -> float:

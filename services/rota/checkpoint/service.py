@@ -18,7 +18,7 @@ from rota.common.auth import current_identity
 from rota.common.db import Database
 from rota.common.jobs_repo import get_job
 from rota.core.errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
-from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc, common_pb2
+from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc
 
 MAX_TIMEOUT_S = 600.0
 
@@ -109,7 +109,7 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
         return checkpoint_pb2.ResumeResponse(
             node=placed.node, gpus=placed.gpus, image_id=str(op.detail.get("image_id", "")),
             step=int(op.detail.get("step", 0)), state=placed.state,
-            job_state=convert.enum_value(common_pb2.JobState, "JOB_STATE_", placed.state),
+            job_state=convert.state_value(placed.state),
         )
 
     async def Migrate(self, request: checkpoint_pb2.MigrateRequest, context: grpc.aio.ServicerContext) -> checkpoint_pb2.MigrateResponse:

@@ -10,10 +10,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rota.core.detection.devices import BEYOND_REPAIR_RATIO
-from rota.core.detection.failslow import DetectorConfig
 from rota.imagestore.settings import CheckpointSettings
+
+if TYPE_CHECKING:
+    from rota.core.detection.failslow import DetectorConfig
+
+# The detector's core (rota.core.detection) is loaded by whoever reads or builds its section,
+# not by every importer of this module: the CLI and the health probe import it on every call.
 
 
 def _env_float(name: str, default: float) -> float:
@@ -57,7 +62,21 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "") in ("1", "true", "yes")
 
 
+def _default_detector() -> DetectorConfig:
+    from rota.core.detection.failslow import DetectorConfig
+
+    return DetectorConfig()
+
+
+def _beyond_repair_ratio() -> float:
+    from rota.core.detection.devices import BEYOND_REPAIR_RATIO
+
+    return BEYOND_REPAIR_RATIO
+
+
 def _env_detector() -> DetectorConfig:
+    from rota.core.detection.failslow import DetectorConfig
+
     d = DetectorConfig()
     try:  # DetectorConfig validates its own ranges; the message names the variables
         return DetectorConfig(
@@ -161,8 +180,8 @@ class Settings:
     reuse_port: bool = False
     # The detector's verdict rules (ROTA_DETECTOR_THRESHOLD, _CONSECUTIVE, _WARMUP) and the
     # slow ratio at which a verdict takes its device out of the plan (ROTA_DETECTOR_BAD_RATIO).
-    detector: DetectorConfig = field(default_factory=DetectorConfig)
-    detector_bad_ratio: float = BEYOND_REPAIR_RATIO
+    detector: DetectorConfig = field(default_factory=_default_detector)
+    detector_bad_ratio: float = field(default_factory=_beyond_repair_ratio)
     # Checkpoint images: the chunk store, staging and retention (ROTA_CHUNK_STORE,
     # ROTA_CHECKPOINT_*; see rota.imagestore.settings), read by the coordinator and the agents.
     checkpoint: CheckpointSettings = field(default_factory=lambda: CheckpointSettings(Path.cwd() / ".rota" / "chunks"))
@@ -213,7 +232,7 @@ class Settings:
             tls_server_name=os.environ.get("ROTA_TLS_SERVER_NAME", "").strip(),
             reuse_port=_env_flag("ROTA_REUSE_PORT"),
             detector=_env_detector(),
-            detector_bad_ratio=_env_positive("ROTA_DETECTOR_BAD_RATIO", BEYOND_REPAIR_RATIO),
+            detector_bad_ratio=_env_positive("ROTA_DETECTOR_BAD_RATIO", _beyond_repair_ratio()),
             checkpoint=CheckpointSettings.from_env(home),
             agent_stop_jobs_on_exit=_env_flag("ROTA_AGENT_STOP_JOBS_ON_EXIT"),
         )

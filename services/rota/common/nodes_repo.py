@@ -43,8 +43,7 @@ def register(session: Session, name: str, address: str, gpus: Sequence[GpuRow]) 
             row.uuid, row.model, row.virtual = gpu.uuid, gpu.model, gpu.virtual
     for stale in existing.values():
         session.delete(stale)
-    session.refresh(node)  # the database's clock stamped it
-    return node
+    return node  # last_heartbeat, stamped by the database's clock, loads when it is read
 
 
 def beat(session: Session, name: str) -> NodeRow:

@@ -25,7 +25,7 @@ from sqlalchemy import ARRAY, BigInteger, Column, Float, Integer, MetaData, Stri
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from rota.common.layouts import layout_json
+from rota.common.layouts import layout_fields, layout_json
 from rota.common.models import JobRow
 from rota.core import jobstate
 
@@ -125,3 +125,10 @@ def applied_layout_document(session: Session, job_id: str) -> dict[str, Any] | N
     """The layout its last applied re-plan gave the job, as stored; None when none was."""
     layout = session.scalar(select(applied_layouts.c.layout).where(applied_layouts.c.job_id == job_id))
     return dict(layout) if layout is not None else None
+
+
+def launch_fields(session: Session, job_id: str) -> dict[str, Any]:
+    """What a (re)start of the job carries to its agent, under the field names LaunchRequest
+    (the allocator's launch) and Assignment (a heartbeat's answer) share: the image it restores
+    from ("" for none) and the layout an applied re-plan gave it (none: no layout fields)."""
+    return {"resume_image": resume_image(session, job_id) or "", **layout_fields(applied_layout_document(session, job_id))}

@@ -39,7 +39,7 @@ from rota.core.errors import FailedPrecondition, InvalidArgument, NotFound, Unav
 from rota.detector import repository
 from rota.detector.applier import CheckpointPort, MigrateFailed
 from rota.detector.models import DeviceHealthRow, VerdictRow
-from rota.v1 import checkpoint_pb2, common_pb2, detector_pb2, detector_pb2_grpc
+from rota.v1 import checkpoint_pb2, detector_pb2, detector_pb2_grpc
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -401,7 +401,7 @@ class DetectorService(detector_pb2_grpc.DetectorServiceServicer):
         log.info("node %s is %s (%d jobs still running there)%s", request.node, health, running,
                  f": {request.reason}" if request.reason else "")
         return detector_pb2.DrainResponse(node=request.node, health=health, running_jobs=running,
-                                          node_health=convert.enum_value(common_pb2.NodeHealth, "NODE_HEALTH_", health))
+                                          node_health=convert.health_value(health))
 
     # Devices out of the plan.
     async def Devices(self, request: detector_pb2.DevicesRequest, context: grpc.aio.ServicerContext) -> detector_pb2.DevicesResponse:

@@ -24,6 +24,11 @@ from pathlib import Path
 from typing import Protocol
 
 HASH = "sha256"
+MIB = 1 << 20
+# 4 MiB: see bench/checkpoint/README.md ("Chunk size"): from 1 MiB up, hashing and writing
+# run at full speed, while smaller chunks find the same duplicates across ranks (tensors
+# are aligned to segments) and keep an unchanged tensor's chunks reusable.
+DEFAULT_CHUNK_SIZE = 4 * MIB
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rota.imagestore.chunks import HASH, ChunkStore
+from rota.imagestore.chunks import DEFAULT_CHUNK_SIZE, HASH, ChunkStore
 from rota.runtime import control, imagefmt
 
-MIB = 1 << 20
-# 4 MiB: see bench/checkpoint/README.md ("Chunk size"): from 1 MiB up, hashing and writing
-# run at full speed, while smaller chunks find the same duplicates across ranks (tensors
-# are aligned to segments) and keep an unchanged tensor's chunks reusable.
-DEFAULT_CHUNK_SIZE = 4 * MIB
 WORKERS = 2
 
 

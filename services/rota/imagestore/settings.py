@@ -20,8 +20,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from rota.imagestore.chunks import FileChunkStore
-from rota.imagestore.images import DEFAULT_CHUNK_SIZE, MIB
+# The chunk store, not the image format (rota.imagestore.images, which loads the job runtime):
+# every process reads these settings, a health probe included.
+from rota.imagestore.chunks import DEFAULT_CHUNK_SIZE, MIB, FileChunkStore
 
 # After "commit", how long a paused job's ranks have to exit (they skip the interpreter's
 # teardown, so a fraction of a second); a pause's time is this plus the safe-point wait,

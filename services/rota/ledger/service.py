@@ -22,7 +22,7 @@ from rota.core.fairness.ltgf import FairnessConfig, ratio
 from rota.ledger import repository
 from rota.ledger.models import HOUR_S
 from rota.ledger.repository import UsageRecord
-from rota.v1 import common_pb2, ledger_pb2, ledger_pb2_grpc
+from rota.v1 import ledger_pb2, ledger_pb2_grpc
 
 T = TypeVar("T")
 MS_PER_HOUR = HOUR_S * 1000
@@ -129,7 +129,7 @@ class LedgerService(ledger_pb2_grpc.LedgerServiceServicer):
                 ledger_pb2.JobFairness(
                     job_id=j.job_id, tenant=j.tenant, deserved=_hours(j.deserved), used=_hours(j.used),
                     fairness=ratio(j.used, j.deserved), state=j.state, gpus=j.gpus,
-                    job_state=convert.enum_value(common_pb2.JobState, "JOB_STATE_", j.state),
+                    job_state=convert.state_value(j.state),
                     pending_since_unix=_unix(j.pending_since), submitted_unix_seconds=j.submitted.timestamp(),
                     pending_since_unix_seconds=j.pending_since.timestamp() if j.pending_since is not None else 0.0,
                 )
