@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import socket
 import time
@@ -173,9 +174,9 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     tracer = setup_tracing("agent", settings.tracing, settings.otlp_endpoint)
     listen = args.listen or settings.listen
     if args.api:
-        settings = Settings(**{**settings.__dict__, "api_addr": args.api})
+        settings = dataclasses.replace(settings, api_addr=args.api)
     if getattr(args, "api_node", None):
-        settings = Settings(**{**settings.__dict__, "api_node_addr": args.api_node})
+        settings = dataclasses.replace(settings, api_node_addr=args.api_node)
     if listen.endswith(":0"):
         raise ValueError("--listen: the agent needs a fixed port the control plane can dial")
     home = Path(args.home) if args.home else settings.home / "agents" / args.name
