@@ -49,6 +49,11 @@ class JobSpecData:
     max_swap: int = 0
     # The failure detector may restart the job with a re-planned 3-D layout (ROTA_LAYOUT).
     accepts_layout_changes: bool = False
+    # A gang: whole nodes x GPUs on each (0: one node, or as many whole nodes as gpus fills).
+    nodes: int = 0
+    gpus_per_node: int = 0
+    gpu_types: list[str] = field(default_factory=list)  # empty: any type
+    same_switch: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

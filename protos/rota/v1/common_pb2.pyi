@@ -166,6 +166,10 @@ class JobSpec(_message.Message):
     DEMAND_FIELD_NUMBER: _builtins.int
     MAX_SWAP_FIELD_NUMBER: _builtins.int
     ACCEPTS_LAYOUT_CHANGES_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    GPUS_PER_NODE_FIELD_NUMBER: _builtins.int
+    GPU_TYPES_FIELD_NUMBER: _builtins.int
+    SAME_SWITCH_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     tenant: _builtins.str
     """The owning tenant. Ignored for tenant tokens (the token decides); required for admin."""
@@ -188,6 +192,14 @@ class JobSpec(_message.Message):
     """The failure detector may apply a re-plan to this job: checkpoint it and restart it with a
     new 3-D layout, which the job reads from ROTA_LAYOUT (rota.runtime.layout()).
     """
+    nodes: _builtins.int
+    """A gang (a job larger than one node): `nodes` whole nodes, `gpus_per_node` GPUs (one rank
+    each) on every one of them; gpus = nodes * gpus_per_node. 0: one node (or, when gpus is
+    above the largest node, as many whole nodes as gpus fills).
+    """
+    gpus_per_node: _builtins.int
+    same_switch: _builtins.bool
+    """a gang whose nodes must all hang off one network switch"""
     @_builtins.property
     def command(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """argv; must not be empty"""
@@ -201,6 +213,10 @@ class JobSpec(_message.Message):
     @_builtins.property
     def demand(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """realtime only: GPUs wanted per step"""
+
+    @_builtins.property
+    def gpu_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """GPU types it may run on (e.g. "a100", "h100"); empty: any"""
 
     def __init__(
         self,
@@ -221,10 +237,14 @@ class JobSpec(_message.Message):
         demand: _abc.Iterable[_builtins.int] | None = ...,
         max_swap: _builtins.int = ...,
         accepts_layout_changes: _builtins.bool = ...,
+        nodes: _builtins.int = ...,
+        gpus_per_node: _builtins.int = ...,
+        gpu_types: _abc.Iterable[_builtins.str] | None = ...,
+        same_switch: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "duration_seconds", b"duration_seconds", "features", b"features"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "accepts_layout_changes", b"accepts_layout_changes", "command", b"command", "demand", b"demand", "duration_seconds", b"duration_seconds", "env", b"env", "features", b"features", "gpus", b"gpus", "kind", b"kind", "max_retries", b"max_retries", "max_swap", b"max_swap", "name", b"name", "preemptible", b"preemptible", "priority", b"priority", "restart", b"restart", "tenant", b"tenant", "workdir", b"workdir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "accepts_layout_changes", b"accepts_layout_changes", "command", b"command", "demand", b"demand", "duration_seconds", b"duration_seconds", "env", b"env", "features", b"features", "gpu_types", b"gpu_types", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "kind", b"kind", "max_retries", b"max_retries", "max_swap", b"max_swap", "name", b"name", "nodes", b"nodes", "preemptible", b"preemptible", "priority", b"priority", "restart", b"restart", "same_switch", b"same_switch", "tenant", b"tenant", "workdir", b"workdir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__duration_seconds: _TypeAlias = _typing.Literal["duration_seconds"]  # noqa: Y015
     _WhichOneofArgType__duration_seconds: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds"]  # noqa: Y015
@@ -280,6 +300,7 @@ class Job(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     ATTEMPTS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    GANG_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     state: Global___JobState.ValueType
     node: _builtins.str
@@ -311,6 +332,10 @@ class Job(_message.Message):
     def started_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def finished_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def gang(self) -> Global___Gang:
+        """set for a gang placed on several nodes"""
+
     def __init__(
         self,
         *,
@@ -329,14 +354,51 @@ class Job(_message.Message):
         error: _builtins.str = ...,
         attempts: _builtins.int = ...,
         reason: _builtins.str = ...,
+        gang: Global___Gang | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "progress", b"progress", "spec", b"spec", "started_at", b"started_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "gang", b"gang", "progress", b"progress", "spec", b"spec", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "epoch", b"epoch", "error", b"error", "exit_code", b"exit_code", "finished_at", b"finished_at", "gpus", b"gpus", "history", b"history", "id", b"id", "node", b"node", "progress", b"progress", "reason", b"reason", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "epoch", b"epoch", "error", b"error", "exit_code", b"exit_code", "finished_at", b"finished_at", "gang", b"gang", "gpus", b"gpus", "history", b"history", "id", b"id", "node", b"node", "progress", b"progress", "reason", b"reason", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class Gang(_message.Message):
+    """Where a gang's ranks meet: the torchrun-style rendezvous its agents pass to each rank
+    (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK, NODE_RANK).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODES_FIELD_NUMBER: _builtins.int
+    MASTER_ADDR_FIELD_NUMBER: _builtins.int
+    MASTER_PORT_FIELD_NUMBER: _builtins.int
+    RANKS_PER_NODE_FIELD_NUMBER: _builtins.int
+    master_addr: _builtins.str
+    """host of node rank 0"""
+    master_port: _builtins.int
+    ranks_per_node: _builtins.int
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """in node-rank order; nodes[0] is `Job.node`"""
+
+    def __init__(
+        self,
+        *,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        master_addr: _builtins.str = ...,
+        master_port: _builtins.int = ...,
+        ranks_per_node: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["master_addr", b"master_addr", "master_port", b"master_port", "nodes", b"nodes", "ranks_per_node", b"ranks_per_node"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Gang: _TypeAlias = Gang  # noqa: Y015
 
 @_typing.final
 class Gpu(_message.Message):
@@ -347,6 +409,7 @@ class Gpu(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     VIRTUAL_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     uuid: _builtins.str
     model: _builtins.str
@@ -354,6 +417,8 @@ class Gpu(_message.Message):
     """a CPU-backed slot on a machine without GPUs"""
     job_id: _builtins.str
     """the job holding it, if any"""
+    type: _builtins.str
+    """its GPU type, e.g. "a100" (from nvidia-smi, or declared)"""
     def __init__(
         self,
         *,
@@ -362,10 +427,11 @@ class Gpu(_message.Message):
         model: _builtins.str = ...,
         virtual: _builtins.bool = ...,
         job_id: _builtins.str = ...,
+        type: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "job_id", b"job_id", "model", b"model", "uuid", b"uuid", "virtual", b"virtual"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "job_id", b"job_id", "model", b"model", "type", b"type", "uuid", b"uuid", "virtual", b"virtual"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -375,11 +441,32 @@ Global___Gpu: _TypeAlias = Gpu  # noqa: Y015
 class Node(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAME_FIELD_NUMBER: _builtins.int
     ADDRESS_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
     HEALTH_FIELD_NUMBER: _builtins.int
     LAST_HEARTBEAT_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port of the node's AgentService"""
@@ -388,6 +475,10 @@ class Node(_message.Message):
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___Gpu]: ...
     @_builtins.property
     def last_heartbeat(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """its place in the network, e.g. switch, rack"""
+
     def __init__(
         self,
         *,
@@ -396,10 +487,11 @@ class Node(_message.Message):
         gpus: _abc.Iterable[Global___Gpu] | None = ...,
         health: Global___NodeHealth.ValueType = ...,
         last_heartbeat: _timestamp_pb2.Timestamp | None = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_heartbeat", b"last_heartbeat"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "gpus", b"gpus", "health", b"health", "last_heartbeat", b"last_heartbeat", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "gpus", b"gpus", "health", b"health", "labels", b"labels", "last_heartbeat", b"last_heartbeat", "name", b"name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

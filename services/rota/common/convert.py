@@ -93,6 +93,10 @@ def spec_from_proto(spec: common_pb2.JobSpec) -> JobSpecData:
         demand=list(spec.demand),
         max_swap=spec.max_swap,
         accepts_layout_changes=spec.accepts_layout_changes,
+        nodes=spec.nodes,
+        gpus_per_node=spec.gpus_per_node,
+        gpu_types=list(spec.gpu_types),
+        same_switch=spec.same_switch,
     )
 
 
@@ -112,6 +116,10 @@ def spec_to_proto(spec: JobSpecData) -> common_pb2.JobSpec:
         demand=spec.demand,
         max_swap=spec.max_swap,
         accepts_layout_changes=spec.accepts_layout_changes,
+        nodes=spec.nodes,
+        gpus_per_node=spec.gpus_per_node,
+        gpu_types=spec.gpu_types,
+        same_switch=spec.same_switch,
     )
     if spec.duration_seconds is not None:
         message.duration_seconds = spec.duration_seconds
@@ -143,6 +151,11 @@ def job_to_proto(job: JobRow, transitions: Sequence[JobTransitionRow] = ()) -> c
             for t in transitions
         ],
     )
+    if job.gang_nodes:
+        host, _, port = job.gang_master.rpartition(":")
+        message.gang.CopyFrom(common_pb2.Gang(
+            nodes=list(job.gang_nodes), master_addr=host, master_port=int(port or 0),
+            ranks_per_node=len(job.gpu_indices)))
     for name in ("created_at", "started_at", "finished_at"):
         value = timestamp(getattr(job, name))
         if value is not None:
@@ -163,9 +176,11 @@ def node_to_proto(node: NodeRow, gpus: Sequence[GpuRow], claims: Sequence[GpuCla
         health=health_value(node.health),
         last_heartbeat=timestamp(node.last_heartbeat),
         gpus=[
-            common_pb2.Gpu(index=g.index, uuid=g.uuid, model=g.model, virtual=g.virtual, job_id=holder.get(g.index, ""))
+            common_pb2.Gpu(index=g.index, uuid=g.uuid, model=g.model, virtual=g.virtual, job_id=holder.get(g.index, ""),
+                           type=g.gpu_type)
             for g in sorted(gpus, key=lambda g: g.index)
         ],
+        labels=dict(node.labels or {}),
     )
 
 

@@ -73,6 +73,9 @@ class JobRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A gang: its nodes in node-rank order (gang_nodes[0] == node) and its rendezvous.
+    gang_nodes: Mapped[list[str]] = mapped_column(ARRAY(String(64)), nullable=False, server_default="{}")
+    gang_master: Mapped[str] = mapped_column(String(256), nullable=False, server_default="")
 
 
 class JobTransitionRow(Base):
@@ -94,6 +97,7 @@ class NodeRow(Base):
     health: Mapped[str] = mapped_column(String(16), nullable=False)
     last_heartbeat: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    labels: Mapped[dict[str, str]] = mapped_column(JSONB, nullable=False, server_default="{}")  # switch, rack
 
 
 class GpuRow(Base):
@@ -104,6 +108,7 @@ class GpuRow(Base):
     uuid: Mapped[str] = mapped_column(String(128), nullable=False)
     model: Mapped[str] = mapped_column(String(128), nullable=False)
     virtual: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    gpu_type: Mapped[str] = mapped_column(String(32), nullable=False, server_default="")
 
 
 class PlacementRow(Base):
@@ -119,6 +124,7 @@ class PlacementRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     release_reason: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    gang_nodes: Mapped[list[str]] = mapped_column(ARRAY(String(64)), nullable=False, server_default="{}")
 
 
 class GpuClaimRow(Base):
@@ -131,3 +137,16 @@ class GpuClaimRow(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     placement_id: Mapped[int] = mapped_column(ForeignKey("placements.id", ondelete="CASCADE"))
     epoch: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class GangExitRow(Base):
+    """A gang's rank group that ended on one node, under one epoch (the api writes it)."""
+
+    __tablename__ = "gang_exits"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    epoch: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    node: Mapped[str] = mapped_column(String(64), primary_key=True)
+    exit_code: Mapped[int] = mapped_column(Integer, nullable=False)
+    error: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

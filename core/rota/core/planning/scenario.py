@@ -45,6 +45,10 @@ class BatchJob:
     duration: int  # steps
     arrival: int = 0
     running: Running | None = None
+    # Placement constraints: the GPU types it may run on (empty: any), and whether its whole
+    # block must lie under one network switch (a gang larger than a node).
+    gpu_types: frozenset[str] = frozenset()
+    same_switch: bool = False
 
     def end(self, start: int) -> int:
         """The step after its last, if it starts at `start` (may lie past the horizon)."""
@@ -76,6 +80,14 @@ class Scenario:
     realtime: tuple[RealtimeApp, ...] = ()
     # The order jobs appeared in the file: FIFO breaks arrival ties by it.
     order: tuple[str, ...] = field(default=())
+    # Per node (gpus // gpus_per_node entries, or empty for an untyped, flat cluster): the
+    # GPU type of its GPUs and the switch it hangs off ("" = untyped / unknown).
+    node_types: tuple[str, ...] = ()
+    node_switches: tuple[str, ...] = ()
+
+    @property
+    def nodes(self) -> int:
+        return self.gpus // self.gpus_per_node
 
     def job(self, job_id: str) -> BatchJob | RealtimeApp:
         for j in self.batch:
@@ -140,7 +152,31 @@ def _batch(d: Mapping[str, Any], where: str, kind: str, gpus: int) -> BatchJob:
     return BatchJob(
         id=str(d["id"]), kind=kind, tenant=str(d.get("tenant", "default")),
         priority=_priority(d, where), gpus=n, duration=duration, arrival=arrival, running=running,
+        gpu_types=_types(d, where), same_switch=_flag(d, "same_switch", where),
     )
+
+
+def _types(d: Mapping[str, Any], where: str) -> frozenset[str]:
+    v = d.get("gpu_types", [])
+    if not isinstance(v, list) or not all(isinstance(t, str) and t for t in v):
+        raise ScenarioError(f"{where}gpu_types", "must be a list of GPU type names")
+    return frozenset(v)
+
+
+def _flag(d: Mapping[str, Any], key: str, where: str) -> bool:
+    v = d.get(key, False)
+    if not isinstance(v, bool):
+        raise ScenarioError(f"{where}{key}", f"must be true or false, got {v!r}")
+    return v
+
+
+def _labels(d: Mapping[str, Any], key: str, nodes: int) -> tuple[str, ...]:
+    v = d.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(t, str) for t in v):
+        raise ScenarioError(key, "must be a list of strings, one per node")
+    if v and len(v) != nodes:
+        raise ScenarioError(key, f"has {len(v)} entries, the cluster has {nodes} nodes")
+    return tuple(v)
 
 
 def _priority(d: Mapping[str, Any], where: str, default: int = 5) -> int:
@@ -220,10 +256,17 @@ def from_dict(d: Mapping[str, Any]) -> Scenario:
         else:
             batch.append(_batch(j, where, str(kind), gpus))
             _check_running_overlap(batch[-1], where, owner)
+    node_types = _labels(d, "node_types", gpus // per_node)
+    node_switches = _labels(d, "node_switches", gpus // per_node)
+    for b in batch:
+        if node_types and b.gpu_types and not b.gpu_types & set(node_types):
+            where = f"jobs[{[j.get('id') for j in jobs].index(b.id)}]."
+            raise ScenarioError(f"{where}gpu_types", f"no node has GPUs of type {', '.join(sorted(b.gpu_types))}")
     return Scenario(
         name=str(d.get("name", "unnamed")), gpus=gpus, horizon=horizon, gpus_per_node=per_node,
         step_seconds=step, decay=decay, realtime_penalty=penalty, batch=tuple(batch),
         realtime=tuple(realtime), order=tuple(str(j["id"]) for j in jobs),
+        node_types=node_types, node_switches=node_switches,
     )
 
 
@@ -244,6 +287,10 @@ def to_dict(s: Scenario) -> dict[str, Any]:
                               "gpus": b.gpus, "duration": b.duration, "arrival": b.arrival}
         if b.running:
             jd["running"] = {"started": b.running.started, "first_gpu": b.running.first_gpu}
+        if b.gpu_types:
+            jd["gpu_types"] = sorted(b.gpu_types)
+        if b.same_switch:
+            jd["same_switch"] = True
         jobs[b.id] = jd
     for r in s.realtime:
         jobs[r.id] = {"id": r.id, "kind": REALTIME, "tenant": r.tenant, "priority": r.priority,
@@ -251,9 +298,14 @@ def to_dict(s: Scenario) -> dict[str, Any]:
         if r.held:
             jobs[r.id]["held"] = list(r.held)
     order = list(s.order) or list(jobs)
-    return {"name": s.name, "gpus": s.gpus, "gpus_per_node": s.gpus_per_node, "horizon": s.horizon,
-            "step_seconds": s.step_seconds, "decay": s.decay, "realtime_penalty": s.realtime_penalty,
-            "jobs": [jobs[i] for i in order]}
+    out = {"name": s.name, "gpus": s.gpus, "gpus_per_node": s.gpus_per_node, "horizon": s.horizon,
+           "step_seconds": s.step_seconds, "decay": s.decay, "realtime_penalty": s.realtime_penalty,
+           "jobs": [jobs[i] for i in order]}
+    if s.node_types:
+        out["node_types"] = list(s.node_types)
+    if s.node_switches:
+        out["node_switches"] = list(s.node_switches)
+    return out
 
 
 def load(path: str | Path) -> Scenario:
