@@ -9,6 +9,11 @@ resumed run's losses are bit-identical to an uninterrupted run's. Rank 0 reports
 and, with ``--losses FILE``, appends the exact mean loss of every step.
 
     python examples/train_ddp.py --steps 200 --seed 7 --ranks 2
+
+Started by torchrun, or as a Rota gang (a job of `nodes: 2`, `gpus_per_node: 2`), it finds
+RANK, WORLD_SIZE and MASTER_ADDR/MASTER_PORT set and runs as that one rank (`--ranks` is
+then WORLD_SIZE). `--single-process` is the reference: one process computes every rank's
+shard in turn and averages their gradients, which is what DDP does across processes.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--report-every", type=int, default=10)
     p.add_argument("--losses", default=None, help="rank 0 appends 'step loss' (exact repr) for every step")
     p.add_argument("--step-delay", type=float, default=0.0, help="sleep this long after each step (demos, tests)")
+    p.add_argument("--single-process", action="store_true",
+                   help="the reference: every rank's shard in one process, gradients averaged")
     args = p.parse_args(argv)
     if args.steps < 1 or args.ranks < 1:
         p.error("--steps and --ranks must be at least 1")
@@ -60,9 +67,10 @@ def make_batch(gen: torch.Generator, w: torch.Tensor, batch: int) -> tuple[torch
     return x, y
 
 
-def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
+def rank_main(rank: int, args: argparse.Namespace, port: int, init_method: str = "") -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.ranks)
+    dist.init_process_group("gloo", init_method=init_method or f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=args.ranks)
     try:
         torch.manual_seed(args.seed)  # the same initial model on every rank
         random.seed(args.seed + rank)
@@ -107,8 +115,41 @@ def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
     os._exit(0)
 
 
+def single_process(args: argparse.Namespace) -> None:
+    """Every rank's step in one process: the same model, shards and averaged gradients."""
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    w = torch.randn(args.features, 1, generator=torch.Generator().manual_seed(args.seed))
+    model = nn.Sequential(nn.Linear(args.features, args.hidden), nn.Tanh(), nn.Linear(args.hidden, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    gens = [torch.Generator().manual_seed(args.seed * 1000 + r) for r in range(args.ranks)]
+    for step in range(1, args.steps + 1):
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for gen in gens:  # each rank's loss over its own shard, its gradient a share of the mean
+            x, y = make_batch(gen, w, args.batch_size)
+            loss = nn.functional.mse_loss(model(x), y)
+            (loss / args.ranks).backward()
+            total += float(loss.detach())
+        opt.step()
+        if args.losses:
+            with open(args.losses, "a", encoding="utf-8") as f:
+                f.write(f"{step} {total / args.ranks!r}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.single_process:
+        single_process(args)
+        return 0
+    if {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"} <= set(os.environ):  # torchrun, or a Rota gang
+        args.ranks = int(os.environ["WORLD_SIZE"])
+        rank = int(os.environ["RANK"])
+        if rank == 0:
+            print(f"train_ddp: rank 0 of {args.ranks} (gloo, {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']})",
+                  flush=True)
+        rank_main(rank, args, 0, init_method="env://")
+        return 0
     print(f"train_ddp: {args.ranks} ranks (gloo), steps={args.steps} seed={args.seed} pid={os.getpid()}", flush=True)
     mp.spawn(rank_main, args=(args, free_port()), nprocs=args.ranks, join=True)
     return 0

@@ -19,6 +19,7 @@ from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
 from rota.common.models import GpuRow, JobRow, NodeRow, PlacementRow, TenantRow
 from rota.common.server import RotaInterceptor
+from rota.core.fairness.rates import DEFAULT_RATES, GpuRates
 from rota.ledger.service import LedgerService
 from rota.v1 import ledger_pb2_grpc
 
@@ -29,7 +30,7 @@ ADMIN = "admin-secret"
 class LedgerServer:
     """The ledger servicer on an ephemeral port, its event loop on a thread of its own."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, rates: GpuRates = DEFAULT_RATES) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -39,7 +40,7 @@ class LedgerServer:
                 tracer=trace.get_tracer("test"), authenticate=TokenAuthenticator(ADMIN, db), default_deadline_s=20
             )
             server = grpc.aio.server(interceptors=[interceptor])
-            ledger_pb2_grpc.add_LedgerServiceServicer_to_server(LedgerService(db), server)
+            ledger_pb2_grpc.add_LedgerServiceServicer_to_server(LedgerService(db, rates=rates), server)
             port = server.add_insecure_port("127.0.0.1:0")
             await server.start()
             return server, port
@@ -66,12 +67,14 @@ def add_tenant(
     return name
 
 
-def add_node(db: Database, name: str, gpus: int, health: str = "ALIVE", at: datetime | None = None) -> str:
+def add_node(
+    db: Database, name: str, gpus: int, health: str = "ALIVE", at: datetime | None = None, gpu_type: str = ""
+) -> str:
     def add(s: Session) -> None:
         s.add(NodeRow(name=name, address="127.0.0.1:1", health=health, last_heartbeat=at))
         s.flush()
         for i in range(gpus):
-            s.add(GpuRow(node=name, index=i, uuid=f"{name}-{i}", model="virtual", virtual=True))
+            s.add(GpuRow(node=name, index=i, uuid=f"{name}-{i}", model="virtual", virtual=True, gpu_type=gpu_type))
 
     db.run(add)
     return name

@@ -417,7 +417,7 @@ def test_cancel_releases_claims(db: Database, tenant: str, node: str) -> None:
     report(db, node, job_id, js.RUNNING)
     events = Events()
     job, stop_on = db.run(lambda s: api.cancel_job(s, job_id, "", events))
-    assert (job.state, stop_on) == (js.CANCELLED, node)
+    assert (job.state, stop_on) == (js.CANCELLED, [node])
     assert claims(db, job_id=job_id) == []
     [p] = placements(db, job_id)
     assert (p.release_reason, p.released_at is not None) == ("cancelled", True)
@@ -425,14 +425,14 @@ def test_cancel_releases_claims(db: Database, tenant: str, node: str) -> None:
     assert [e[2]["state"] for e in events.items] == [js.CANCELLED]
     # Cancelling again changes nothing.
     again, stop_again = db.run(lambda s: api.cancel_job(s, job_id, "twice", Events()))
-    assert (again.state, stop_again) == (js.CANCELLED, None)
+    assert (again.state, stop_again) == (js.CANCELLED, [])
     assert len(transitions(db, job_id)) == 3
 
 
 def test_cancel_pending_job_needs_no_agent(db: Database, tenant: str) -> None:
     job_id = submit(db, tenant)
     job, stop_on = db.run(lambda s: api.cancel_job(s, job_id, "no longer needed", Events()))
-    assert (job.state, stop_on, job.reason) == (js.CANCELLED, None, "no longer needed")
+    assert (job.state, stop_on, job.reason) == (js.CANCELLED, [], "no longer needed")
     with pytest.raises(NotFound):
         db.run(lambda s: api.cancel_job(s, "j-missing", "", Events()))
 

@@ -161,7 +161,7 @@ def test_cli_usage_and_fairness(db: Database, server: LedgerServer, capsys: pyte
     assert {r["key"]: r["gpu_hours"] for r in data["rows"]} == pytest.approx({"s1": 8.0, "b1": 8.0})
     assert data["total_gpu_hours"] == pytest.approx(16.0)
     code, out, _ = run_cli(capsys, "usage", *conn)
-    assert code == 0 and out.splitlines()[0].split() == ["TENANT", "GPU-HOURS"] and "total" in out
+    assert code == 0 and out.splitlines()[0].split() == ["TENANT", "GPU-H", "WEIGHTED", "GPU-H"] and "total" in out
     code, out, _ = run_cli(capsys, "fairness", "--json", *conn)
     tenants = {t["tenant"]: t for t in json.loads(out)["tenants"]}
     assert code == 0 and tenants["small"]["quota"] == 2 and tenants["big"]["deserved"] == pytest.approx(12.0)

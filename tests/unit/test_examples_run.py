@@ -199,12 +199,16 @@ def test_job_files_follow_the_spec(path: Path) -> None:
         "features",
         "demand",
         "max_swap",
+        "nodes",
+        "gpus_per_node",
     }
     assert set(job) <= allowed, set(job) - allowed
     assert job["kind"] in {"training", "batch_inference", "quantization", "realtime", "trial"}
     assert 1 <= job["priority"] <= 10
     if job["kind"] == "realtime" and "gpus" not in job:
         assert job["demand"] and all(d >= 0 for d in job["demand"])
+    elif "nodes" in job:  # a gang: whole nodes x GPUs on each, both powers of two
+        assert all(job[k] >= 1 and job[k] & (job[k] - 1) == 0 for k in ("nodes", "gpus_per_node"))
     else:
         assert job["gpus"] >= 1 and job["gpus"] & (job["gpus"] - 1) == 0
     assert job.get("restart", "never") in {"never", "on-failure"}

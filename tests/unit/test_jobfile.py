@@ -162,7 +162,10 @@ def test_example_job_files_parse(path: Path) -> None:
     spec = spec_from_mapping(data, base_dir=REPO)
     assert spec.name == data["name"]
     assert spec.command, "an example must have a command"
-    assert spec.gpus >= 1 and spec.gpus & (spec.gpus - 1) == 0
+    if spec.nodes:  # a gang: the server sets gpus = nodes x gpus_per_node
+        assert spec.gpus == 0 and spec.nodes & (spec.nodes - 1) == 0 and spec.gpus_per_node >= 1
+    else:
+        assert spec.gpus >= 1 and spec.gpus & (spec.gpus - 1) == 0
     assert 1 <= spec.priority <= 10
     # The scripts the examples run exist in the repository.
     scripts = [a for a in spec.command if a.endswith(".py")]

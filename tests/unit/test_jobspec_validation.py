@@ -47,7 +47,13 @@ INVALID = [
     ("a GPU count that is not a power of two", spec(gpus=3), "gpus"),
     ("zero GPUs for a batch job", spec(gpus=0), "gpus"),
     ("a negative GPU count", spec(gpus=-2), "gpus"),
-    ("more GPUs than the largest node", spec(gpus=16), "gpus"),
+    ("a gang of nodes that is not a power of two", spec(gpus=0, nodes=3, gpus_per_node=8), "nodes"),
+    ("a gang whose GPUs per node exceed the largest node", spec(gpus=0, nodes=2, gpus_per_node=16), "gpus_per_node"),
+    ("gpus_per_node without nodes", spec(gpus=16, gpus_per_node=8), "nodes"),
+    ("gpus that disagree with nodes x gpus_per_node", spec(gpus=8, nodes=2, gpus_per_node=8), "gpus"),
+    ("gpus per node not a power of two", spec(gpus=0, nodes=2, gpus_per_node=3), "gpus_per_node"),
+    ("a realtime app across nodes", realtime(nodes=2, gpus_per_node=2), "nodes"),
+    ("a GPU type that is no type name", spec(gpu_types=["A100 80GB"]), "gpu_types[0]"),
     ("a zero duration", spec(duration_seconds=0.0), "duration"),
     ("a negative duration", spec(duration_seconds=-5.0), "duration"),
     ("an infinite duration", spec(duration_seconds=math.inf), "duration"),
@@ -95,7 +101,15 @@ def test_invalid_field_is_named(case: str, bad: JobSpecData, field: str) -> None
 
 def test_gpu_error_mentions_the_largest_node() -> None:
     with pytest.raises(InvalidArgument, match=r"exceed the largest node.*8 GPUs"):
-        validate(spec(gpus=16), max_gpus_per_node=LARGEST_NODE)
+        validate(realtime(demand=[16]), max_gpus_per_node=LARGEST_NODE)
+
+
+def test_a_type_no_node_has_is_refused_naming_the_types() -> None:
+    with pytest.raises(InvalidArgument, match=r"gpu_types: no node has GPUs of type h100 \(the cluster has a100, v100\)"):
+        validate(spec(gpu_types=["h100"]), max_gpus_per_node=LARGEST_NODE, known_gpu_types=frozenset({"a100", "v100"}))
+    ok = validate(spec(gpu_types=["h100", "a100", "a100"]), max_gpus_per_node=LARGEST_NODE,
+                  known_gpu_types=frozenset({"a100"}))
+    assert ok.gpu_types == ["a100", "h100"]
 
 
 def test_with_no_node_registered_any_power_of_two_waits() -> None:
@@ -119,6 +133,10 @@ VALID = [
     ("a realtime app with a demand curve only", realtime(), {"gpus": 0}),
     ("a realtime app with gpus only", realtime(gpus=2, demand=[]), {"gpus": 2}),
     ("user env variables", spec(env={"EXTRA": "1", "_X": "y"}), {"env": {"EXTRA": "1", "_X": "y"}}),
+    ("more GPUs than the largest node: a gang of whole nodes", spec(gpus=16), {"gpus": 16, "nodes": 0}),
+    ("nodes x gpus_per_node sets gpus", spec(gpus=0, nodes=2, gpus_per_node=4),
+     {"gpus": 8, "nodes": 2, "gpus_per_node": 4}),
+    ("nodes with gpus spreads them", spec(gpus=16, nodes=4), {"gpus_per_node": 4}),
 ]
 
 

@@ -79,16 +79,20 @@ class Watch:
         while not self._stop.wait(0.1):
             holders: dict[tuple[str, str], set[str]] = {}
             nodes: dict[str, set[str]] = {}
+            epochs: dict[str, set[str]] = {}
+            gang: dict[str, int] = {}  # a gang's processes run on its nodes, under one epoch
             for env in job_processes().values():
                 if not env.get("ROTA_PROGRESS_FILE", "").startswith(self.home):
                     continue  # another cluster's job on this machine
                 job = env["ROTA_JOB_ID"]
                 nodes.setdefault(job, set()).add(env.get("ROTA_NODE", ""))
+                epochs.setdefault(job, set()).add(env.get("ROTA_EPOCH", ""))
+                gang[job] = max(1, len([n for n in env.get("ROTA_GANG_NODES", "").split(",") if n]))
                 for gpu in filter(None, env.get("ROTA_GPUS", "").split(",")):
                     holders.setdefault((env.get("ROTA_NODE", ""), gpu), set()).add(job)
             self.seen_jobs |= set(nodes)
             self.double_booked |= {slot for slot, jobs in holders.items() if len(jobs) > 1}
-            self.two_copies |= {job for job, where in nodes.items() if len(where) > 1}
+            self.two_copies |= {job for job, where in nodes.items() if len(where) > gang[job] or len(epochs[job]) > 1}
 
 
 @dataclass
@@ -193,9 +197,9 @@ class Harness:
             engine.dispose()
 
     # Jobs.
-    def submit(self, count: int, seconds: float = 1.0) -> list[str]:
+    def submit(self, count: int, seconds: float = 1.0, **fields: Any) -> list[str]:
         spec = sleep_spec(seconds, interval=0.2, restart="on-failure", max_retries=20,
-                          duration=f"{max(1, round(seconds))}s")
+                          duration=f"{max(1, round(seconds))}s", **fields)
         with self.client() as client:
             ids = [self._retrying(lambda: client.submit(spec=spec)).id for _ in range(count)]
         self.submitted += ids
@@ -258,8 +262,11 @@ class Harness:
                     "ROTA_HOME": str(self.home.resolve()),
                     "ROTA_HEARTBEAT_INTERVAL": "0.5", "PYTHONUNBUFFERED": "1"})
         log = (self.home / "logs" / f"{node}.log").open("ab")
+        # The node declares what `rota up` gave it (cluster.json), and its name comes last (agent_pid).
+        declared = (["--gpu-type", spec["gpu_type"]] if spec.get("gpu_type") else []) + [
+            arg for key, value in spec.get("labels", {}).items() for arg in ("--label", f"{key}={value}")]
         argv = [sys.executable, "-m", "rota.cli.main", "agent", "--gpus", str(spec["gpus"]), "--listen", spec["address"],
-                "--name", node]
+                *declared, "--name", node]
         self.extra_agents.append(subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
 
     def node_health(self, node: str) -> str:
@@ -285,7 +292,8 @@ class Harness:
     def ledger_mismatches(self, timeout_s: float = 30) -> int:
         """Pairs of totals that disagree once the collector has caught up (0 when all agree)."""
         truth = float(self.sql(
-            "SELECT COALESCE(sum(cardinality(p.gpu_indices) * extract(epoch FROM p.released_at - p.created_at)), 0) "
+            "SELECT COALESCE(sum(cardinality(p.gpu_indices) * greatest(1, cardinality(p.gang_nodes)) "
+            "* extract(epoch FROM p.released_at - p.created_at)), 0) "
             f"FROM placements p JOIN jobs j ON j.id = p.job_id WHERE j.tenant = '{TENANT}' AND p.released_at IS NOT NULL"
         )[0][0]) / 3600
         deadline = time.monotonic() + timeout_s

@@ -6,7 +6,8 @@ Cases, each over N rounds of short real jobs (numbered as in the reliability iss
    restarted by `rota up` (only a Redis the cluster owns: skipped, with the reason, for a
    --redis-url one): live state rebuilt from Postgres and reports;
 3. PostgreSQL unreachable for 10 s (a proxy cuts it off): status codes clients see, recovery;
-4. an agent killed with kill -9, and one frozen with SIGSTOP past the node timeout;
+4. an agent killed with kill -9, and one frozen with SIGSTOP past the node timeout; an
+   agent of a running gang's node killed (the whole gang stops and runs again);
 5. submissions replayed under client timeouts with one request id;
 6. a partition between an agent and the api (a proxy, in place of tc netem): no false
    death under 200 ms of jitter, a death within the node timeout under a real cut;
@@ -151,6 +152,32 @@ def agent_faults(h: Harness, rounds: int) -> dict[str, Any]:
             os.kill(pid, signal.SIGCONT)  # it wakes up believing in jobs it no longer holds
         wait_for(health_is(h, node, "ALIVE"), 60)
     return {"rounds": rounds, "dead_after_s": percentiles(dead_after)}
+
+
+def gang_node_kills(h: Harness, rounds: int) -> dict[str, Any]:
+    """A gang on every node (one rank each) loses one node's agent to kill -9 mid-run: the
+    whole gang stops (no rank of the old epoch keeps running beside the new one: the
+    watch's two-copies check), the node comes back, and the gang runs again to the end."""
+    stopped_after: list[float] = []
+    nodes = sorted(h.info["agents"])
+    for r in range(rounds):
+        [job_id] = h.submit(1, seconds=6.0, gpus=0, nodes=len(nodes), gpus_per_node=1)
+        first = wait_for(functools.partial(h.wait_running, job_id), 60)
+        node = nodes[r % len(nodes)]
+        os.kill(h.agent_pid(node), signal.SIGKILL)
+        hit = time.monotonic()
+        wait_for(functools.partial(_left_epoch, h, job_id, first.epoch), 60)
+        stopped_after.append(time.monotonic() - hit)
+        wait_for(health_is(h, node, "DEAD"), 60)
+        h.restart_agent(node)
+        wait_for(health_is(h, node, "ALIVE"), 60)
+    return {"rounds": rounds, "gang_stopped_after_s": percentiles(stopped_after)}
+
+
+def _left_epoch(h: Harness, job_id: str, epoch: int) -> bool:
+    with h.client() as client:
+        job = client.get_job(job_id)
+    return job.epoch != epoch or job.state != "RUNNING"
 
 
 def postgres_outage(h: Harness, outage_s: float = 10.0) -> dict[str, Any]:
@@ -328,6 +355,7 @@ def run_suite(h: Harness, rounds: int, seed: int = 7) -> dict[str, Any]:
             "redis_flush": redis_flushes(h, max(1, rounds // 5), rng),
             "redis_kill": redis_kills(h, max(1, rounds // 5), rng),
             "agent_kill_and_freeze": agent_faults(h, max(2, rounds // 5)),
+            "gang_node_kill": gang_node_kills(h, max(1, rounds // 10)),
             "replayed_submissions": replays(h, rounds),
             "postgres_outage": postgres_outage(h),
             "partition": partition(h),

@@ -46,35 +46,46 @@ class Buddy:
             else:
                 self.free[k].add(half)
 
-    def alloc(self, order: int, soft: bytearray | None = None, use_soft: bool = True) -> int | None:
+    def alloc(
+        self, order: int, soft: bytearray | None = None, use_soft: bool = True, allowed: int | None = None
+    ) -> int | None:
         """Take a block of 2^order GPUs; best fit (smallest free order) to keep big blocks whole.
 
         `soft` marks GPUs that are free only because their job's lease is up for renewal:
         a block clear of them is preferred at any order, so renewals are not disturbed
         while truly idle GPUs exist; with use_soft=False only such blocks are taken.
+        `allowed`, when given, is a bitmask of the starts the job may take (its GPU types
+        and switch: `rota.core.planning.constraints.StartMasks`); other blocks are passed over.
         """
         if order > self.max_order:
             return None
+        size = 1 << order
         if soft is not None:
-            size = 1 << order
             for k in range(order, self.max_order + 1):
                 for off in sorted(self.free[k]):
                     for sub in range(off, off + (1 << k), size):
-                        if soft.find(1, sub, sub + size) == -1:
-                            self.free[k].discard(off)
-                            self._split_to(off, k, order, sub)
-                            self.free_gpus -= size
-                            return sub
+                        if soft.find(1, sub, sub + size) == -1 and (allowed is None or allowed >> sub & 1):
+                            return self._take(off, k, order, sub)
             if not use_soft:
                 return None
         for k in range(order, self.max_order + 1):
-            if self.free[k]:
+            if not self.free[k]:
+                continue
+            if allowed is None:
                 off = min(self.free[k])
-                self.free[k].discard(off)
-                self._split_to(off, k, order, off)
-                self.free_gpus -= 1 << order
-                return off
+                return self._take(off, k, order, off)
+            for off in sorted(self.free[k]):
+                for sub in range(off, off + (1 << k), size):
+                    if allowed >> sub & 1:
+                        return self._take(off, k, order, sub)
         return None
+
+    def _take(self, off: int, k: int, order: int, sub: int) -> int:
+        """Split free block (off, k) down to the block of 2^order at `sub`, and take it."""
+        self.free[k].discard(off)
+        self._split_to(off, k, order, sub)
+        self.free_gpus -= 1 << order
+        return sub
 
     def claim(self, off: int, order: int) -> bool:
         """Take exactly the block at `off` of 2^order GPUs if all of it is free."""

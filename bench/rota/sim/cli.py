@@ -3,8 +3,15 @@
     rota sim --trace JOBS.csv --tenants TENANTS.csv --gpus N [--gpus-per-node 8]
              [--policy fifo,sjf,las,drf,ftf,fair] [--json] [--lease-s 1800]
              [--checkpoint-s 5] [--resume-s 20] [--renew-s 0] [--starvation-s 14400]
-             [--delay-s 300] [--render DIR]
+             [--delay-s 300] [--render DIR] [--gpu-types a100:8,h100:8] [--switches N]
     rota sim make-trace --out DIR [--seed 0] [--jobs N] [--traces-dir DIR]
+             [--gpu-types a100:8,h100:8 --typed-fraction F [--gpus-per-node 8]]
+
+`--gpu-types` gives the nodes' GPU types in node order (TYPE:NODES, adding up to gpus /
+gpus-per-node) and `--switches N` puts every N consecutive nodes under one switch; a job
+that names gpu_types (or same_switch) in the trace then takes only the blocks the live
+planner would give it. `make-trace --typed-fraction F` makes that fraction of the jobs
+accept one type only, drawn in proportion to its nodes among the types that can hold it.
 
 The JSON is {"gpus", "gpus_per_node", "config", "policies": {name: {summary figures...,
 "runtime_s", "jobs": [{"id", "tenant", "gpus", "submit_s", "end_s", "intervals"}]}}}.
@@ -28,7 +35,7 @@ from rota.sim.engine import SimConfig, Simulator
 from rota.sim.metrics import JobRecord, summarize
 from rota.sim.orderings import POLICIES
 from rota.sim.traces import make_trace
-from rota.sim.workload import TraceError, read_jobs, read_tenants
+from rota.sim.workload import TraceError, node_switches, parse_gpu_types, read_jobs, read_tenants
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,6 +71,8 @@ def _run_parser() -> _Parser:
     p.add_argument("--checkpoint-s", type=float, default=5.0)
     p.add_argument("--resume-s", type=float, default=20.0)
     p.add_argument("--renew-s", type=float, default=0.0)
+    p.add_argument("--gpu-types", default=None, metavar="TYPE:NODES,...", help="the nodes' GPU types, in node order")
+    p.add_argument("--switches", type=int, default=None, metavar="N", help="nodes per switch (consecutive ones)")
     return p
 
 
@@ -77,7 +86,20 @@ def _trace_parser() -> _Parser:
     p.add_argument(
         "--traces-dir", type=Path, default=None, help="default: $ROTA_TRACES_DIR or ../shared/data/traces"
     )
+    p.add_argument("--gpu-types", default=None, metavar="TYPE:NODES,...", help="the cluster's node types")
+    p.add_argument("--typed-fraction", type=float, default=0.0, help="fraction of jobs that accept one type only")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="to type only jobs a type's nodes can hold")
     return p
+
+
+def _placement(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The nodes' GPU types and switches from --gpu-types and --switches (empty: not modelled)."""
+    nodes = args.gpus // args.gpus_per_node if args.gpus_per_node > 0 else 0
+    types = parse_gpu_types(args.gpu_types) if args.gpu_types else ()
+    if types and len(types) != nodes:
+        raise ValueError(f"--gpu-types: names {len(types)} nodes, the cluster has {nodes}")
+    switches = node_switches(nodes, args.switches) if args.switches is not None else ()
+    return types, switches
 
 
 def simulate(args: argparse.Namespace) -> dict[str, Any]:
@@ -89,7 +111,9 @@ def simulate(args: argparse.Namespace) -> dict[str, Any]:
         )
     jobs, shares = read_jobs(args.trace), read_tenants(args.tenants)
     fcfg = FairnessConfig(lease_s=args.lease_s, starvation_s=args.starvation_s, delay_s=args.delay_s)
-    cfg = SimConfig(args.gpus, args.gpus_per_node, fcfg, args.checkpoint_s, args.resume_s, args.renew_s)
+    types, switches = _placement(args)
+    cfg = SimConfig(args.gpus, args.gpus_per_node, fcfg, args.checkpoint_s, args.resume_s, args.renew_s,
+                    node_types=types, node_switches=switches)
     out: dict[str, Any] = {
         "gpus": cfg.gpus,
         "gpus_per_node": cfg.gpus_per_node,
@@ -98,6 +122,8 @@ def simulate(args: argparse.Namespace) -> dict[str, Any]:
             "checkpoint_s": cfg.checkpoint_s,
             "resume_s": cfg.resume_s,
             "renew_s": cfg.renew_s,
+            **({"gpu_types": args.gpu_types} if types else {}),
+            **({"nodes_per_switch": args.switches} if switches else {}),
         },
         "policies": {},
     }
@@ -136,7 +162,10 @@ def table(result: dict[str, Any]) -> str:
         f"{'policy':<6} {'avg JCT h':>10} {'util':>6} {'tenant maxF/minF':>17} {'tenant Jain':>11} "
         f"{'jobs F±5%':>9} {'job Jain':>8} {'preempt':>8} {'sim s':>7}"
     )
-    lines = [f"{result['gpus']} GPUs, {result['gpus_per_node']} per node", head]
+    config = result.get("config", {})
+    extra = "".join([f", types {config['gpu_types']}" if "gpu_types" in config else "",
+                     f", {config['nodes_per_switch']} nodes per switch" if "nodes_per_switch" in config else ""])
+    lines = [f"{result['gpus']} GPUs, {result['gpus_per_node']} per node{extra}", head]
     for name, p in result["policies"].items():
         lines.append(
             f"{name:<6} {p['avg_jct_s'] / 3600:>10.2f} {p['utilization']:>6.3f} {_fmt(p['tenant_f_max_min'], '.3f'):>17} "
@@ -150,7 +179,13 @@ def main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["make-trace"]:
             a = _trace_parser().parse_args(argv[1:])
-            jobs_csv, tenants_csv = make_trace(a.out, a.traces_dir, a.seed, a.jobs)
+            if a.typed_fraction and not a.gpu_types:
+                raise ValueError("--typed-fraction needs --gpu-types")
+            if not 0 <= a.typed_fraction <= 1:
+                raise ValueError(f"--typed-fraction must be in [0, 1], got {a.typed_fraction}")
+            types = parse_gpu_types(a.gpu_types) if a.gpu_types else ()
+            jobs_csv, tenants_csv = make_trace(a.out, a.traces_dir, a.seed, a.jobs, types=types,
+                                               typed_fraction=a.typed_fraction, gpus_per_node=a.gpus_per_node)
             print(f"wrote {jobs_csv} and {tenants_csv}")
             return 0
         args = _run_parser().parse_args(argv)

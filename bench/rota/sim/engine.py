@@ -12,6 +12,11 @@ intervals sum to duration + preemptions·(checkpoint_s + resume_s) + renewals·r
 
 A GPU freed by a checkpointing job is given away at once, but its new job starts only
 when the checkpoint ends: `busy_until` per GPU keeps intervals on a GPU from overlapping.
+
+A job larger than a node gets whole, adjacent nodes (the buddy rule). Nodes may have GPU
+types and switches (`SimConfig.node_types`, `node_switches`, one entry per node); a job
+that accepts only some types, or must stay under one switch, then takes only the blocks
+the live planner's start masks allow (`rota.core.planning.constraints`), so the two agree.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from rota.core.fairness.ltgf import FairnessConfig, JobShareClock, TenantAccount, quotas
+from rota.core.planning.constraints import StartMasks
+from rota.core.planning.scenario import Scenario
 from rota.sim.buddy import Buddy
 from rota.sim.workload import Job
 
@@ -40,6 +47,9 @@ class SimConfig:
     checkpoint_s: float = 5.0
     resume_s: float = 20.0
     renew_s: float = 0.0
+    # Per node (gpus // gpus_per_node entries) or empty: not modelled, no constraint.
+    node_types: tuple[str, ...] = ()
+    node_switches: tuple[str, ...] = ()
 
 
 @dataclass(eq=False, slots=True)
@@ -60,6 +70,7 @@ class Run:
     held_s: float = 0.0  # closed intervals' total length
     intervals: list[list[float]] = field(default_factory=list)
     end_s: float = math.nan
+    allowed: int | None = None  # starts its GPU types and switch allow; None: any
 
     @property
     def tenant(self) -> str:
@@ -106,7 +117,10 @@ class Simulator:
                 raise ValueError(f"job {j.id}: tenant {j.tenant!r} is not in the tenants file")
             if j.gpus > cfg.gpus or j.gpus & (j.gpus - 1):
                 raise ValueError(f"job {j.id}: {j.gpus} GPUs cannot be placed on {cfg.gpus} GPUs")
-        self.runs = [Run(i, j, j.gpus.bit_length() - 1, j.duration_s) for i, j in enumerate(jobs)]
+        masks = _masks(cfg)
+        self.runs = [
+            Run(i, j, j.gpus.bit_length() - 1, j.duration_s, allowed=_allowed(j, masks)) for i, j in enumerate(jobs)
+        ]
         self.pending: dict[int, Run] = {}
         self.pending_by_tenant: dict[str, dict[int, Run]] = {t: {} for t in self.shares}
         self.pending_by_order = [0] * (self.alloc.max_order + 1)
@@ -263,7 +277,7 @@ class Simulator:
                 soft[r.block : r.block + r.gpus] = bytes(r.gpus)  # type: ignore[index]
             else:
                 contested = soft if len(kept) < len(expired) else None
-                off = self.alloc.alloc(r.order, contested, displace)
+                off = self.alloc.alloc(r.order, contested, displace, r.allowed)
                 if off is None:
                     return False
                 placed.append((r, off))
@@ -297,7 +311,8 @@ class Simulator:
             for off in offs:
                 free[off : off + (1 << k)] = b"\x01" * (1 << k)
         n = r.gpus
-        best = max(range(0, self.cfg.gpus - n + 1, n), key=lambda off: (free.count(1, off, off + n), -off))
+        starts = [off for off in range(0, self.cfg.gpus - n + 1, n) if r.allowed is None or r.allowed >> off & 1]
+        best = max(starts, key=lambda off: (free.count(1, off, off + n), -off))
         self.resv, self.resv_off, self.resv_held = r, best, []
         self._grab()
 
@@ -333,3 +348,36 @@ class Simulator:
             self._drop_reservation()
             self.alloc.claim(off, r.order)
             self._start(r, off, now)
+
+
+def _masks(cfg: SimConfig) -> StartMasks | None:
+    """The live planner's start masks over the simulated nodes, when types or switches are given."""
+    nodes = cfg.gpus // cfg.gpus_per_node
+    for name, labels in (("node_types", cfg.node_types), ("node_switches", cfg.node_switches)):
+        if labels and len(labels) != nodes:
+            raise ValueError(f"{name} has {len(labels)} entries, the cluster has {nodes} nodes")
+    if not cfg.node_types and not cfg.node_switches:
+        return None
+    return start_masks(cfg.gpus, cfg.gpus_per_node, cfg.node_types, cfg.node_switches)
+
+
+def start_masks(gpus: int, per_node: int, node_types: tuple[str, ...], node_switches: tuple[str, ...]) -> StartMasks:
+    """The masks of a plan grid padded to a power of two, as the live planner's is: the
+    padding nodes have no type and a switch of their own, so no typed or same-switch block
+    reaches them, and the buddy never offers one that does."""
+    rows = 1 << max(0, gpus - 1).bit_length()
+    pad = (rows - gpus) // per_node
+    types = (*node_types, *[""] * pad) if node_types else ()
+    switches = (*node_switches, *(f"~pad-{i}" for i in range(pad))) if node_switches else ()
+    return StartMasks(Scenario("sim", rows, 1, per_node, node_types=types, node_switches=switches))
+
+
+def _allowed(j: Job, masks: StartMasks | None) -> int | None:
+    if masks is None or not (j.gpu_types or j.same_switch):
+        return None
+    allowed = masks.allowed_for(j.gpu_types, j.same_switch, j.gpus)
+    if not allowed:
+        what = f" of type {' or '.join(sorted(j.gpu_types))}" if j.gpu_types else ""
+        where = " under one switch" if j.same_switch else ""
+        raise ValueError(f"job {j.id}: no aligned block of {j.gpus} GPUs{what}{where} in the cluster")
+    return allowed

@@ -17,6 +17,9 @@ Drawn (seeded):
   18,006 s, acme_cluster_summary.csv), so σ = sqrt(2 ln(mean / median)) ≈ 2.46, cut to
   [60 s, Philly's longest run]. The multi-GPU file holds no 1-GPU jobs, so this is the
   documented stand-in.
+Added on request (Philly has no GPU types): a fraction of the jobs accept one GPU type
+only, drawn from a generator of its own so the rest of the trace is the same with or
+without it.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ import csv
 import math
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from rota.sim.engine import start_masks
 from rota.sim.workload import Job, write_jobs, write_tenants
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -114,10 +118,35 @@ def build(
     return jobs, shares
 
 
+def add_types(
+    jobs: list[Job], node_types: tuple[str, ...], gpus_per_node: int, fraction: float, seed: int = 0
+) -> list[Job]:
+    """`fraction` of the jobs (drawn) accept one GPU type only: a type whose nodes can hold
+    the job's aligned block (the live planner's start masks decide), drawn in proportion to
+    its nodes. A job no type can hold alone stays untyped."""
+    if not fraction or not node_types:
+        return jobs
+    gpus = len(node_types) * gpus_per_node
+    masks = start_masks(gpus, gpus_per_node, node_types, ())
+    kinds = sorted(set(node_types))
+    rng = random.Random(f"types-{seed}")  # its own generator: durations stay as without types
+    out: list[Job] = []
+    for j in jobs:
+        if rng.random() >= fraction:
+            out.append(j)
+            continue
+        fits = [t for t in kinds if j.gpus <= gpus and masks.allowed_for(frozenset({t}), False, j.gpus)]
+        pick = rng.choices(fits, weights=[node_types.count(t) for t in fits])[0] if fits else None
+        out.append(replace(j, gpu_types=frozenset({pick})) if pick else j)
+    return out
+
+
 def make_trace(
-    out: Path, src: Path | None = None, seed: int = 0, max_jobs: int | None = None
+    out: Path, src: Path | None = None, seed: int = 0, max_jobs: int | None = None,
+    types: tuple[str, ...] = (), typed_fraction: float = 0.0, gpus_per_node: int = 8,
 ) -> tuple[Path, Path]:
     jobs, shares = build(src, seed, max_jobs)
+    jobs = add_types(jobs, types, gpus_per_node, typed_fraction, seed)
     out.mkdir(parents=True, exist_ok=True)
     write_jobs(out / "JOBS.csv", jobs)
     write_tenants(out / "TENANTS.csv", shares)

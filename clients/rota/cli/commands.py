@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 from rota.cli.localcluster import LocalCluster, run_down, run_up
+from rota.cli.node_layout import node_layout
 from rota.cli.output import ago, fail, print_json, progress_text, table
 from rota.client import (
     Client,
@@ -105,13 +106,14 @@ def connect(args: argparse.Namespace) -> Client:
 # Cluster lifecycle.
 def up(args: argparse.Namespace) -> int:
     require_server("up", CLUSTER_MODULES)
-    if args.nodes < 1 or args.gpus_per_node < 1 or args.allocators < 1 or args.api_workers < 1:
+    layout = node_layout(args.nodes, args.gpu_types, args.topology)
+    if layout.count < 1 or args.gpus_per_node < 1 or args.allocators < 1 or args.api_workers < 1:
         raise ValueError("--nodes, --gpus-per-node, --allocators and --api-workers must be at least 1")
     cluster = LocalCluster(
-        home=Path(args.home), nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+        home=Path(args.home), nodes=layout.count, gpus_per_node=args.gpus_per_node,
         database_url=args.database_url, redis_url=args.redis_url, tracing=args.tracing,
         heartbeat_interval_s=args.heartbeat_interval, allocators=args.allocators, tls=args.tls,
-        api_workers=args.api_workers,
+        api_workers=args.api_workers, gpu_types=layout.gpu_types, switches=layout.switches,
     )
     return run_up(cluster)
 
@@ -158,7 +160,7 @@ def jobs(args: argparse.Namespace) -> int:
         return 0
     rows = [
         (j.id, j.name, j.tenant, j.kind, j.priority, len(j.spec.command) and j.spec.gpus, j.state,
-         f"{j.node} {j.gpus}" if j.node else "-", progress_text(j.progress), ago(j.created_at))
+         _where(j), progress_text(j.progress), ago(j.created_at))
         for j in found
     ]
     print(table(("ID", "NAME", "TENANT", "KIND", "PRIO", "GPUS", "STATE", "PLACEMENT", "PROGRESS", "SUBMITTED"), rows))
@@ -169,7 +171,7 @@ def _print_job(job: Job) -> None:
     print(f"{job.id}  {job.name}  ({job.kind}, tenant {job.tenant}, priority {job.priority})")
     print(f"  state:    {job.state} — {job.reason}")
     print(f"  command:  {' '.join(job.spec.command)}")
-    print(f"  gpus:     {job.spec.gpus} requested; placed on {job.node or '-'} {job.gpus or ''} (epoch {job.epoch})")
+    print(f"  gpus:     {job.spec.gpus} requested; placed on {_where(job)} (epoch {job.epoch})")
     print(f"  attempts: {job.attempts}   exit code: {job.exit_code if job.finished else '-'}")
     if job.progress:
         print(f"  progress: {progress_text(job.progress)}")
@@ -268,11 +270,12 @@ def nodes(args: argparse.Namespace) -> int:
         print_json([n.to_dict() for n in found])
         return 0
     rows = [
-        (n.name, n.health, n.address, len(n.gpus), sum(1 for g in n.gpus if g.job_id),
-         " ".join(f"{g.index}:{g.job_id or '-'}" for g in n.gpus), ago(n.last_heartbeat))
+        (n.name, n.health, n.address, len(n.gpus), ",".join(n.gpu_types) or "-", n.switch or "-",
+         sum(1 for g in n.gpus if g.job_id), " ".join(f"{g.index}:{g.job_id or '-'}" for g in n.gpus),
+         ago(n.last_heartbeat))
         for n in found
     ]
-    print(table(("NODE", "HEALTH", "ADDRESS", "GPUS", "BUSY", "GPU:JOB", "HEARTBEAT"), rows))
+    print(table(("NODE", "HEALTH", "ADDRESS", "GPUS", "TYPE", "SWITCH", "BUSY", "GPU:JOB", "HEARTBEAT"), rows))
     return 0
 
 
@@ -388,7 +391,7 @@ def _demo_table(client: Client, ids: list[str], timeout_s: float) -> int:
     last = ""
     while True:
         found = [client.get_job(i) for i in ids]
-        rows = [(j.id, j.name, j.kind, j.spec.gpus, j.state, f"{j.node} {j.gpus}" if j.node else "-",
+        rows = [(j.id, j.name, j.kind, j.spec.gpus, j.state, _where(j),
                  progress_text(j.progress), j.reason[:60]) for j in found]
         text = table(("ID", "NAME", "KIND", "GPUS", "STATE", "PLACEMENT", "PROGRESS", "WHY"), rows)
         if text != last:
@@ -404,3 +407,12 @@ def _demo_table(client: Client, ids: list[str], timeout_s: float) -> int:
         if time.monotonic() > deadline:
             raise TimeoutError(f"demo jobs did not finish within {timeout_s:.0f}s")
         time.sleep(0.5)
+
+
+def _where(job: Job) -> str:
+    """Where it runs: `node [gpus]`, or for a gang `node-a,node-b x [gpus]`; `-` if nowhere."""
+    if not job.node:
+        return "-"
+    if job.nodes:
+        return f"{','.join(job.nodes)} x {job.gpus}"
+    return f"{job.node} {job.gpus}"

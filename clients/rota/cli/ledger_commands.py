@@ -1,8 +1,12 @@
-"""`rota usage` and `rota fairness`: the GPU-time ledger from the command line (SPEC §4)."""
+"""`rota usage` and `rota fairness`: the GPU-time ledger from the command line (SPEC §4).
+
+Both show raw GPU-hours and GPU-hours weighted by GPU type (what fairness counts).
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -37,7 +41,12 @@ def parse_since(value: str, now: datetime | None = None) -> datetime | None:
 
 
 def _hours(x: float) -> str:
-    return f"{x:.2f}"
+    """At least two decimals and four significant digits: a minute on one GPU is 0.01667
+    GPU-hours, a second 0.0002778, where two decimals would show both as 0.00."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:.2f}"
+    decimals = min(9, max(2, 3 - math.floor(math.log10(abs(x)))))
+    return f"{x:.{decimals}f}"
 
 
 def usage(args: argparse.Namespace) -> int:
@@ -45,14 +54,18 @@ def usage(args: argparse.Namespace) -> int:
     with connect(args) as client:
         rows = client.usage(tenant=args.tenant, since=since, by=args.by)
     total = sum(r.gpu_hours for r in rows)
+    weighted = sum(r.weighted_gpu_hours for r in rows)
     if args.json:
         print_json({"by": args.by, "since": since.isoformat() if since else None,
-                    "rows": [r.to_dict() for r in rows], "total_gpu_hours": total})
+                    "rows": [r.to_dict() for r in rows], "total_gpu_hours": total,
+                    "total_weighted_gpu_hours": weighted})
         return 0
     with_tenant = args.by == "job"
-    body = [[r.key, r.tenant, _hours(r.gpu_hours)] if with_tenant else [r.key, _hours(r.gpu_hours)] for r in rows]
+    body = [[r.key, *([r.tenant] if with_tenant else []), _hours(r.gpu_hours), _hours(r.weighted_gpu_hours)]
+            for r in rows]
     blank = [""] if with_tenant else []
-    print(table([*HEADERS.get(args.by, ("KEY",)), "GPU-HOURS"], [*body, ["total", *blank, _hours(total)]]))
+    print(table([*HEADERS.get(args.by, ("KEY",)), "GPU-H", "WEIGHTED GPU-H"],
+                [*body, ["total", *blank, _hours(total), _hours(weighted)]]))
     return 0
 
 
@@ -64,9 +77,9 @@ def fairness(args: argparse.Namespace) -> int:
                 print_json({"jobs": [j.to_dict() for j in jobs]})
                 return 0
             print(table(
-                ["JOB", "TENANT", "STATE", "GPUS", "DESERVED", "USED", "F"],
-                [[j.job_id, j.tenant, j.state, j.gpus, _hours(j.deserved), _hours(j.used), f"{j.fairness:.3f}"]
-                 for j in jobs],
+                ["JOB", "TENANT", "STATE", "GPUS", "DESERVED", "USED", "RAW USED", "F"],
+                [[j.job_id, j.tenant, j.state, j.gpus, _hours(j.deserved), _hours(j.used), _hours(j.raw_used),
+                  f"{j.fairness:.3f}"] for j in jobs],
             ))
             return 0
         st = client.standings()
@@ -76,11 +89,12 @@ def fairness(args: argparse.Namespace) -> int:
         return 0
     start = st.window_start.isoformat(timespec="minutes") if st.window_start else "-"
     at = st.at.isoformat(timespec="minutes") if st.at else "-"
-    print(f"window {start} .. {at}, {st.capacity_gpus} GPUs alive; GPU-hours; F = used / deserved")
+    print(f"window {start} .. {at}, {st.capacity_gpus} GPUs alive; GPU-hours, used weighted by GPU type;"
+          " F = used / deserved")
     print(table(
-        ["TENANT", "SHARE", "QUOTA", "ENTITLED", "DESERVED", "USED", "F"],
+        ["TENANT", "SHARE", "QUOTA", "ENTITLED", "DESERVED", "USED", "RAW USED", "F"],
         [[t.tenant, f"{t.share:g}", t.quota, _hours(t.entitled), _hours(t.deserved), _hours(t.used),
-          f"{t.fairness:.3f}"] for t in tenants],
+          _hours(t.raw_used), f"{t.fairness:.3f}"] for t in tenants],
     ))
     return 0
 
@@ -90,11 +104,11 @@ HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {"usage": usage, "fai
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> list[argparse.ArgumentParser]:
     """Registers `usage` and `fairness`; returns them so the caller adds the connection flags."""
-    use = sub.add_parser("usage", help="GPU-hours used, from the ledger")
+    use = sub.add_parser("usage", help="GPU-hours used, raw and weighted by GPU type, from the ledger")
     use.add_argument("--tenant", default="", help="only this tenant (a tenant token sees only its own)")
     use.add_argument("--since", default="", help="ISO time (UTC if no zone) or a span back from now: 7d, 24h")
     use.add_argument("--by", default="tenant", help="job | tenant | day | gpu (default: tenant)")
-    fair = sub.add_parser("fairness", help="per tenant: quota, entitled, deserved, used, F (--jobs: per job)")
+    fair = sub.add_parser("fairness", help="per tenant: quota, entitled, deserved, used (weighted), F (--jobs: per job)")
     fair.add_argument("--jobs", action="store_true", help="per-job F instead of per tenant")
     fair.add_argument("--tenant", default="", help="only this tenant")
     return [use, fair]

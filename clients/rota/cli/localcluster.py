@@ -31,6 +31,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from rota.client.home import CLUSTER_FILE, TOKEN_FILE, read_info
 from rota.common.auth import new_token
 from rota.common.tls import TLSFiles, open_channel
+from rota.core.nodelabels import SWITCH
 
 SERVICES = ("api", "allocator", "forecaster", "ledger", "checkpoint", "detector")
 DEMO_PLAN_STEP_S = 30
@@ -102,6 +103,10 @@ class LocalCluster:
     api_workers: int = 1
     # Mutual TLS everywhere: a local CA under HOME/tls signs the services' and the CLI's certificates.
     tls: bool = False
+    # What each virtual node declares (rota.cli.node_layout), one entry a node in node order,
+    # "" for none: its GPUs' type (--gpu-type) and its switch (--label switch=...).
+    gpu_types: list[str] = field(default_factory=list)
+    switches: list[str] = field(default_factory=list)
     children: list[Child] = field(default_factory=list)
     redis_restarts: int = 0
     _pg: Any = None
@@ -195,6 +200,9 @@ class LocalCluster:
             "ROTA_HOME": str(self.home.resolve()),
             "ROTA_HEARTBEAT_INTERVAL": str(self.heartbeat_interval_s),
             "ROTA_AGENT_STOP_JOBS_ON_EXIT": "1",
+            # The nodes declare what `rota up` says (their flags), not what this shell exports.
+            "ROTA_AGENT_GPU_TYPE": "",
+            "ROTA_AGENT_LABELS": "",
             "PYTHONUNBUFFERED": "1",
             **tls_env,
             # A local cluster plans in short steps, so a demo shows the horizon rolling.
@@ -219,8 +227,11 @@ class LocalCluster:
         agents = {}
         for i in range(1, self.nodes + 1):
             name, port = f"node-{i}", next(port_pool)
-            agents[name] = {"address": f"127.0.0.1:{port}", "gpus": self.gpus_per_node}
-            argv = [*rota, "agent", "--name", name, "--gpus", str(self.gpus_per_node), "--listen", f"127.0.0.1:{port}"]
+            gpu_type, labels = self.declared(i - 1)
+            agents[name] = {"address": f"127.0.0.1:{port}", "gpus": self.gpus_per_node, "gpu_type": gpu_type,
+                            "labels": labels}
+            argv = [*rota, "agent", "--name", name, "--gpus", str(self.gpus_per_node), "--listen", f"127.0.0.1:{port}",
+                    *self.agent_flags(i - 1)]
             self.children.append(Child(name, argv, env, logs / f"{name}.log", restart=False))
         for child in self.children:
             child.start()
@@ -244,6 +255,18 @@ class LocalCluster:
         self.wait_nodes(info["endpoint"], token, timeout_s=60)
         self.write_info(info)
         return info
+
+    def declared(self, k: int) -> tuple[str, dict[str, str]]:
+        """The GPU type and labels of the k-th node (from 0)."""
+        gpu_type = self.gpu_types[k] if k < len(self.gpu_types) else ""
+        switch = self.switches[k] if k < len(self.switches) else ""
+        return gpu_type, ({SWITCH: switch} if switch else {})
+
+    def agent_flags(self, k: int) -> list[str]:
+        """The k-th agent's --gpu-type and --label flags: what it declares when it registers."""
+        gpu_type, labels = self.declared(k)
+        flags = ["--gpu-type", gpu_type] if gpu_type else []
+        return flags + [arg for key, value in labels.items() for arg in ("--label", f"{key}={value}")]
 
     def write_info(self, info: dict[str, Any]) -> None:
         info["pids"] = {c.name: c.process.pid for c in self.children if c.process}
@@ -346,6 +369,9 @@ def run_up(cluster: LocalCluster, *, quiet: bool = False) -> int:
         info = cluster.start()
         if not quiet:
             print(f"rota cluster up: api {info['endpoint']}, {cluster.nodes} nodes x {cluster.gpus_per_node} GPUs")
+            if any(cluster.gpu_types) or any(cluster.switches):
+                print("  nodes: " + ", ".join(
+                    " ".join([name, a["gpu_type"] or "-", a["labels"].get(SWITCH, "-")]) for name, a in info["agents"].items()))
             print(f"  export ROTA_HOME={cluster.home.resolve()}   # admin token in {cluster.home / TOKEN_FILE}")
             if cluster.tls:
                 print(f"  mutual TLS: CA and certificates in {cluster.home / 'tls'}")

@@ -61,8 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="start a local cluster in the foreground")
     up.add_argument("--home", default=os.environ.get("ROTA_HOME", ".rota"), help="cluster folder (default: .rota)")
-    up.add_argument("--nodes", type=int, default=2)
+    up.add_argument("--nodes", type=int, default=None, help="virtual nodes (default: as many as --gpu-types or "
+                    "--topology describe, else 2)")
     up.add_argument("--gpus-per-node", type=int, default=4)
+    up.add_argument("--gpu-types", default="", metavar="TYPE:NODES,...",
+                    help="the nodes' GPU types in node order, e.g. a100:2,h100:1 (node-1 and node-2 a100, node-3 h100)")
+    up.add_argument("--topology", default="", metavar="SWITCH:NODES,...",
+                    help="the nodes' network switches in node order, e.g. s1:2,s2:2 (their `switch` label)")
     up.add_argument("--database-url", default=os.environ.get("ROTA_DATABASE_URL", ""), help="default: embedded PostgreSQL")
     up.add_argument("--redis-url", default=os.environ.get("ROTA_REDIS_URL", ""), help="default: embedded Redis")
     up.add_argument("--tracing", default=os.environ.get("ROTA_TRACING", "none"), choices=("none", "console", "otlp"))

@@ -143,6 +143,8 @@ class Job:
     started_at: datetime | None
     finished_at: datetime | None
     spec: common_pb2.JobSpec = field(repr=False)
+    # A gang: its nodes in node-rank order (nodes[0] == node; `gpus` on each); [] otherwise.
+    nodes: list[str] = field(default_factory=list)
 
     @staticmethod
     def from_proto(job: common_pb2.Job) -> Job:
@@ -166,6 +168,7 @@ class Job:
             started_at=_time(job.started_at),
             finished_at=_time(job.finished_at),
             spec=job.spec,
+            nodes=list(job.gang.nodes),
         )
 
     @property
@@ -175,7 +178,8 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id, "name": self.name, "tenant": self.tenant, "kind": self.kind, "priority": self.priority,
-            "state": self.state, "reason": self.reason, "node": self.node, "gpus": self.gpus, "epoch": self.epoch,
+            "state": self.state, "reason": self.reason, "node": self.node, "nodes": self.nodes, "gpus": self.gpus,
+            "epoch": self.epoch,
             "attempts": self.attempts, "exit_code": self.exit_code, "error": self.error, "progress": self.progress,
             "history": [
                 {"from": h.from_state, "to": h.to_state, "reason": h.reason, "at": h.at.isoformat() if h.at else None}
@@ -195,6 +199,7 @@ class Gpu:
     model: str
     virtual: bool
     job_id: str
+    type: str = ""  # "a100", what a job's gpu_types names; "" when the node declared none
 
 
 @dataclass(frozen=True)
@@ -204,12 +209,25 @@ class Node:
     health: str
     gpus: list[Gpu]
     last_heartbeat: datetime | None
+    labels: dict[str, str] = field(default_factory=dict)  # its place in the network: switch, rack
+
+    @property
+    def switch(self) -> str:
+        """The network switch the node hangs off (its `switch` label); "" when not declared."""
+        return self.labels.get("switch", "")
+
+    @property
+    def gpu_types(self) -> list[str]:
+        """The distinct types of its GPUs, sorted; untyped GPUs are left out."""
+        return sorted({g.type for g in self.gpus if g.type})
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "address": self.address, "health": self.health,
             "last_heartbeat": self.last_heartbeat.isoformat() if self.last_heartbeat else None,
-            "gpus": [{"index": g.index, "uuid": g.uuid, "model": g.model, "virtual": g.virtual, "job": g.job_id or None}
+            "labels": dict(self.labels),
+            "gpus": [{"index": g.index, "uuid": g.uuid, "model": g.model, "type": g.type, "virtual": g.virtual,
+                      "job": g.job_id or None}
                      for g in self.gpus],
         }
 
@@ -496,8 +514,9 @@ class Client:
                 name=n.name,
                 address=n.address,
                 health=common_pb2.NodeHealth.Name(n.health).removeprefix("NODE_HEALTH_"),
-                gpus=[Gpu(g.index, g.uuid, g.model, g.virtual, g.job_id) for g in n.gpus],
+                gpus=[Gpu(g.index, g.uuid, g.model, g.virtual, g.job_id, g.type) for g in n.gpus],
                 last_heartbeat=_time(n.last_heartbeat),
+                labels=dict(n.labels),
             )
             for n in reply.nodes
         ]

@@ -20,6 +20,7 @@ from rota.v1 import common_pb2
 FIELDS = {
     "name", "tenant", "kind", "priority", "gpus", "command", "workdir", "env", "duration",
     "preemptible", "restart", "max_retries", "features", "demand", "max_swap", "accepts_layout_changes",
+    "nodes", "gpus_per_node", "gpu_types", "gpu_type", "same_switch",
 }
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
 
@@ -86,7 +87,7 @@ def job_spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None)
         if kind not in KINDS:
             raise _bad("kind", f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
         fields["kind"] = kind
-    for key in ("priority", "gpus", "max_retries", "max_swap"):
+    for key in ("priority", "gpus", "max_retries", "max_swap", "nodes", "gpus_per_node"):
         if key in data:
             fields[key] = _typed(data, key, int, "an integer")
     command = data.get("command", [])
@@ -110,7 +111,18 @@ def job_spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None)
             fields["duration"] = timedelta(seconds=seconds)
         except OverflowError:
             raise _bad("duration", f"too long (got {data['duration']!r})") from None
-    for key in ("preemptible", "accepts_layout_changes"):
+    if "nodes" in data and "gpus" not in data:
+        fields["gpus"] = 0  # the server sets it: nodes x gpus_per_node
+    if "gpu_type" in data and "gpu_types" in data:
+        raise _bad("gpu_type", "give gpu_type (one) or gpu_types (a list), not both")
+    if "gpu_type" in data:
+        fields["gpu_types"] = (str(_typed(data, "gpu_type", str, "a GPU type name such as a100")),)
+    if "gpu_types" in data:
+        types = _typed(data, "gpu_types", list, "a list of GPU type names")
+        if not all(isinstance(t, str) for t in types):
+            raise _bad("gpu_types", "must be a list of GPU type names such as [a100, h100]")
+        fields["gpu_types"] = tuple(types)
+    for key in ("preemptible", "accepts_layout_changes", "same_switch"):
         if key in data:
             fields[key] = _typed(data, key, bool, "true or false")
     if "restart" in data:

@@ -44,7 +44,7 @@ class JobSpec:
     tenant: str = ""  # required with the admin token; a tenant's token decides it otherwise
     kind: str = "training"  # training | batch_inference | quantization | realtime | trial
     priority: int = 5  # 1 (lowest) .. 10
-    gpus: int = 1  # a power of two, at most one node's GPUs
+    gpus: int = 1  # a power of two; above the largest node, a gang of whole nodes
     workdir: str | os.PathLike[str] = "."
     env: Mapping[str, str] = field(default_factory=dict)
     duration: timedelta | None = None
@@ -55,6 +55,12 @@ class JobSpec:
     demand: Sequence[int] = ()  # realtime: GPUs per plan step
     max_swap: int = 0  # realtime: GPUs added plus removed per step (0: no cap)
     accepts_layout_changes: bool = False
+    # A gang: `nodes` whole nodes (a power of two) x `gpus_per_node` ranks each; leave
+    # `gpus` at 1 (or 0) and the server sets it to nodes x gpus_per_node.
+    nodes: int = 0
+    gpus_per_node: int = 0
+    gpu_types: Sequence[str] = ()  # the GPU types it may run on (empty: any)
+    same_switch: bool = False  # a gang whose nodes must hang off one switch
 
     def to_proto(self, *, base_dir: Path | None = None) -> common_pb2.JobSpec:
         """The wire message; a relative workdir is resolved against `base_dir` (default: the
@@ -73,7 +79,11 @@ class JobSpec:
             command=[str(a) for a in self.command], workdir=workdir, env={str(k): str(v) for k, v in self.env.items()},
             preemptible=self.preemptible, restart=RESTARTS[self.restart], max_retries=self.max_retries,
             demand=list(self.demand), max_swap=self.max_swap, accepts_layout_changes=self.accepts_layout_changes,
+            nodes=self.nodes, gpus_per_node=self.gpus_per_node, gpu_types=list(self.gpu_types),
+            same_switch=self.same_switch,
         )
+        if self.nodes and self.gpus_per_node and self.gpus == 1:
+            spec.gpus = 0  # the default: the server sets nodes x gpus_per_node
         if self.duration is not None:
             spec.duration_seconds = self.duration.total_seconds()
         if self.features:

@@ -1,7 +1,9 @@
 """The ledger's answers as plain dataclasses: GPU-hours used, tenant standings, job fairness.
 
 GPU time is in GPU-hours throughout; F = used / deserved (1 when nothing was deserved),
-below 1 means under-served.
+below 1 means under-served. Weighted GPU-hours are GPU-hours times the rate of each GPU's
+type (A100 = 1, an unknown type 1; the ledger's ROTA_GPU_TYPE_RATES): `used` and F count
+them, `raw_used` and `gpu_hours` do not.
 """
 
 from __future__ import annotations
@@ -31,18 +33,26 @@ def _iso(t: datetime | None) -> str | None:
     return t.isoformat() if t else None
 
 
+def _or_raw(weighted: float, raw: float) -> float:
+    """A weighted figure, or the raw one from a ledger before 0.2.0, which sends no weighted
+    figure (0) and charged one per GPU. A current ledger's weighted figure is never 0 where
+    the raw one is not: every rate is positive."""
+    return weighted if weighted or not raw else raw
+
+
 @dataclass(frozen=True)
 class UsageEntry:
     key: str  # a job id, tenant, UTC day (YYYY-MM-DD) or GPU (node/index)
-    gpu_hours: float
+    gpu_hours: float  # raw
     tenant: str  # the job's tenant when grouped by job or tenant, else ""
+    weighted_gpu_hours: float = 0.0  # by the rates of the GPUs' types
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @staticmethod
     def from_proto(r: ledger_pb2.UsageRow) -> UsageEntry:
-        return UsageEntry(r.key, r.gpu_hours, r.tenant)
+        return UsageEntry(r.key, r.gpu_hours, r.tenant, _or_raw(r.weighted_gpu_hours, r.gpu_hours))
 
 
 @dataclass(frozen=True)
@@ -52,15 +62,17 @@ class TenantFairness:
     quota: int  # GPUs
     entitled: float  # GPU-hours over the window
     deserved: float
-    used: float
+    used: float  # weighted GPU-hours
     fairness: float
+    raw_used: float = 0.0  # GPU-hours, not weighted
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @staticmethod
     def from_proto(t: ledger_pb2.TenantStanding) -> TenantFairness:
-        return TenantFairness(t.tenant, t.share, int(t.quota), t.entitled, t.deserved, t.used, t.fairness)
+        return TenantFairness(t.tenant, t.share, int(t.quota), t.entitled, t.deserved, t.used, t.fairness,
+                              _or_raw(t.raw_used, t.used))
 
 
 @dataclass(frozen=True)
@@ -93,9 +105,10 @@ class JobFairness:
     state: str
     gpus: int
     deserved: float  # GPU-hours since it arrived
-    used: float
+    used: float  # weighted GPU-hours
     fairness: float
     pending_since: datetime | None
+    raw_used: float = 0.0  # GPU-hours, not weighted
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "pending_since": _iso(self.pending_since)}
@@ -103,5 +116,6 @@ class JobFairness:
     @staticmethod
     def from_proto(j: ledger_pb2.JobFairness) -> JobFairness:
         return JobFairness(
-            j.job_id, j.tenant, enum_name(common_pb2.JobState, j.job_state, "JOB_STATE_", j.state), j.gpus, j.deserved, j.used, j.fairness, _from_unix(j.pending_since_unix)
+            j.job_id, j.tenant, enum_name(common_pb2.JobState, j.job_state, "JOB_STATE_", j.state), j.gpus, j.deserved, j.used, j.fairness, _from_unix(j.pending_since_unix),
+            _or_raw(j.raw_used, j.used),
         )

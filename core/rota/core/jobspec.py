@@ -28,6 +28,8 @@ MAX_FEATURES = 64
 MAX_DEMAND_STEPS = 24 * 7 * 4
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 ENV_KEY_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+GPU_TYPE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,31}$")
+MAX_GANG_NODES = 1024
 
 
 @dataclass
@@ -93,8 +95,19 @@ def _require(condition: bool, field_name: str, reason: str) -> None:
         raise InvalidArgument(field_name, reason)
 
 
-def validate(spec: JobSpecData, *, max_gpus_per_node: int) -> JobSpecData:
-    """Returns the normalised spec or raises InvalidArgument naming the first bad field."""
+def is_gang(spec: JobSpecData, largest_node: int) -> bool:
+    """Whether the job spans nodes: it asks for several, or for more GPUs than a node has."""
+    return spec.nodes > 1 or (largest_node > 0 and spec.gpus > largest_node)
+
+
+def validate(
+    spec: JobSpecData, *, max_gpus_per_node: int, known_gpu_types: frozenset[str] | None = None,
+) -> JobSpecData:
+    """Returns the normalised spec or raises InvalidArgument naming the first bad field.
+
+    `max_gpus_per_node` is the largest registered node (0: none yet) and `known_gpu_types`
+    the types registered nodes advertise (None: not known, nothing is checked).
+    """
     _require(len(spec.command) > 0, "command", "must not be empty")
     _require(len(spec.command) <= MAX_ARGS, "command", f"more than {MAX_ARGS} arguments")
     for i, arg in enumerate(spec.command):
@@ -108,7 +121,9 @@ def validate(spec: JobSpecData, *, max_gpus_per_node: int) -> JobSpecData:
     _require(bool(spec.tenant), "tenant", "must not be empty")
     _require(spec.kind in KINDS, "kind", f"unknown kind {spec.kind!r}; one of {', '.join(KINDS)}")
     _require(1 <= spec.priority <= 10, "priority", f"must be between 1 and 10 (got {spec.priority})")
+    _validate_gang(spec, max_gpus_per_node)
     _validate_gpus(spec, max_gpus_per_node)
+    _validate_types(spec, known_gpu_types)
     _require(len(spec.workdir.encode()) <= MAX_ARG_BYTES, "workdir", f"longer than {MAX_ARG_BYTES} bytes")
     _require(len(spec.env) <= MAX_ENV, "env", f"more than {MAX_ENV} variables")
     for key, value in spec.env.items():
@@ -147,9 +162,45 @@ def _validate_gpus(spec: JobSpecData, max_gpus_per_node: int) -> None:
         _require(not spec.demand, "demand", "only realtime apps have a demand curve")
         _require(is_power_of_two(spec.gpus), "gpus", f"must be a power of two (got {spec.gpus})")
     hold = gpus_to_hold(spec)
-    # With no node registered yet there is nothing to compare with: the job waits.
-    _require(
-        max_gpus_per_node == 0 or hold <= max_gpus_per_node,
-        "gpus",
-        f"{hold} GPUs exceed the largest node in the cluster ({max_gpus_per_node} GPUs)",
-    )
+    # With no node registered yet there is nothing to compare with: the job waits. A
+    # batch-like job larger than a node is a gang of whole nodes (see _validate_gang); a
+    # gang larger than today's cluster waits for nodes to join (`rota explain` says so).
+    if spec.kind == "realtime":
+        _require(
+            max_gpus_per_node == 0 or hold <= max_gpus_per_node,
+            "gpus",
+            f"{hold} GPUs exceed the largest node in the cluster ({max_gpus_per_node} GPUs)",
+        )
+
+
+def _validate_gang(spec: JobSpecData, largest_node: int) -> None:
+    """`nodes` x `gpus_per_node`, or `gpus` above the largest node: whole aligned node blocks."""
+    _require(0 <= spec.nodes <= MAX_GANG_NODES, "nodes", f"must be between 0 and {MAX_GANG_NODES} (got {spec.nodes})")
+    _require(spec.gpus_per_node >= 0, "gpus_per_node", f"must not be negative (got {spec.gpus_per_node})")
+    if spec.nodes == 0 and spec.gpus_per_node == 0:
+        return
+    _require(spec.kind != "realtime", "nodes", "a realtime app scales by replicas, not by nodes")
+    _require(spec.nodes > 0, "nodes", "required with gpus_per_node")
+    _require(is_power_of_two(spec.nodes), "nodes", f"must be a power of two (got {spec.nodes}): "
+             "a gang takes an aligned block of whole nodes")
+    if spec.gpus_per_node == 0:  # whole nodes: as many GPUs as `gpus` spreads over them
+        _require(spec.gpus > 0 and spec.gpus % spec.nodes == 0, "gpus",
+                 f"with nodes: {spec.nodes} and no gpus_per_node, gpus must be a multiple of {spec.nodes}")
+        spec.gpus_per_node = spec.gpus // spec.nodes
+    _require(is_power_of_two(spec.gpus_per_node), "gpus_per_node", f"must be a power of two (got {spec.gpus_per_node})")
+    _require(largest_node == 0 or spec.gpus_per_node <= largest_node, "gpus_per_node",
+             f"{spec.gpus_per_node} GPUs exceed the largest node in the cluster ({largest_node} GPUs)")
+    total = spec.nodes * spec.gpus_per_node
+    _require(spec.gpus in (0, total), "gpus", f"must equal nodes x gpus_per_node = {total} (got {spec.gpus})")
+    spec.gpus = total
+
+
+def _validate_types(spec: JobSpecData, known: frozenset[str] | None) -> None:
+    _require(len(spec.gpu_types) <= 16, "gpu_types", "more than 16 types")
+    for i, t in enumerate(spec.gpu_types):
+        _require(bool(GPU_TYPE_PATTERN.match(t)), f"gpu_types[{i}]", f"{t!r} is not a GPU type name (e.g. a100, h100)")
+    spec.gpu_types = sorted(set(spec.gpu_types))
+    if known is not None and spec.gpu_types and known:
+        _require(bool(set(spec.gpu_types) & known), "gpu_types",
+                 f"no node has GPUs of type {', '.join(spec.gpu_types)} (the cluster has {', '.join(sorted(known))})")
+    _require(not spec.same_switch or spec.kind != "realtime", "same_switch", "only for gangs of batch-like jobs")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from rota.v1 import common_pb2 as rota_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14rota/v1/ledger.proto\x12\x07rota.v1\x1a\x14rota/v1/common.proto\"\xa0\x01\n\x12RecordUsageRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x0c\n\x04node\x18\x05 \x01(\t\x12\x0c\n\x04gpus\x18\x06 \x03(\x05\x12\x15\n\rstart_unix_ms\x18\x07 \x01(\x03\x12\x13\n\x0b\x65nd_unix_ms\x18\x08 \x01(\x03\"\'\n\x13RecordUsageResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x08\"R\n\x0cUsageRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nsince_unix\x18\x02 \x01(\x03\x12\n\n\x02\x62y\x18\x03 \x01(\t\x12\x12\n\nuntil_unix\x18\x04 \x01(\x03\":\n\x08UsageRow\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x11\n\tgpu_hours\x18\x02 \x01(\x01\x12\x0e\n\x06tenant\x18\x03 \x01(\t\"0\n\rUsageResponse\x12\x1f\n\x04rows\x18\x01 \x03(\x0b\x32\x11.rota.v1.UsageRow\"\"\n\x10StandingsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\x82\x01\n\x0eTenantStanding\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05quota\x18\x02 \x01(\x01\x12\x10\n\x08\x65ntitled\x18\x03 \x01(\x01\x12\x10\n\x08\x64\x65served\x18\x04 \x01(\x01\x12\x0c\n\x04used\x18\x05 \x01(\x01\x12\x10\n\x08\x66\x61irness\x18\x06 \x01(\x01\x12\r\n\x05share\x18\x07 \x01(\x01\"\x80\x01\n\x11StandingsResponse\x12(\n\x07tenants\x18\x01 \x03(\x0b\x32\x17.rota.v1.TenantStanding\x12\x15\n\rcapacity_gpus\x18\x02 \x01(\x05\x12\x19\n\x11window_start_unix\x18\x03 \x01(\x03\x12\x0f\n\x07\x61t_unix\x18\x04 \x01(\x03\"&\n\x14\x46\x61irnessIndexRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\x86\x02\n\x0bJobFairness\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08\x64\x65served\x18\x03 \x01(\x01\x12\x0c\n\x04used\x18\x04 \x01(\x01\x12\x10\n\x08\x66\x61irness\x18\x05 \x01(\x01\x12\x11\n\x05state\x18\x06 \x01(\tB\x02\x18\x01\x12\x0c\n\x04gpus\x18\x07 \x01(\x05\x12\x1a\n\x12pending_since_unix\x18\x08 \x01(\x03\x12\x1e\n\x16submitted_unix_seconds\x18\t \x01(\x01\x12\"\n\x1apending_since_unix_seconds\x18\n \x01(\x01\x12$\n\tjob_state\x18\x0b \x01(\x0e\x32\x11.rota.v1.JobState\";\n\x15\x46\x61irnessIndexResponse\x12\"\n\x04jobs\x18\x01 \x03(\x0b\x32\x14.rota.v1.JobFairness2\xa5\x02\n\rLedgerService\x12H\n\x0bRecordUsage\x12\x1b.rota.v1.RecordUsageRequest\x1a\x1c.rota.v1.RecordUsageResponse\x12\x36\n\x05Usage\x12\x15.rota.v1.UsageRequest\x1a\x16.rota.v1.UsageResponse\x12\x42\n\tStandings\x12\x19.rota.v1.StandingsRequest\x1a\x1a.rota.v1.StandingsResponse\x12N\n\rFairnessIndex\x12\x1d.rota.v1.FairnessIndexRequest\x1a\x1e.rota.v1.FairnessIndexResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14rota/v1/ledger.proto\x12\x07rota.v1\x1a\x14rota/v1/common.proto\"\xa0\x01\n\x12RecordUsageRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x0c\n\x04node\x18\x05 \x01(\t\x12\x0c\n\x04gpus\x18\x06 \x03(\x05\x12\x15\n\rstart_unix_ms\x18\x07 \x01(\x03\x12\x13\n\x0b\x65nd_unix_ms\x18\x08 \x01(\x03\"\'\n\x13RecordUsageResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x08\"R\n\x0cUsageRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nsince_unix\x18\x02 \x01(\x03\x12\n\n\x02\x62y\x18\x03 \x01(\t\x12\x12\n\nuntil_unix\x18\x04 \x01(\x03\"V\n\x08UsageRow\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x11\n\tgpu_hours\x18\x02 \x01(\x01\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x1a\n\x12weighted_gpu_hours\x18\x04 \x01(\x01\"0\n\rUsageResponse\x12\x1f\n\x04rows\x18\x01 \x03(\x0b\x32\x11.rota.v1.UsageRow\"\"\n\x10StandingsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\x94\x01\n\x0eTenantStanding\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05quota\x18\x02 \x01(\x01\x12\x10\n\x08\x65ntitled\x18\x03 \x01(\x01\x12\x10\n\x08\x64\x65served\x18\x04 \x01(\x01\x12\x0c\n\x04used\x18\x05 \x01(\x01\x12\x10\n\x08\x66\x61irness\x18\x06 \x01(\x01\x12\r\n\x05share\x18\x07 \x01(\x01\x12\x10\n\x08raw_used\x18\x08 \x01(\x01\"\x80\x01\n\x11StandingsResponse\x12(\n\x07tenants\x18\x01 \x03(\x0b\x32\x17.rota.v1.TenantStanding\x12\x15\n\rcapacity_gpus\x18\x02 \x01(\x05\x12\x19\n\x11window_start_unix\x18\x03 \x01(\x03\x12\x0f\n\x07\x61t_unix\x18\x04 \x01(\x03\"&\n\x14\x46\x61irnessIndexRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\x98\x02\n\x0bJobFairness\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08\x64\x65served\x18\x03 \x01(\x01\x12\x0c\n\x04used\x18\x04 \x01(\x01\x12\x10\n\x08\x66\x61irness\x18\x05 \x01(\x01\x12\x11\n\x05state\x18\x06 \x01(\tB\x02\x18\x01\x12\x0c\n\x04gpus\x18\x07 \x01(\x05\x12\x1a\n\x12pending_since_unix\x18\x08 \x01(\x03\x12\x1e\n\x16submitted_unix_seconds\x18\t \x01(\x01\x12\"\n\x1apending_since_unix_seconds\x18\n \x01(\x01\x12$\n\tjob_state\x18\x0b \x01(\x0e\x32\x11.rota.v1.JobState\x12\x10\n\x08raw_used\x18\x0c \x01(\x01\";\n\x15\x46\x61irnessIndexResponse\x12\"\n\x04jobs\x18\x01 \x03(\x0b\x32\x14.rota.v1.JobFairness2\xa5\x02\n\rLedgerService\x12H\n\x0bRecordUsage\x12\x1b.rota.v1.RecordUsageRequest\x1a\x1c.rota.v1.RecordUsageResponse\x12\x36\n\x05Usage\x12\x15.rota.v1.UsageRequest\x1a\x16.rota.v1.UsageResponse\x12\x42\n\tStandings\x12\x19.rota.v1.StandingsRequest\x1a\x1a.rota.v1.StandingsResponse\x12N\n\rFairnessIndex\x12\x1d.rota.v1.FairnessIndexRequest\x1a\x1e.rota.v1.FairnessIndexResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,21 +41,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_USAGEREQUEST']._serialized_start=259
   _globals['_USAGEREQUEST']._serialized_end=341
   _globals['_USAGEROW']._serialized_start=343
-  _globals['_USAGEROW']._serialized_end=401
-  _globals['_USAGERESPONSE']._serialized_start=403
-  _globals['_USAGERESPONSE']._serialized_end=451
-  _globals['_STANDINGSREQUEST']._serialized_start=453
-  _globals['_STANDINGSREQUEST']._serialized_end=487
-  _globals['_TENANTSTANDING']._serialized_start=490
-  _globals['_TENANTSTANDING']._serialized_end=620
-  _globals['_STANDINGSRESPONSE']._serialized_start=623
-  _globals['_STANDINGSRESPONSE']._serialized_end=751
-  _globals['_FAIRNESSINDEXREQUEST']._serialized_start=753
-  _globals['_FAIRNESSINDEXREQUEST']._serialized_end=791
-  _globals['_JOBFAIRNESS']._serialized_start=794
-  _globals['_JOBFAIRNESS']._serialized_end=1056
-  _globals['_FAIRNESSINDEXRESPONSE']._serialized_start=1058
-  _globals['_FAIRNESSINDEXRESPONSE']._serialized_end=1117
-  _globals['_LEDGERSERVICE']._serialized_start=1120
-  _globals['_LEDGERSERVICE']._serialized_end=1413
+  _globals['_USAGEROW']._serialized_end=429
+  _globals['_USAGERESPONSE']._serialized_start=431
+  _globals['_USAGERESPONSE']._serialized_end=479
+  _globals['_STANDINGSREQUEST']._serialized_start=481
+  _globals['_STANDINGSREQUEST']._serialized_end=515
+  _globals['_TENANTSTANDING']._serialized_start=518
+  _globals['_TENANTSTANDING']._serialized_end=666
+  _globals['_STANDINGSRESPONSE']._serialized_start=669
+  _globals['_STANDINGSRESPONSE']._serialized_end=797
+  _globals['_FAIRNESSINDEXREQUEST']._serialized_start=799
+  _globals['_FAIRNESSINDEXREQUEST']._serialized_end=837
+  _globals['_JOBFAIRNESS']._serialized_start=840
+  _globals['_JOBFAIRNESS']._serialized_end=1120
+  _globals['_FAIRNESSINDEXRESPONSE']._serialized_start=1122
+  _globals['_FAIRNESSINDEXRESPONSE']._serialized_end=1181
+  _globals['_LEDGERSERVICE']._serialized_start=1184
+  _globals['_LEDGERSERVICE']._serialized_end=1477
 # @@protoc_insertion_point(module_scope)

@@ -62,13 +62,14 @@ class LedgerServiceServicer:
     def RecordUsage(self, request, context):
         """Records usage of a lease (admin); idempotent by (lease_id, sequence): a repeat changes
         nothing, a later end of the same row only extends it. A row lies within one UTC hour.
+        It is rated by the types the node's GPUs advertised when it is first recorded.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Usage(self, request, context):
-        """GPU-hours by job, tenant, UTC day or GPU over a window.
+        """GPU-hours, raw and weighted, by job, tenant, UTC day or GPU over a window.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

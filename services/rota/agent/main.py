@@ -19,6 +19,7 @@ from pathlib import Path
 
 import grpc
 
+from rota.agent import declared
 from rota.agent.checkpoints import AgentCheckpoints
 from rota.agent.detector_link import DetectorLink
 from rota.agent.gpus import discover
@@ -46,11 +47,13 @@ FAILED_RETRY_S = 1.0
 
 
 class Heartbeats:
-    def __init__(self, settings: Settings, runtime: AgentRuntime, address: str, devices: list[common_pb2.Gpu]) -> None:
+    def __init__(self, settings: Settings, runtime: AgentRuntime, address: str, devices: list[common_pb2.Gpu],
+                 labels: dict[str, str] | None = None) -> None:
         self.settings = settings
         self.runtime = runtime
         self.address = address
         self.devices = devices
+        self.labels = labels or {}  # the node's place in the network (switch, rack), sent on Register
         self.metadata = (("authorization", f"Bearer {settings.admin_token}"),)
         # NodeService on the api's node port; without its address, the deprecated copies on
         # the public ClusterService (an agent configured before 0.2.0).
@@ -92,7 +95,7 @@ class Heartbeats:
     async def beat(self) -> None:
         timeout = max(1.0, self.settings.heartbeat_interval_s * 2)
         if not self.registered:
-            node = common_pb2.Node(name=self.runtime.node, address=self.address, gpus=self.devices)
+            node = common_pb2.Node(name=self.runtime.node, address=self.address, gpus=self.devices, labels=self.labels)
             if self.nodes is not None:
                 await self.nodes.Register(node_pb2.NodeServiceRegisterRequest(node=node), timeout=timeout,
                                           metadata=self.metadata)
@@ -100,7 +103,8 @@ class Heartbeats:
                 await self.cluster.RegisterNode(api_pb2.RegisterNodeRequest(node=node), timeout=timeout,
                                                 metadata=self.metadata)
             self.registered = True
-            log.info("registered %s at %s with %d GPUs", self.runtime.node, self.address, len(self.devices))
+            log.info("registered %s at %s with %d GPUs (types %s, labels %s)", self.runtime.node, self.address,
+                     len(self.devices), sorted({d.type for d in self.devices}), self.labels)
         sent_at = time.monotonic()
         jobs = list(self.runtime.table.jobs.values())
         reports = [report_of(j) for j in jobs]
@@ -166,6 +170,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the api's node port, its NodeService (default: ROTA_API_NODE_ADDR; unset: the "
                              "deprecated node RPCs at --api)")
     parser.add_argument("--home", default=None, help="state folder (default: ROTA_HOME/agents/NAME)")
+    declared.add_arguments(parser)
 
 
 async def serve(settings: Settings, args: argparse.Namespace) -> None:
@@ -179,9 +184,10 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
         settings = dataclasses.replace(settings, api_node_addr=args.api_node)
     if listen.endswith(":0"):
         raise ValueError("--listen: the agent needs a fixed port the control plane can dial")
+    gpu_type, labels = declared.declared(args, settings)
     home = Path(args.home) if args.home else settings.home / "agents" / args.name
     home.mkdir(parents=True, exist_ok=True)
-    devices = discover(args.name, args.gpus)
+    devices = discover(args.name, args.gpus, gpu_type)
     # A job fences itself strictly before the control plane can call its node dead and
     # start it elsewhere, so a frozen or partitioned node never leaves two running copies.
     table = ProcessTable(args.name, home, home / "lease", LEASE_FRACTION * settings.node_timeout_s)
@@ -190,8 +196,9 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     checkpoints = AgentCheckpoints(args.name, table, home, settings.checkpoint)
     checkpoints.adopt()
     runtime = AgentRuntime(args.name, table, virtual=all(d.virtual for d in devices), checkpoints=checkpoints)
-    gpus = [common_pb2.Gpu(index=d.index, uuid=d.uuid, model=d.model, virtual=d.virtual) for d in devices]
-    heartbeats = Heartbeats(settings, runtime, args.advertise or listen, gpus)
+    gpus = [common_pb2.Gpu(index=d.index, uuid=d.uuid, model=d.model, virtual=d.virtual, type=d.gpu_type)
+            for d in devices]
+    heartbeats = Heartbeats(settings, runtime, args.advertise or listen, gpus, labels)
 
     async def admin_only(token: str) -> Identity | None:
         return Identity(ADMIN) if token == settings.admin_token else None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rota.agent import launcher as launcher_module
+from rota.agent import rankgroup as rankgroup_module
 from rota.core.errors import FailedPrecondition
 
 ERROR_TAIL_LINES = 20
@@ -27,6 +28,27 @@ PAUSED_MARKER = "paused"
 # the standard library, and skipping the venv's site set-up (editable-install finders
 # included) is part of why a job start costs the node about 20 ms of CPU, not 90.
 LAUNCHER = (sys.executable, "-I", "-S", str(Path(launcher_module.__file__).resolve()))
+RANKGROUP = (sys.executable, "-I", "-S", str(Path(rankgroup_module.__file__).resolve()))
+
+
+@dataclass(frozen=True)
+class GangLaunch:
+    """This node's part of a gang: its node rank, and where the gang's ranks meet."""
+
+    nodes: tuple[str, ...]
+    node_rank: int
+    ranks_per_node: int
+    master_addr: str
+    master_port: int
+
+    def env(self) -> dict[str, str]:
+        """torchrun's variables for the whole group; RANK and LOCAL_RANK are per rank (rankgroup)."""
+        return {
+            "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port),
+            "WORLD_SIZE": str(len(self.nodes) * self.ranks_per_node), "NODE_RANK": str(self.node_rank),
+            "GROUP_RANK": str(self.node_rank), "LOCAL_WORLD_SIZE": str(self.ranks_per_node),
+            "NNODES": str(len(self.nodes)), "ROTA_GANG_NODES": ",".join(self.nodes),
+        }
 
 
 @dataclass
@@ -128,6 +150,7 @@ class ProcessTable:
     def launch(
         self, job_id: str, epoch: int, gpus: list[int], command: list[str], workdir: str,
         env: dict[str, str], virtual: bool, restore_dir: Path | None = None, layout: str = "",
+        gang: GangLaunch | None = None,
     ) -> LocalJob:
         current = self.jobs.get(job_id)
         if current is not None:
@@ -150,6 +173,9 @@ class ProcessTable:
             full_env["ROTA_RESTORE_DIR"] = str(restore_dir)
         if layout:  # the 3-D layout an applied re-plan gave the job (rota.runtime.layout())
             full_env["ROTA_LAYOUT"] = layout
+        if gang is not None:  # one rank per GPU of this node, started by the rank group
+            full_env.update(gang.env())
+            command = [*RANKGROUP, "--ranks", str(gang.ranks_per_node), "--", *command]
         write_replicas(folder, epoch, gpus)
         cwd = workdir if workdir and Path(workdir).is_dir() else str(self.home)
         launcher = [

@@ -9,7 +9,7 @@ import json
 import grpc
 
 from rota.agent.checkpoints import COMPLETE, FAILED, WRITING, AgentCheckpoints, ImageRecord
-from rota.agent.processes import LocalJob, ProcessTable
+from rota.agent.processes import GangLaunch, LocalJob, ProcessTable
 from rota.common.auth import current_identity
 from rota.common.layouts import layout_text
 from rota.core.errors import InvalidArgument, NotFound
@@ -81,13 +81,14 @@ class AgentRuntime:
             raise InvalidArgument("epoch" if job.id else "job.id", "required")
         check_layout(layout)
         spec = job.spec
+        gang = self._gang(job)
         restore = self.checkpoints.restore_dir(job.id, epoch) if resume_image else None
         async with self.lock:
             current = self.table.jobs.get(job.id)
             fresh = current is None or current.epoch != epoch
             local = await asyncio.to_thread(
                 self.table.launch, job.id, epoch, list(job.gpus), list(spec.command), spec.workdir,
-                dict(spec.env), self.virtual, restore, layout,
+                dict(spec.env), self.virtual, restore, layout, gang,
             )
         if restore is not None and fresh:
             # The image is made ready while the interpreter and torch start up.
@@ -95,6 +96,18 @@ class AgentRuntime:
         if fresh:
             self.launched.set()
         return local
+
+    def _gang(self, job: common_pb2.Job) -> GangLaunch | None:
+        """This node's part of a gang job (None for a job on one node)."""
+        if not job.HasField("gang") or len(job.gang.nodes) < 2:
+            return None
+        nodes = tuple(job.gang.nodes)
+        if self.node not in nodes:
+            raise InvalidArgument("job.gang.nodes", f"node {self.node} is not one of the gang's nodes {list(nodes)}")
+        if not job.gang.master_addr or not 0 < job.gang.master_port < 65536:
+            raise InvalidArgument("job.gang.master_addr", "a gang needs its rendezvous host and port")
+        return GangLaunch(nodes, nodes.index(self.node), job.gang.ranks_per_node or len(job.gpus),
+                          job.gang.master_addr, job.gang.master_port)
 
     async def resize(self, job_id: str, epoch: int, gpus: list[int]) -> LocalJob:
         if not job_id or epoch <= 0:

@@ -265,7 +265,9 @@ class SchedulingLoop:
     def _move_inputs(self, session, view: repository.LiveView) -> MoveInputs:  # type: ignore[no-untyped-def]
         # Without a checkpoint service nothing can be paused: no costs, so no moves; the
         # nodes that resumed jobs asked for still hold.
-        movable = [j.id for j in view.jobs if j.node is not None and j.preemptible and not j.realtime]
+        # A gang is not paused or moved (its ranks on several nodes would all have to reach a
+        # safe point): it restarts together instead.
+        movable = [j.id for j in view.jobs if j.node is not None and j.preemptible and not j.realtime and not j.gang_nodes]
         found = repository.move_inputs(session, movable if self.mover.available else [])
         return MoveInputs(costs=found.costs, targets=found.targets, busy=self.mover.busy())
 
@@ -288,8 +290,9 @@ class SchedulingLoop:
             return
         self.memory.yielded_to[y.job_id] = y.to_job
         await asyncio.to_thread(self._publish, events)
-        if held[0] in addresses:
-            self._to_agent(self._stop(addresses[held[0]], y.job_id, held[1], reason))
+        for node in held[0]:
+            if node in addresses:
+                self._to_agent(self._stop(addresses[node], y.job_id, held[1], reason))
 
     def _to_agent(self, call: Coroutine[Any, Any, None]) -> None:
         """An agent call that the cycle does not wait for (kept referenced until done)."""
@@ -338,8 +341,8 @@ class SchedulingLoop:
         launches: list[tuple[str, agent_pb2.LaunchRequest]] = []
         for start in outcome.decision.starts:
             request = await asyncio.to_thread(self.db.run, lambda s, d=start: self._commit_start(s, d, events))
-            if request is not None:
-                launches.append((addresses[start.node], request))
+            if request is not None:  # a gang: every node of it launches its rank group
+                launches += [(addresses[node], request) for node in start.nodes or (start.node,)]
         resizes: list[tuple[str, agent_pb2.ResizeRequest]] = []
         for resize in outcome.decision.resizes:
             job = await asyncio.to_thread(self.db.run, lambda s, r=resize: _commit_resize(s, r, events))
@@ -449,8 +452,12 @@ def _assignments(ls: LiveScenario, grid: list[list[str | None]], decision: StepD
         entry: dict[str, Any] = {"tenant": job.tenant, "kind": job.kind, "planned_seconds": job.duration_s or 0}
         if job_id in started:
             entry.update(node=started[job_id].node, gpus=list(started[job_id].gpus), start_step=0)
+            if started[job_id].nodes:
+                entry["nodes"] = list(started[job_id].nodes)
         elif job.node is not None:
             entry.update(node=job.node, gpus=list(job.gpu_indices), start_step=-1)
+            if job.gang_nodes:
+                entry["nodes"] = list(job.gang_nodes)
         elif job_id in decision.planned_start:
             entry.update(start_step=decision.planned_start[job_id])
         else:
@@ -484,5 +491,5 @@ def _held_by_tenant(jobs: list[LiveJob]) -> dict[str, int]:
     held: dict[str, int] = {}
     for j in jobs:
         if j.node is not None:
-            held[j.tenant] = held.get(j.tenant, 0) + len(j.gpu_indices)
+            held[j.tenant] = held.get(j.tenant, 0) + len(j.gpu_indices) * max(1, len(j.gang_nodes))
     return held

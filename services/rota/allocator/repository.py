@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from rota.allocator.models import JobForecastRow, PlanStepRow
 from rota.common import read_models
-from rota.common.jobs_repo import Events, get_job, release, transition, utcnow
+from rota.common.jobs_repo import Events, get_job, release, transition, unplace, utcnow
 from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
 from rota.core import jobstate, nodestate
 from rota.core.jobspec import JobSpecData, gpus_to_hold
@@ -39,20 +39,41 @@ def commit_decision(session: Session, decision: Start, events: Events) -> JobRow
     epoch = _claim(session, job, decision)
     job.attempts += 1
     job.exit_code, job.error = None, ""
-    transition(session, job, jobstate.SCHEDULED, f"placed on {decision.node} GPUs {list(decision.gpus)} (epoch {epoch})", events)
+    where = f"on {decision.node} GPUs {list(decision.gpus)}"
+    if decision.nodes:
+        where = f"as a gang on {len(decision.nodes)} nodes ({', '.join(decision.nodes)}) x GPUs {list(decision.gpus)}"
+    transition(session, job, jobstate.SCHEDULED, f"placed {where} (epoch {epoch})", events)
     session.flush()
     return job
+
+
+GANG_PORT_BASE = 20000  # MASTER_PORT of a gang: ours, chosen per epoch in [base, base + span)
+GANG_PORT_SPAN = 20000
+
+
+def gang_master(session: Session, first_node: str, epoch: int) -> str:
+    """host:port of a gang's rendezvous: node rank 0's host (its agent's advertised
+    address), and a port that changes with every placement, so a restarted gang never
+    meets a previous attempt's ranks; two gangs led from one host collide only when their
+    epochs are GANG_PORT_SPAN apart, and then the rendezvous fails and the gang restarts."""
+    address = session.scalar(select(NodeRow.address).where(NodeRow.name == first_node)) or "127.0.0.1:0"
+    host = address.rsplit(":", 1)[0] if ":" in address else address
+    return f"{host}:{GANG_PORT_BASE + epoch % GANG_PORT_SPAN}"
 
 
 def _claim(session: Session, job: JobRow, where: Start) -> int:
     """A new lease: a placement and one claim per GPU under a fresh epoch, which it returns."""
     epoch = int(session.execute(EPOCH_SEQUENCE.next_value()).scalar_one())
-    placement = PlacementRow(job_id=job.id, node=where.node, gpu_indices=list(where.gpus), epoch=epoch)
+    nodes = list(where.nodes)  # a gang: every node of it, under the one epoch
+    placement = PlacementRow(job_id=job.id, node=where.node, gpu_indices=list(where.gpus), epoch=epoch, gang_nodes=nodes)
     session.add(placement)
     session.flush()
-    for gpu in where.gpus:
-        session.add(GpuClaimRow(node=where.node, gpu_index=gpu, job_id=job.id, placement_id=placement.id, epoch=epoch))
+    for node in nodes or [where.node]:
+        for gpu in where.gpus:
+            session.add(GpuClaimRow(node=node, gpu_index=gpu, job_id=job.id, placement_id=placement.id, epoch=epoch))
     job.node, job.gpu_indices, job.epoch = where.node, list(where.gpus), epoch
+    job.gang_nodes = nodes
+    job.gang_master = gang_master(session, where.node, epoch) if nodes else ""
     return epoch
 
 
@@ -84,10 +105,11 @@ class LiveView:
     addresses: dict[str, str]
     specs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def fingerprint(self) -> tuple[frozenset[tuple[str, int, tuple[int, ...]]], frozenset[tuple[str, str | None]]]:
+    def fingerprint(self) -> tuple[frozenset[tuple[str, int, tuple[int, ...], str, str]], frozenset[tuple[str, str | None]]]:
         """Changes exactly on an arrival, a completion, a placement or a node change (a GPU
         marked bad or cleared is one)."""
-        return frozenset((n.name, n.gpus, n.bad_gpus) for n in self.nodes), frozenset((j.id, j.node) for j in self.jobs)
+        return (frozenset((n.name, n.gpus, n.bad_gpus, n.gpu_type, n.switch) for n in self.nodes),
+                frozenset((j.id, j.node) for j in self.jobs))
 
 
 class SpecCache:
@@ -124,15 +146,19 @@ def live_view(session: Session, specs: SpecCache | None = None) -> LiveView:
     specs = SpecCache() if specs is None else specs
     nodes = session.scalars(select(NodeRow).where(NodeRow.health == nodestate.ALIVE).order_by(NodeRow.name)).all()
     gpu_counts: dict[str, int] = {}
+    types: dict[str, dict[str, int]] = {}
     for gpu in session.scalars(select(GpuRow)):
         gpu_counts[gpu.node] = gpu_counts.get(gpu.node, 0) + 1
+        count = types.setdefault(gpu.node, {})
+        count[gpu.gpu_type] = count.get(gpu.gpu_type, 0) + 1
     now = utcnow()
     jobs: list[LiveJob] = []
     mappings: dict[str, dict[str, Any]] = {}
     for row in holding_jobs(session):
         spec, mappings[row.id] = specs.get(row.spec_hash, row.spec)
-        jobs.append(_live_job(row.id, row.tenant, row.kind, row.priority, spec, row.node, tuple(row.gpu_indices),
-                              max(0.0, (now - (row.started_at or row.created_at)).total_seconds())))
+        jobs.append(live_job(row.id, row.tenant, row.kind, row.priority, spec, row.node, tuple(row.gpu_indices),
+                             max(0.0, (now - (row.started_at or row.created_at)).total_seconds()),
+                             tuple(row.gang_nodes)))
     # The queue in arrival order, as plain columns (no ORM objects, no specs) ...
     queued = session.execute(
         select(JobRow.id, JobRow.tenant, JobRow.kind, JobRow.priority, JobRow.spec_hash)
@@ -145,20 +171,29 @@ def live_view(session: Session, specs: SpecCache | None = None) -> LiveView:
             specs.get(digest, raw)
     for job_id, tenant, kind, priority, digest in queued:
         spec, mappings[job_id] = specs.get(digest)
-        jobs.append(_live_job(job_id, tenant, kind, priority, spec, None, (), 0.0))
+        jobs.append(live_job(job_id, tenant, kind, priority, spec, None, (), 0.0))
     bad = read_models.bad_gpus(session)
     return LiveView(
-        [LiveNode(n.name, gpu_counts.get(n.name, 0), bad.get(n.name, ())) for n in nodes], jobs,
-        {n.name: n.address for n in nodes}, mappings,
+        [LiveNode(n.name, gpu_counts.get(n.name, 0), bad.get(n.name, ()), gpu_type=_node_type(types.get(n.name, {})),
+                  switch=str((n.labels or {}).get("switch", ""))) for n in nodes],
+        jobs, {n.name: n.address for n in nodes}, mappings,
     )
 
 
-def _live_job(job_id: str, tenant: str, kind: str, priority: int, spec: JobSpecData, node: str | None,
-              gpu_indices: tuple[int, ...], elapsed_s: float) -> LiveJob:
+def _node_type(counts: dict[str, int]) -> str:
+    """A node's GPU type: the one most of its GPUs have (a node holds one type in practice)."""
+    return max(counts, key=lambda t: (counts[t], t)) if counts else ""
+
+
+def live_job(job_id: str, tenant: str, kind: str, priority: int, spec: JobSpecData, node: str | None = None,
+             gpu_indices: tuple[int, ...] = (), elapsed_s: float = 0.0, gang_nodes: tuple[str, ...] = ()) -> LiveJob:
+    """A job as the planner sees it, from its row's columns and its parsed spec."""
     return LiveJob(
         id=job_id, tenant=tenant, kind=kind, priority=priority, gpus=gpus_to_hold(spec), node=node,
         gpu_indices=gpu_indices, elapsed_s=elapsed_s, duration_s=spec.duration_seconds, demand=tuple(spec.demand),
         max_swap=spec.max_swap, preemptible=spec.preemptible, restart=spec.restart,
+        nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, gang_nodes=gang_nodes,
+        gpu_types=tuple(spec.gpu_types), same_switch=spec.same_switch,
     )
 
 
@@ -205,20 +240,20 @@ def latest_plan_step(session: Session) -> PlanStepRow | None:
     return session.scalars(select(PlanStepRow).order_by(PlanStepRow.id.desc()).limit(1)).first()
 
 
-def yield_lease(session: Session, job_id: str, reason: str, events: Events) -> tuple[str, int] | None:
+def yield_lease(session: Session, job_id: str, reason: str, events: Events) -> tuple[list[str], int] | None:
     """A running job gives its GPUs back and waits again (SPEC §4 lease expiry).
 
-    Returns (node, epoch) to stop it at, or None if it no longer holds GPUs. Only jobs that
+    Returns (nodes, epoch) to stop it at (a gang's every node), or None if it no longer holds GPUs. Only jobs that
     restart on failure are asked to yield, so requeueing them loses no more than a restart.
     """
     job = get_job(session, job_id, lock=True)
     if job is None or job.state not in jobstate.HOLDING_STATES or job.node is None:
         return None
-    node, epoch = job.node, job.epoch
+    nodes, epoch = list(job.gang_nodes) or [job.node], job.epoch
     release(session, job, "lease yielded")
     transition(session, job, jobstate.PENDING, reason, events)
-    job.node, job.gpu_indices = None, []
-    return node, epoch
+    unplace(job)
+    return nodes, epoch
 
 
 # One statement whatever the number of jobs (arrays, not a VALUES row per job): its text,

@@ -19,9 +19,9 @@ from rota.common.db import Database
 from rota.common.jobs_repo import get_job, utcnow
 from rota.common.models import TenantRow
 from rota.core.errors import InvalidArgument, NotFound
-from rota.core.jobspec import JobSpecData, gpus_to_hold, validate
+from rota.core.jobspec import JobSpecData, validate
 from rota.core.planning import policies
-from rota.core.planning.liveplan import Horizon, LiveJob
+from rota.core.planning.liveplan import Horizon
 from rota.core.planning.metrics import measure
 from rota.core.planning.planner import plan_live
 from rota.core.planning.scenario import ScenarioError, from_dict
@@ -83,8 +83,7 @@ class AllocatorService(allocator_pb2_grpc.AllocatorServiceServicer):
             raise InvalidArgument("tenant", f"unknown tenant {spec.tenant!r}")
         view = await asyncio.to_thread(self.db.run, repository.live_view)
         validate(spec, max_gpus_per_node=max((n.gpus for n in view.nodes), default=0))
-        probe = LiveJob(WHAT_IF_ID, spec.tenant, spec.kind, spec.priority, gpus_to_hold(spec),
-                        duration_s=spec.duration_seconds, demand=tuple(spec.demand), max_swap=spec.max_swap)
+        probe = repository.live_job(WHAT_IF_ID, spec.tenant, spec.kind, spec.priority, spec)
         horizon = Horizon(self.settings.plan_step_s, self.settings.plan_horizon, time.time())
         outcome = await asyncio.to_thread(plan_live, view.nodes, [*view.jobs, probe], horizon, "fast")
         if any(s.job_id == WHAT_IF_ID for s in outcome.decision.starts):

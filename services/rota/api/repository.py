@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import any_, func, or_, select
 from sqlalchemy.orm import Session
 
+from rota.api import gangs
 from rota.common import nodes_repo
 from rota.common.jobs_repo import (
     Events,
@@ -61,6 +62,19 @@ def tenant_by_token_hash(session: Session, token_hash: str) -> TenantRow | None:
 def largest_node_gpus(session: Session) -> int:
     counts = select(func.count()).select_from(GpuRow).group_by(GpuRow.node)
     return max(session.scalars(counts).all(), default=0)
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """What submissions are validated against: the largest node and the GPU types present."""
+
+    largest_node_gpus: int
+    gpu_types: frozenset[str]
+
+
+def node_shape(session: Session) -> NodeShape:
+    types = session.scalars(select(GpuRow.gpu_type).where(GpuRow.gpu_type != "").distinct()).all()
+    return NodeShape(largest_node_gpus(session), frozenset(types))
 
 
 def find_by_request_id(session: Session, tenant: str, request_id: str) -> JobRow | None:
@@ -211,18 +225,19 @@ def list_jobs(session: Session, tenant: str, states: Sequence[str], limit: int) 
     return session.scalars(stmt).all()
 
 
-def cancel_job(session: Session, job_id: str, reason: str, events: Events) -> tuple[JobRow, str | None]:
-    """Cancels an unfinished job; returns it and the node whose agent must stop it, if any."""
+def cancel_job(session: Session, job_id: str, reason: str, events: Events) -> tuple[JobRow, list[str]]:
+    """Cancels an unfinished job; returns it and the nodes whose agents must stop it (a
+    gang's every node; none if it held no GPU)."""
     job = get_job(session, job_id, lock=True)
     if job is None:
         raise NotFound(f"job {job_id} not found")
     if job.state in jobstate.FINAL_STATES:
-        return job, None
-    node = job.node if job.state in jobstate.HOLDING_STATES else None
-    if node is not None:
+        return job, []
+    nodes = (list(job.gang_nodes) or [job.node]) if job.state in jobstate.HOLDING_STATES and job.node else []
+    if nodes:
         release(session, job, "cancelled")
     transition(session, job, jobstate.CANCELLED, reason or "cancelled by user", events)
-    return job, node
+    return job, nodes
 
 
 # Nodes.
@@ -259,7 +274,7 @@ def heartbeat(
     # else (requeued, placed elsewhere, finished) changes nothing.
     held = session.scalars(
         select(JobRow)
-        .where(JobRow.node == node_name, JobRow.state.in_(jobstate.HOLDING_STATES))
+        .where(or_(JobRow.node == node_name, any_(JobRow.gang_nodes) == node_name), JobRow.state.in_(jobstate.HOLDING_STATES))
         .order_by(JobRow.id)
         .with_for_update()
     ).all()
@@ -268,12 +283,16 @@ def heartbeat(
         job = by_id.get(report.job_id)
         if job is None or job.epoch != report.epoch:
             continue
-        _apply_report(session, job, report, events)
-    assigned = [job for job in held if job.node == node_name and job.state in jobstate.HOLDING_STATES]
+        if job.gang_nodes:
+            gangs.apply_gang_report(session, job, node_name, report, events)
+        else:
+            _apply_report(session, job, report, events)
+    assigned = [job for job in held if job.state in jobstate.HOLDING_STATES]
     return node, assigned
 
 
 def _apply_report(session: Session, job: JobRow, report: JobReport, events: Events) -> None:
+    """A single-node job's report (a gang's: rota.api.gangs)."""
     if report.progress is not None and report.progress != job.progress:
         job.progress = report.progress
         events.add(job, "progress")

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import grpc
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rota.api import repository
@@ -30,6 +31,7 @@ from rota.common.refresh import RefreshAhead
 from rota.core import jobstate
 from rota.core.errors import FailedPrecondition, InvalidArgument, NotFound
 from rota.core.jobspec import JobSpecData, validate
+from rota.core.nodelabels import labels_problem, type_problem
 from rota.v1 import agent_pb2, api_pb2, api_pb2_grpc, common_pb2, node_pb2, node_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -56,8 +58,8 @@ class ApiContext:
         self.agents = agents
         # Submissions go to the same database as every other call, by their own connections.
         self.submissions = SubmitBatcher(db.engine.url.render_as_string(hide_password=False), self._publish_submitted)
-        self._largest_node: RefreshAhead[None, int] = RefreshAhead(
-            lambda _: self.tx(repository.largest_node_gpus), LARGEST_NODE_TTL_S)
+        self._node_shape: RefreshAhead[None, repository.NodeShape] = RefreshAhead(
+            lambda _: self.tx(repository.node_shape), LARGEST_NODE_TTL_S)
         self._unpublished: list[tuple[str, str, dict[str, Any]]] = []
         self._publishing: asyncio.Task[None] | None = None
         self._published_at = float("-inf")  # event-loop time of the last pipeline sent
@@ -76,10 +78,11 @@ class ApiContext:
         except Exception as exc:  # noqa: BLE001
             log.warning("could not publish %d job events: %s", len(events.items), exc)
 
-    async def largest_node_gpus(self, *, refresh: bool = False) -> int:
-        """GPUs of the largest node, at most a second old: every submission is validated
-        against it, and nodes come and go far more rarely than jobs arrive."""
-        return await self._largest_node.get(None, fresh=refresh)
+    async def node_shape(self, *, refresh: bool = False) -> repository.NodeShape:
+        """The largest node's GPUs and the GPU types present, at most a second old: every
+        submission is validated against them, and nodes come and go far more rarely than
+        jobs arrive."""
+        return await self._node_shape.get(None, fresh=refresh)
 
     def _publish_submitted(self, new: list[tuple[repository.Submission, repository.Stored]]) -> None:
         """After a batch commits: its PENDING events go to Redis in the background, one
@@ -161,13 +164,16 @@ class JobService(api_pb2_grpc.JobServiceServicer):
         return api_pb2.SubmitJobResponse(job=await self.ctx.tx(lambda s: _job_proto(s, stored.job_id)), created=False)
 
     async def _validated(self, spec: JobSpecData) -> JobSpecData:
+        shape = await self.ctx.node_shape()
         try:
-            return validate(spec, max_gpus_per_node=await self.ctx.largest_node_gpus())
+            return validate(spec, max_gpus_per_node=shape.largest_node_gpus,
+                            known_gpu_types=shape.gpu_types)
         except InvalidArgument as exc:
-            if exc.field != "gpus":
+            if exc.field not in ("gpus", "gpus_per_node", "gpu_types"):
                 raise
-        # Too many GPUs for the cached largest node: a node may have joined since.
-        return validate(spec, max_gpus_per_node=await self.ctx.largest_node_gpus(refresh=True))
+        # Too many GPUs or an unknown type for the cached shape: a node may have joined since.
+        shape = await self.ctx.node_shape(refresh=True)
+        return validate(spec, max_gpus_per_node=shape.largest_node_gpus, known_gpu_types=shape.gpu_types)
 
     async def GetJob(self, request: api_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> api_pb2.GetJobResponse:
         identity = current_identity()
@@ -193,18 +199,17 @@ class JobService(api_pb2_grpc.JobServiceServicer):
         identity = current_identity()
         events = Events()
 
-        def cancel(session: Session) -> tuple[common_pb2.Job, str | None, str, int]:
+        def cancel(session: Session) -> tuple[common_pb2.Job, dict[str, str], int]:
             _visible_job(session, request.id, identity)
-            job, node = repository.cancel_job(session, request.id, request.reason, events)
-            row = session.get(NodeRow, node) if node else None
-            address = row.address if row is not None else ""
-            return convert.job_to_proto(job, history(session, job.id)), node, address, job.epoch
+            job, nodes = repository.cancel_job(session, request.id, request.reason, events)
+            rows = session.scalars(select(NodeRow).where(NodeRow.name.in_(nodes))).all() if nodes else []
+            return convert.job_to_proto(job, history(session, job.id)), {r.name: r.address for r in rows}, job.epoch
 
-        job, node, address, epoch = await self.ctx.tx(cancel)
+        job, addresses, epoch = await self.ctx.tx(cancel)
         await self.ctx.publish(events)
-        if node and address:
-            # After the commit: stop the processes now; if the agent is unreachable, its
-            # next heartbeat's reconciliation stops them.
+        for node, address in addresses.items():
+            # After the commit: stop the processes now (a gang's on every node); if an agent
+            # is unreachable, its next heartbeat's reconciliation stops them.
             try:
                 await self.ctx.agents.stub(address).Stop(
                     agent_pb2.StopRequest(job_id=job.id, epoch=epoch, reason="cancelled", grace_seconds=5), timeout=15, metadata=self.ctx.agents.metadata
@@ -401,17 +406,34 @@ async def register_node(ctx: ApiContext, node: common_pb2.Node) -> common_pb2.No
         raise InvalidArgument("node.name", "must not be empty")
     if not node.address:
         raise InvalidArgument("node.address", "must not be empty")
-    gpus = [GpuRow(node=node.name, index=g.index, uuid=g.uuid, model=g.model, virtual=g.virtual) for g in node.gpus]
+    gpus = [GpuRow(node=node.name, index=g.index, uuid=g.uuid, model=g.model, virtual=g.virtual, gpu_type=g.type)
+            for g in node.gpus]
     if sorted(g.index for g in gpus) != list(range(len(gpus))):
         raise InvalidArgument("node.gpus", "indices must be 0..n-1")
+    labels = _checked_node_labels(node)
 
     def register(session: Session) -> common_pb2.Node:
-        row = nodes_repo.register(session, node.name, node.address, gpus)
+        row = nodes_repo.register(session, node.name, node.address, gpus, labels)
         session.flush()
         nodes = {n.name: (n, g, c) for n, g, c in repository.list_nodes(session)}
         return convert.node_to_proto(*nodes[row.name])
 
     return await ctx.tx(register)
+
+
+def _checked_node_labels(node: common_pb2.Node) -> dict[str, str]:
+    """The node's labels, once its GPU types and labels pass rota.core.nodelabels' rules
+    (what the agent checked before sending them; an older or foreign client may not have)."""
+    for i, gpu in enumerate(node.gpus):
+        problem = type_problem(gpu.type)
+        if problem is not None:
+            raise InvalidArgument(f"node.gpus[{i}].type", problem)
+    labels = dict(node.labels)
+    bad = labels_problem(labels)
+    if bad is not None:
+        key, reason = bad
+        raise InvalidArgument(f"node.labels[{key[:64]}]" if key else "node.labels", reason)
+    return labels
 
 
 async def node_heartbeat(

@@ -215,6 +215,9 @@ class Coordinator:
         if kind in COPY_KINDS:
             if job.state != jobstate.RUNNING or not job.node:
                 raise FailedPrecondition(f"{job_id} is {job.state}: only a RUNNING job can be checkpointed or paused")
+            if job.gang_nodes:
+                raise FailedPrecondition(f"{job_id} is a gang on {len(job.gang_nodes)} nodes: its ranks are not "
+                                         "checkpointed, paused or moved yet; it restarts together instead")
             image = repo.begin_image(s, job_id, "pause" if kind in PAUSING_KINDS else kind, job.node)
             detail = {"node": job.node, "epoch": job.epoch, "timeout_s": timeout, "requested_at": time.time()}
             return repo.create_operation(s, job_id, kind, request_id, image_id=image.id, target_node=target,

@@ -16,9 +16,11 @@ from rota.imagestore.settings import CheckpointSettings
 
 if TYPE_CHECKING:
     from rota.core.detection.failslow import DetectorConfig
+    from rota.core.fairness.rates import GpuRates
 
-# The detector's core (rota.core.detection) is loaded by whoever reads or builds its section,
-# not by every importer of this module: the CLI and the health probe import it on every call.
+# The detector's core (rota.core.detection) and the GPU-type rates (rota.core.fairness.rates)
+# are loaded by whoever reads or builds their sections, not by every importer of this module:
+# the CLI and the health probe import it on every call.
 
 
 def _env_float(name: str, default: float) -> float:
@@ -86,6 +88,22 @@ def _env_detector() -> DetectorConfig:
         )
     except ValueError as exc:
         raise ValueError(f"ROTA_DETECTOR_*: {exc}") from exc
+
+
+def _default_gpu_rates() -> GpuRates:
+    from rota.core.fairness.rates import DEFAULT_RATES
+
+    return DEFAULT_RATES
+
+
+def _env_gpu_rates(name: str) -> GpuRates:
+    """The default GPU-type rates with the `TYPE=RATE,...` the variable lists merged over them."""
+    from rota.core.fairness.rates import rates_from_text
+
+    try:
+        return rates_from_text(os.environ.get(name, ""))
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from exc
 
 
 def _env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
@@ -164,6 +182,10 @@ class Settings:
     fair_lease_s: float = 1800.0
     fair_starvation_s: float = 4 * 3600.0
     fair_delay_s: float = 300.0
+    # What a GPU-second of each type counts for in the ledger's weighted GPU-time, which
+    # fairness reads (ROTA_GPU_TYPE_RATES="h100=3.2,a100=1", merged over the defaults of
+    # rota.core.fairness.rates; A100 = 1, an unknown type 1).
+    gpu_type_rates: GpuRates = field(default_factory=_default_gpu_rates)
     # Where the api forwards each service's RPCs: the api is the one front door.
     service_addrs: dict[str, str] = field(default_factory=dict)
     # Mutual TLS (rota.common.tls): PEM paths of this process's certificate, its key and the
@@ -188,6 +210,11 @@ class Settings:
     # An agent's graceful stop leaves its jobs running for its successor to adopt, unless the
     # whole local cluster stops (`rota up` sets ROTA_AGENT_STOP_JOBS_ON_EXIT=1).
     agent_stop_jobs_on_exit: bool = False
+    # What an agent declares when registering, unless its --gpu-type / --label flags say:
+    # its GPUs' type (ROTA_AGENT_GPU_TYPE; virtual slots have none of their own) and its
+    # labels (ROTA_AGENT_LABELS="switch=s1,rack=r1"), kept as written; the agent checks them.
+    agent_gpu_type: str = ""
+    agent_labels: str = ""
 
     @staticmethod
     def from_env() -> Settings:
@@ -221,6 +248,7 @@ class Settings:
             fair_lease_s=_env_positive("ROTA_FAIR_LEASE", 1800.0),
             fair_starvation_s=_env_positive("ROTA_FAIR_STARVATION", 4 * 3600.0),
             fair_delay_s=_env_float("ROTA_FAIR_DELAY", 300.0),
+            gpu_type_rates=_env_gpu_rates("ROTA_GPU_TYPE_RATES"),
             service_addrs={
                 name: os.environ[f"ROTA_{name.upper()}_ADDR"]
                 for name in FORWARDED_SERVICES
@@ -235,6 +263,8 @@ class Settings:
             detector_bad_ratio=_env_positive("ROTA_DETECTOR_BAD_RATIO", _beyond_repair_ratio()),
             checkpoint=CheckpointSettings.from_env(home),
             agent_stop_jobs_on_exit=_env_flag("ROTA_AGENT_STOP_JOBS_ON_EXIT"),
+            agent_gpu_type=os.environ.get("ROTA_AGENT_GPU_TYPE", "").strip(),
+            agent_labels=os.environ.get("ROTA_AGENT_LABELS", "").strip(),
         )
 
     @property

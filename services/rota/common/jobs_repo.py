@@ -118,8 +118,13 @@ def lose(session: Session, job: JobRow, why: str, events: Events, *, release_rea
 
 def _requeue(session: Session, job: JobRow, reason: str, events: Events) -> None:
     transition(session, job, jobstate.PENDING, reason, events)
-    job.node = None
-    job.gpu_indices = []
+    unplace(job)
+
+
+def unplace(job: JobRow) -> None:
+    """The job holds no GPU any more: no node, no gang (its GPUs were released)."""
+    job.node, job.gpu_indices = None, []
+    job.gang_nodes, job.gang_master = [], ""
 
 
 def pause(session: Session, job: JobRow, reason: str, events: Events) -> None:
@@ -127,4 +132,4 @@ def pause(session: Session, job: JobRow, reason: str, events: Events) -> None:
     charges running time only), PAUSED until resumed from its image."""
     release(session, job, "paused")
     transition(session, job, jobstate.PAUSED, reason, events)
-    job.node, job.gpu_indices = None, []
+    unplace(job)

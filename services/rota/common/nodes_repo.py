@@ -10,10 +10,10 @@ are lost through `jobs_repo.lose`, the same path as a silent rank's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import any_, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from rota.common.jobs_repo import Events, lose
@@ -22,25 +22,31 @@ from rota.core import jobstate, nodestate
 from rota.core.errors import NotFound
 
 
-def register(session: Session, name: str, address: str, gpus: Sequence[GpuRow]) -> NodeRow:
+def register(
+    session: Session, name: str, address: str, gpus: Sequence[GpuRow], labels: Mapping[str, str] | None = None,
+) -> NodeRow:
     """A node's agent (re)starts: the node is ALIVE (a drain outlives the restart), its GPUs
-    are the ones it reports now."""
+    (with their types) and its labels are the ones it reports now: a node moved to another
+    switch, or given other GPUs, says so by restarting its agent."""
     node = session.get(NodeRow, name, with_for_update=True)
     if node is None:
-        node = NodeRow(name=name, address=address, health=nodestate.ALIVE, last_heartbeat=func.now())
+        node = NodeRow(name=name, address=address, health=nodestate.ALIVE, last_heartbeat=func.now(),
+                       labels=dict(labels or {}))
         session.add(node)
     else:
         target = nodestate.after_beat(node.health)
         nodestate.check(node.health, target)
         node.address, node.health, node.last_heartbeat = address, target, func.now()
+        node.labels = dict(labels or {})
     session.flush()
     existing = {g.index: g for g in session.scalars(select(GpuRow).where(GpuRow.node == name))}
     for gpu in gpus:
         row = existing.pop(gpu.index, None)
         if row is None:
-            session.add(GpuRow(node=name, index=gpu.index, uuid=gpu.uuid, model=gpu.model, virtual=gpu.virtual))
+            session.add(GpuRow(node=name, index=gpu.index, uuid=gpu.uuid, model=gpu.model, virtual=gpu.virtual,
+                               gpu_type=gpu.gpu_type or ""))
         else:
-            row.uuid, row.model, row.virtual = gpu.uuid, gpu.model, gpu.virtual
+            row.uuid, row.model, row.virtual, row.gpu_type = gpu.uuid, gpu.model, gpu.virtual, gpu.gpu_type or ""
     for stale in existing.values():
         session.delete(stale)
     return node  # last_heartbeat, stamped by the database's clock, loads when it is read
@@ -85,11 +91,14 @@ def declare_dead(session: Session, timeout_s: float, events: Events) -> list[str
     for node, silent in rows:
         nodestate.check(node.health, nodestate.DEAD)
         node.health = nodestate.DEAD
+        # Its jobs, and every gang with a node here: the whole gang stops together.
         jobs = session.scalars(
-            select(JobRow).where(JobRow.node == node.name, JobRow.state.in_(jobstate.HOLDING_STATES)).with_for_update()
+            select(JobRow).where(or_(JobRow.node == node.name, any_(JobRow.gang_nodes) == node.name),
+                                 JobRow.state.in_(jobstate.HOLDING_STATES)).with_for_update()
         ).all()
         for job in jobs:
-            lose(session, job, f"node {node.name} missed heartbeats for {float(silent):.1f}s", events,
+            gang = f" (node of its {len(job.gang_nodes)}-node gang)" if job.gang_nodes else ""
+            lose(session, job, f"node {node.name}{gang} missed heartbeats for {float(silent):.1f}s", events,
                  release_reason="node lost")
     return [node.name for node, _ in rows]
 

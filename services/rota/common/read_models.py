@@ -3,8 +3,9 @@
 A service owns its tables and is their only writer (docs/architecture.md). Where another
 service must read some of that data inside its own transaction (the allocator commits a
 start with the image to resume from; the api answers a heartbeat with it), it reads a view
-the owner publishes (migrations/versions/0010_read_models.py) instead of the owner's tables
-or code. The view's columns are the contract; the owner may reshape its tables behind it.
+the owner publishes (migrations/versions/0010_read_models.py, 0012_ledger_gpu_rates.py)
+instead of the owner's tables or code. The view's columns are the contract; the owner may
+reshape its tables behind it.
 
 | view                        | owner      | readers             |
 |-----------------------------|------------|---------------------|
@@ -13,11 +14,12 @@ or code. The view's columns are the contract; the owner may reshape its tables b
 | checkpoint_resume_targets   | checkpoint | allocator           |
 | detector_bad_gpus           | detector   | allocator           |
 | detector_applied_layouts    | detector   | allocator, api      |
+| node_gpu_types              | node lifecycle (`nodes_repo`) | ledger |
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +55,11 @@ bad_gpu_rows = Table(
 applied_layouts = Table(
     "detector_applied_layouts", VIEWS,
     Column("job_id", String(32), primary_key=True), Column("layout", JSONB), Column("from_epoch", BigInteger),
+)
+node_gpu_types = Table(
+    "node_gpu_types", VIEWS,
+    Column("node", String(64), primary_key=True), Column("gpu_index", Integer, primary_key=True),
+    Column("gpu_type", String(32)),
 )
 
 
@@ -132,3 +139,15 @@ def launch_fields(session: Session, job_id: str) -> dict[str, Any]:
     (the allocator's launch) and Assignment (a heartbeat's answer) share: the image it restores
     from ("" for none) and the layout an applied re-plan gave it (none: no layout fields)."""
     return {"resume_image": resume_image(session, job_id) or "", **layout_fields(applied_layout_document(session, job_id))}
+
+
+def gpu_types(session: Session, nodes: Collection[str]) -> dict[tuple[str, int], str]:
+    """The type each GPU of these nodes advertised, by (node, index); a GPU not listed (its
+    node is gone) or of unknown type is absent, as "" would say the same."""
+    if not nodes:
+        return {}
+    rows = session.execute(
+        select(node_gpu_types.c.node, node_gpu_types.c.gpu_index, node_gpu_types.c.gpu_type)
+        .where(node_gpu_types.c.node.in_(sorted(nodes)), node_gpu_types.c.gpu_type != "")
+    )
+    return {(node, index): gpu_type for node, index, gpu_type in rows}

@@ -5,11 +5,18 @@ A usage row is one lease's GPU time inside one hour: rows are split at hour boun
 GROUP BY and any window is an exact clip. The key (lease_id, sequence) makes every
 write idempotent; leases collected from placements use lease_id "p<placement id>" and
 the absolute hour index as the sequence.
+
+A row also says what its GPUs were and what each counted for: `gpu_types` and
+`gpu_rates` (aligned with `gpu_indices`) and their sum `weighted_gpus`, fixed when the row
+is first written (an extension or a retry leaves them as they are, so a rate changed later
+re-rates no GPU-second already charged). Rows written before GPU types were rated (0012)
+have them empty and NULL: one per GPU, as they were charged then.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 
 from sqlalchemy import (
     BigInteger,
@@ -19,6 +26,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    Numeric,
     String,
     func,
 )
@@ -39,6 +47,12 @@ class UsageRow(Base):
             name="ck_ledger_usage_within_hour",
         ),
         CheckConstraint("cardinality(gpu_indices) > 0", name="ck_ledger_usage_gpus"),
+        CheckConstraint(
+            "cardinality(gpu_types) IN (0, cardinality(gpu_indices))"
+            " AND cardinality(gpu_rates) IN (0, cardinality(gpu_indices))"
+            " AND (weighted_gpus IS NULL OR weighted_gpus > 0)",
+            name="ck_ledger_usage_rates",
+        ),
         Index("ix_ledger_usage_tenant_hour", "tenant", "hour"),
         Index("ix_ledger_usage_hour", "hour"),
         Index("ix_ledger_usage_job_id", "job_id"),
@@ -54,6 +68,9 @@ class UsageRow(Base):
     start_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     end_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    gpu_types: Mapped[list[str]] = mapped_column(ARRAY(String(32)), nullable=False, server_default="{}")
+    gpu_rates: Mapped[list[Decimal]] = mapped_column(ARRAY(Numeric), nullable=False, server_default="{}")
+    weighted_gpus: Mapped[Decimal | None] = mapped_column(Numeric)  # Σ gpu_rates; NULL: before 0012
 
 
 class CollectedRow(Base):

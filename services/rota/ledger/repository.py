@@ -1,14 +1,18 @@
 """The ledger's Postgres operations: idempotent usage writes, usage totals, standings inputs.
 
-GPU-seconds are summed in SQL as exact numerics (EXTRACT(EPOCH ...) is `numeric`), so
-totals by tenant, by job and by GPU over the same rows are equal to the last digit.
+GPU-seconds are summed in SQL as exact numerics (EXTRACT(EPOCH ...) is `numeric`, the rates
+are `numeric` too), so totals by tenant, by job and by GPU over the same rows are equal to
+the last digit, raw and weighted alike. Raw GPU-seconds are seconds times GPUs; weighted
+ones seconds times the row's weighted GPUs (the rates of its GPUs' types), what fairness
+reads.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -17,11 +21,20 @@ from sqlalchemy import ColumnElement, SQLColumnExpression, and_, delete, func, l
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from rota.common import read_models
 from rota.common.models import GpuRow, JobRow, JobTransitionRow, NodeRow, PlacementRow, TenantRow
 from rota.core import jobstate, nodestate
 from rota.core.errors import AlreadyExists, InvalidArgument
 from rota.core.fairness.ltgf import FairnessConfig, quotas
-from rota.core.fairness.standings import JobLife, Span, job_standings, tenant_standing, window_start
+from rota.core.fairness.rates import DEFAULT_RATES, UNKNOWN_RATE, GpuRates
+from rota.core.fairness.standings import (
+    JobLife,
+    Span,
+    job_standings,
+    tenant_standing,
+    used_in_window,
+    window_start,
+)
 from rota.ledger.models import HOUR_S, CollectedRow, UsageRow
 
 COLLECTOR_LOCK_KEY = 0x4C656467  # "Ledg"
@@ -30,7 +43,8 @@ BY = ("job", "tenant", "day", "gpu")
 
 @dataclass(frozen=True)
 class UsageRecord:
-    """One usage row: GPUs of one lease within one hour."""
+    """One usage row: GPUs of one lease within one hour; `gpu_types` and `gpu_rates` go with
+    `gpu_indices` (empty: unknown types, one per GPU)."""
 
     lease_id: str
     sequence: int
@@ -40,13 +54,27 @@ class UsageRecord:
     gpu_indices: list[int]
     start: datetime
     end: datetime
+    gpu_types: tuple[str, ...] = ()
+    gpu_rates: tuple[Decimal, ...] = ()
+
+    def rated(self, gpu_types: Sequence[str], rates: GpuRates) -> UsageRecord:
+        return replace(self, gpu_types=tuple(gpu_types), gpu_rates=rates.rates(gpu_types))
 
     def values(self) -> dict[str, Any]:
+        n = len(self.gpu_indices)
+        types = self.gpu_types or ("",) * n
+        rates = self.gpu_rates or (UNKNOWN_RATE,) * n
+        if len(types) != n or len(rates) != n:
+            raise ValueError(f"lease {self.lease_id}: {n} GPUs but {len(types)} types and {len(rates)} rates")
         return {
             "lease_id": self.lease_id, "sequence": self.sequence, "job_id": self.job_id,
             "tenant": self.tenant, "node": self.node, "gpu_indices": list(self.gpu_indices),
             "hour": int(self.start.timestamp() // HOUR_S), "start_at": self.start, "end_at": self.end,
+            "gpu_types": list(types), "gpu_rates": list(rates), "weighted_gpus": sum(rates, Decimal(0)),
         }
+
+
+COLLECTED_LEASE = re.compile(r"p\d+(n\d+)?")  # the collector's lease ids (rota.ledger.collector.lease_id)
 
 
 @dataclass(frozen=True)
@@ -60,6 +88,8 @@ class LeaseSource:
     gpu_indices: list[int]
     start: datetime
     released_at: datetime | None
+    gpu_types: tuple[str, ...] = ()  # aligned with gpu_indices; empty: unknown
+    node_rank: int = 0  # a gang's placement is one lease per node: this is which
 
 
 def db_now(session: Session) -> datetime:
@@ -73,7 +103,8 @@ def lock_collector(session: Session) -> None:
 
 # Writes.
 def unsettled_placements(session: Session, after: int, limit: int) -> list[LeaseSource]:
-    """Placements never collected, or collected while still open, by id above `after`."""
+    """Placements never collected, or collected while still open, by id above `after`, with
+    the types their GPUs advertised (from the node lifecycle's read model; "" unknown)."""
     stmt = (
         select(PlacementRow, JobRow.tenant)
         .join(JobRow, JobRow.id == PlacementRow.job_id)
@@ -82,9 +113,14 @@ def unsettled_placements(session: Session, after: int, limit: int) -> list[Lease
         .order_by(PlacementRow.id)
         .limit(limit)
     )
+    rows = session.execute(stmt).all()
+    # A gang holds the same GPU indices on every one of its nodes: a lease per node.
+    parts = [(p, tenant, rank, node) for p, tenant in rows for rank, node in enumerate(p.gang_nodes or [p.node])]
+    types = read_models.gpu_types(session, {node for _p, _t, _r, node in parts})
     return [
-        LeaseSource(p.id, p.job_id, tenant, p.node, list(p.gpu_indices), p.created_at, p.released_at)
-        for p, tenant in session.execute(stmt).all()
+        LeaseSource(p.id, p.job_id, tenant, node, list(p.gpu_indices), p.created_at, p.released_at,
+                    tuple(types.get((node, i), "") for i in p.gpu_indices), rank)
+        for p, tenant, rank, node in parts
     ]
 
 
@@ -96,7 +132,8 @@ def _upsert(records: Sequence[UsageRecord], *, exact: bool) -> Any:
         UsageRow.gpu_indices == new.gpu_indices, UsageRow.start_at == new.start_at,
     )
     # A repeat changes nothing; a later report of the same open lease only moves the end
-    # forward, so a stale retry can never take GPU time back.
+    # forward, so a stale retry can never take GPU time back. Types and rates stay as first
+    # written: a rate changed since re-rates no GPU-second already charged.
     grows = UsageRow.end_at < new.end_at if not exact else UsageRow.end_at != new.end_at
     return stmt.on_conflict_do_update(
         index_elements=[UsageRow.lease_id, UsageRow.sequence],
@@ -129,14 +166,19 @@ def mark_collected(session: Session, placement_id: int, until: datetime, closed:
     ))
 
 
-def record_usage(session: Session, r: UsageRecord) -> bool:
-    """RecordUsage: True when the row was new or grew; False for a repeat.
+def record_usage(session: Session, r: UsageRecord, rates: GpuRates = DEFAULT_RATES) -> bool:
+    """RecordUsage: True when the row was new or grew; False for a repeat. A record without
+    types is rated by the types its node's GPUs advertised (unknown, on a node not registered).
 
-    The collector owns lease ids p<N>; a reporter writing there could double count."""
-    if r.lease_id.startswith("p") and r.lease_id[1:].isdigit():
-        raise InvalidArgument("lease_id", f"{r.lease_id!r}: p<N> is reserved for leases collected from placements")
+    The collector owns lease ids p<N> and p<N>n<R>; a reporter writing there could double count."""
+    if COLLECTED_LEASE.fullmatch(r.lease_id):
+        raise InvalidArgument("lease_id", f"{r.lease_id!r}: p<N> (and p<N>n<R>) is reserved for leases collected "
+                              "from placements")
     if session.get(TenantRow, r.tenant) is None:
         raise InvalidArgument("tenant", f"unknown tenant {r.tenant!r}")
+    if not r.gpu_types:
+        types = read_models.gpu_types(session, [r.node])
+        r = r.rated([types.get((r.node, i), "") for i in r.gpu_indices], rates)
     if session.execute(_upsert([r], exact=False)).first() is not None:
         return True
     old = session.get(UsageRow, (r.lease_id, r.sequence))
@@ -159,6 +201,12 @@ class UsageTotal:
     key: str
     tenant: str  # "" when the key spans tenants (day, gpu)
     gpu_seconds: Decimal
+    weighted_gpu_seconds: Decimal  # GPU-seconds times the rates of the GPUs' types
+
+
+def _weighted_gpus() -> ColumnElement[Any]:
+    """A row's weighted GPUs; a row from before GPU types were rated counts one per GPU."""
+    return func.coalesce(UsageRow.weighted_gpus, func.cardinality(UsageRow.gpu_indices))
 
 
 def _seconds(since: datetime | None, until: datetime | None) -> ColumnElement[Any]:
@@ -183,23 +231,31 @@ def usage_totals(
         where.append(UsageRow.tenant == tenant)
     seconds = _seconds(since, until)
     if by == "gpu":
+        # Two set-returning calls in one select list run in lockstep (PostgreSQL 10+): each
+        # GPU with its own rate; a row without rates pads them with NULL, which counts 1.
         per_gpu = select(
-            UsageRow.node, func.unnest(UsageRow.gpu_indices).label("gpu"), seconds.label("s")
+            UsageRow.node, func.unnest(UsageRow.gpu_indices).label("gpu"),
+            func.unnest(UsageRow.gpu_rates).label("rate"), seconds.label("s"),
         ).where(*where).subquery()
+        rate = func.coalesce(per_gpu.c.rate, UNKNOWN_RATE)
         rows = session.execute(
-            select(func.concat(per_gpu.c.node, "/", per_gpu.c.gpu), literal(""), func.sum(per_gpu.c.s))
+            select(func.concat(per_gpu.c.node, "/", per_gpu.c.gpu), literal(""), func.sum(per_gpu.c.s),
+                   func.sum(per_gpu.c.s * rate))
             .group_by(per_gpu.c.node, per_gpu.c.gpu).order_by(per_gpu.c.node, per_gpu.c.gpu)
         ).all()
     else:
         gpu_seconds = func.sum(seconds * func.cardinality(UsageRow.gpu_indices))
+        weighted = func.sum(seconds * _weighted_gpus())
         key: SQLColumnExpression[Any] = {
             "job": UsageRow.job_id,
             "tenant": UsageRow.tenant,
             "day": func.to_char(func.timezone("UTC", UsageRow.start_at), "YYYY-MM-DD"),
         }[by]
         owner = func.min(UsageRow.tenant) if by == "job" else literal("")
-        rows = session.execute(select(key, owner, gpu_seconds).where(*where).group_by(key).order_by(key)).all()
-    return [UsageTotal(str(k), str(t), Decimal(s)) for k, t, s in rows]
+        rows = session.execute(
+            select(key, owner, gpu_seconds, weighted).where(*where).group_by(key).order_by(key)
+        ).all()
+    return [UsageTotal(str(k), str(t), Decimal(s), Decimal(w)) for k, t, s, w in rows]
 
 
 def capacity(session: Session) -> int:
@@ -210,7 +266,8 @@ def capacity(session: Session) -> int:
 
 @dataclass(frozen=True)
 class TenantReport:
-    """One tenant's standing over the window; GPU-seconds."""
+    """One tenant's standing over the window; GPU-seconds, `used` weighted by GPU type (what
+    fairness reads), `raw_used` not."""
 
     tenant: str
     share: float
@@ -218,6 +275,7 @@ class TenantReport:
     entitled: float
     deserved: float
     used: float
+    raw_used: float
 
 
 def _ts(t: datetime) -> float:
@@ -248,20 +306,26 @@ def standings(session: Session, cfg: FairnessConfig | None = None, tenant: str =
     )
     for name, created, finished, gpus in session.execute(jobs):
         demand[name].append(Span(_ts(created), _ts(finished or now), gpus))
-    running: dict[str, list[Span]] = defaultdict(list)
-    usage = select(UsageRow.tenant, UsageRow.start_at, UsageRow.end_at, func.cardinality(UsageRow.gpu_indices))
-    for name, a, b, n in session.execute(usage.where(UsageRow.hour >= int(start // HOUR_S))):
-        running[name].append(Span(_ts(a), _ts(b), n))
+    running: dict[str, list[Span]] = defaultdict(list)  # weighted GPUs: U is weighted service
+    raw: dict[str, list[Span]] = defaultdict(list)
+    usage = select(UsageRow.tenant, UsageRow.start_at, UsageRow.end_at, func.cardinality(UsageRow.gpu_indices),
+                   _weighted_gpus())
+    for name, a, b, n, w in session.execute(usage.where(UsageRow.hour >= int(start // HOUR_S))):
+        running[name].append(Span(_ts(a), _ts(b), float(w)))
+        raw[name].append(Span(_ts(a), _ts(b), n))
     out = []
     for t in rows:
-        st = tenant_standing(t.name, quota[t.name], _ts(t.created_at), _ts(now), demand[t.name], running[t.name], cfg)
-        out.append(TenantReport(t.name, t.share, st.quota, st.entitled, st.deserved, st.used))
+        born = _ts(t.created_at)
+        st = tenant_standing(t.name, quota[t.name], born, _ts(now), demand[t.name], running[t.name], cfg)
+        raw_used = used_in_window(born, _ts(now), raw[t.name], cfg)
+        out.append(TenantReport(t.name, t.share, st.quota, st.entitled, st.deserved, st.used, raw_used))
     return Standings(now, since, gpus, out)
 
 
 @dataclass(frozen=True)
 class JobReport:
-    """One job's long-term fairness: D_j and U_j in GPU-seconds since it arrived."""
+    """One job's long-term fairness: D_j and U_j in GPU-seconds since it arrived (U_j
+    weighted by GPU type; `raw_used` is not)."""
 
     job_id: str
     tenant: str
@@ -271,6 +335,7 @@ class JobReport:
     deserved: float
     used: float
     pending_since: datetime | None
+    raw_used: float = 0.0
 
 
 def job_fairness(session: Session, cfg: FairnessConfig | None = None, tenant: str = "") -> list[JobReport]:
@@ -295,18 +360,24 @@ def job_fairness(session: Session, cfg: FairnessConfig | None = None, tenant: st
         finished = _ts(j.finished_at) if j.finished_at else None
         lives[j.tenant].append(JobLife(j.id, j.gpus, float(j.priority), _ts(j.created_at), finished))
     ids = [j.id for j in shown]
+    seconds = _seconds(None, None)
     used_stmt = (
-        select(UsageRow.job_id, func.sum(_seconds(None, None) * func.cardinality(UsageRow.gpu_indices)))
+        select(UsageRow.job_id, func.sum(seconds * _weighted_gpus()),
+               func.sum(seconds * func.cardinality(UsageRow.gpu_indices)))
         .where(UsageRow.job_id.in_(ids)).group_by(UsageRow.job_id)
     )
-    used = {k: float(v) for k, v in session.execute(used_stmt)}
+    used: dict[str, float] = {}
+    raw_used: dict[str, float] = {}
+    for k, weighted, plain in session.execute(used_stmt):
+        used[k], raw_used[k] = float(weighted), float(plain)
     pending = _pending_since(session, [j.id for j in shown if j.state == jobstate.PENDING])
     per_tenant = {t: job_standings(quota.get(t, 0), js, used, _ts(now)) for t, js in lives.items()}
     out = []
     for j in sorted(shown, key=lambda j: (j.tenant, j.created_at, j.id)):
         st = per_tenant[j.tenant][j.id]
         since = pending.get(j.id, j.created_at) if j.state == jobstate.PENDING else None
-        out.append(JobReport(j.id, j.tenant, j.state, j.gpus, j.created_at, st.deserved, st.used, since))
+        out.append(JobReport(j.id, j.tenant, j.state, j.gpus, j.created_at, st.deserved, st.used, since,
+                             raw_used.get(j.id, 0.0)))
     return out
 
 

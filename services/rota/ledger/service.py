@@ -1,7 +1,8 @@
 """gRPC adapter of the ledger: protos in, repository calls in worker threads, protos out.
 
 A tenant token sees only its own tenant (its filter is forced, as in the api's ListJobs);
-the admin token sees all and alone may record usage.
+the admin token sees all and alone may record usage. `used` and F count GPU-hours weighted
+by GPU type (`rates`); Usage answers raw and weighted GPU-hours side by side.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from rota.common.auth import current_identity
 from rota.common.db import Database
 from rota.core.errors import InvalidArgument
 from rota.core.fairness.ltgf import FairnessConfig, ratio
+from rota.core.fairness.rates import DEFAULT_RATES, GpuRates
 from rota.ledger import repository
 from rota.ledger.models import HOUR_S
 from rota.ledger.repository import UsageRecord
@@ -76,9 +78,10 @@ def _tenant_filter(requested: str) -> str:
 
 
 class LedgerService(ledger_pb2_grpc.LedgerServiceServicer):
-    def __init__(self, db: Database, cfg: FairnessConfig | None = None) -> None:
+    def __init__(self, db: Database, cfg: FairnessConfig | None = None, rates: GpuRates = DEFAULT_RATES) -> None:
         self.db = db
         self.cfg = cfg or FairnessConfig()
+        self.rates = rates
 
     async def _tx(self, fn: Callable[[Session], T]) -> T:
         return await asyncio.to_thread(self.db.run, fn)
@@ -89,7 +92,7 @@ class LedgerService(ledger_pb2_grpc.LedgerServiceServicer):
         current_identity().require_admin()
         record = record_from_proto(request)
         # Acknowledged only after its SERIALIZABLE commit (run again on a serialization failure).
-        recorded = await asyncio.to_thread(self.db.run_serializable, lambda s: repository.record_usage(s, record))
+        recorded = await asyncio.to_thread(self.db.run_serializable, lambda s: repository.record_usage(s, record, self.rates))
         return ledger_pb2.RecordUsageResponse(recorded=recorded)
 
     async def Usage(self, request: ledger_pb2.UsageRequest, context: grpc.aio.ServicerContext) -> ledger_pb2.UsageResponse:
@@ -100,7 +103,13 @@ class LedgerService(ledger_pb2_grpc.LedgerServiceServicer):
         since, until = _window(request.since_unix, request.until_unix)
         rows = await self._tx(lambda s: repository.usage_totals(s, by, tenant=tenant, since=since, until=until))
         return ledger_pb2.UsageResponse(
-            rows=[ledger_pb2.UsageRow(key=r.key, gpu_hours=_hours(float(r.gpu_seconds)), tenant=r.tenant) for r in rows]
+            rows=[
+                ledger_pb2.UsageRow(
+                    key=r.key, gpu_hours=_hours(float(r.gpu_seconds)), tenant=r.tenant,
+                    weighted_gpu_hours=_hours(float(r.weighted_gpu_seconds)),
+                )
+                for r in rows
+            ]
         )
 
     async def Standings(
@@ -113,6 +122,7 @@ class LedgerService(ledger_pb2_grpc.LedgerServiceServicer):
                 ledger_pb2.TenantStanding(
                     tenant=t.tenant, quota=t.quota, entitled=_hours(t.entitled), deserved=_hours(t.deserved),
                     used=_hours(t.used), fairness=ratio(t.used, t.deserved), share=t.share,
+                    raw_used=_hours(t.raw_used),
                 )
                 for t in st.tenants
             ],
@@ -132,6 +142,7 @@ class LedgerService(ledger_pb2_grpc.LedgerServiceServicer):
                     job_state=convert.state_value(j.state),
                     pending_since_unix=_unix(j.pending_since), submitted_unix_seconds=j.submitted.timestamp(),
                     pending_since_unix_seconds=j.pending_since.timestamp() if j.pending_since is not None else 0.0,
+                    raw_used=_hours(j.raw_used),
                 )
                 for j in jobs
             ]

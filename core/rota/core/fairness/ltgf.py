@@ -123,8 +123,8 @@ class TenantAccount:
         self.quota = quota
         self.window = HourlyWindow(cfg.bucket_s, cfg.window_s)
         self.since = 0.0
-        self.demand = 0
-        self.running = 0
+        self.demand: float = 0
+        self.running: float = 0  # GPUs, or weighted GPUs when the caller rates them by type
 
     def _flush(self, now: float) -> None:
         if now > self.since:
@@ -132,7 +132,7 @@ class TenantAccount:
             self.window.add(self.since, now, rates)
         self.since = max(self.since, now)
 
-    def set_load(self, now: float, demand: int, running: int) -> None:
+    def set_load(self, now: float, demand: float, running: float) -> None:
         self._flush(now)
         self.demand, self.running = demand, running
 

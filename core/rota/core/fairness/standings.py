@@ -18,11 +18,12 @@ from rota.core.fairness.ltgf import FairnessConfig, JobShareClock, TenantAccount
 
 @dataclass(frozen=True)
 class Span:
-    """`gpus` GPUs demanded or held over [start, end)."""
+    """`gpus` GPUs demanded or held over [start, end). Held spans the ledger replays are
+    weighted GPUs (the rates of their GPUs' types, rota.core.fairness.rates), so not whole."""
 
     start: float
     end: float
-    gpus: int
+    gpus: float
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def tenant_standing(
     start, or later when the tenant is younger): W = Q·t, D = ∫ min(demand, Q), U = ∫ running."""
     cfg = cfg or FairnessConfig()
     since = max(since, window_start(now, cfg))
-    deltas: dict[float, list[int]] = {}
+    deltas: dict[float, list[float]] = {}
     for spans, k in ((demand, 0), (running, 1)):
         for s in spans:
             a, b = max(s.start, since), min(s.end, now)
@@ -75,11 +76,19 @@ def tenant_standing(
                 deltas.setdefault(b, [0, 0])[k] -= s.gpus
     account = TenantAccount(tenant, quota, cfg)
     account.since = since  # accrue from here, not from the epoch
-    level = [0, 0]
+    level = [0.0, 0.0]
     for t in sorted(deltas):
         level = [level[0] + deltas[t][0], level[1] + deltas[t][1]]
         account.set_load(t, level[0], level[1])
     return account.standing(now)
+
+
+def used_in_window(tenant_since: float, now: float, running: Iterable[Span], cfg: FairnessConfig | None = None) -> float:
+    """∫ running over the window at `now` (from `tenant_since` when later): the U that
+    tenant_standing reports for the same spans, without the rest of the accounting."""
+    cfg = cfg or FairnessConfig()
+    since = max(tenant_since, window_start(now, cfg))
+    return sum(max(0.0, min(s.end, now) - max(s.start, since)) * s.gpus for s in running)
 
 
 def job_standings(

@@ -36,13 +36,11 @@ class StartMasks:
         self._align: dict[int, int] = {}
         self.allowed_for = lru_cache(maxsize=None)(self._allowed)
         self.one_switch = lru_cache(maxsize=None)(self._one_switch)
+        self.span_tiers = lru_cache(maxsize=None)(self._span_tiers)
 
     def aligned(self, size: int) -> int:
-        if size not in self._align:
-            m = 0
-            for first in range(0, self.gpus, size):
-                m |= 1 << first
-            self._align[size] = m
+        if size not in self._align:  # 1 + 2^size + 2^2size + ...: the geometric series' sum
+            self._align[size] = self.full // ((1 << size) - 1)
         return self._align[size]
 
     def _rows_of(self, nodes: list[int]) -> int:
@@ -75,6 +73,17 @@ class StartMasks:
             if len({self.node_switches[i] for i in nodes}) == 1:
                 out |= 1 << first
         return out
+
+    def _span_tiers(self, size: int) -> tuple[int, ...]:
+        """The aligned starts of `size` grouped by how many switches their block spans,
+        fewest first (empty groups left out): the order a gang's block is chosen in."""
+        if not self.node_switches or size <= self.per_node:
+            return (self.aligned(size),)
+        tiers: dict[int, int] = {}
+        for first in range(0, self.gpus, size):
+            n = self.switches_spanned(first, size)
+            tiers[n] = tiers.get(n, 0) | 1 << first
+        return tuple(tiers[n] for n in sorted(tiers))
 
     def switches_spanned(self, first: int, size: int) -> int:
         """How many switches the block [first, first + size) spans (1 without switches)."""

@@ -1,4 +1,5 @@
-"""The five SPEC §3 constraints, checked on a finished grid.
+"""The five SPEC §3 constraints, checked on a finished grid, and the placement ones:
+a job only on GPUs of a type it accepts, a same-switch job under one switch.
 
 This module knows nothing of the policies: it is the referee the tests run on every grid
 any policy makes, and what a reader of the benchmark JSON would use to re-check it.
@@ -56,6 +57,26 @@ def _batch(s: Scenario, j: BatchJob, steps: list[set[int]] | None) -> list[str]:
         out.append(f"{j.id} holds GPUs {gpus}, not an aligned block of {j.gpus}")
     if j.running and first != j.running.first_gpu:
         out.append(f"running job {j.id} moved from GPU {j.running.first_gpu} to {first}")
+    elif not j.running:  # a running job stays where it is: its placement was checked when it started
+        out += _placement(s, j, first, len(gpus))
+    return out
+
+
+def _placement(s: Scenario, j: BatchJob, first: int, size: int) -> list[str]:
+    """The job's GPU types and switch, where the scenario models them (SPEC §3 placement)."""
+    per = s.gpus_per_node
+    nodes = range(first // per, max(first // per + 1, -(-(first + size) // per)))
+    out: list[str] = []
+    if j.gpu_types and s.node_types:
+        wrong = [i for i in nodes if s.node_types[i] not in j.gpu_types]
+        if wrong:
+            kinds = ", ".join(sorted({s.node_types[i] or "untyped" for i in wrong}))
+            out.append(f"{j.id} runs on node {wrong[0]} ({kinds} GPUs); it accepts only "
+                       f"{', '.join(sorted(j.gpu_types))}")
+    if j.same_switch and s.node_switches:
+        switches = sorted({s.node_switches[i] for i in nodes})
+        if len(switches) > 1:
+            out.append(f"{j.id} spans {len(switches)} switches ({', '.join(switches)}); it must stay under one")
     return out
 
 

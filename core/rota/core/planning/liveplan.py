@@ -2,10 +2,15 @@
 
 The policies plan a flat row of GPUs whose size is a power of two. A live cluster is a
 set of nodes, so each live node gets a slot of `slot` rows (the largest node's GPU count,
-rounded up to a power of two) and the slots stack in name order. Rows that are no real
-GPU (a smaller node's tail, slots past the last node) are pinned to a reservation for the
-whole horizon, so no policy can place anything there, and every aligned block of at most
-`slot` GPUs lies inside one node: the buddy rule of the grid is the node boundary.
+rounded up to a power of two) and the slots stack in (switch, name) order, so the nodes of
+one switch are adjacent. Rows that are no real GPU (a smaller node's tail, slots past the
+last node) are pinned to a reservation for the whole horizon, so no policy can place
+anything there, and every aligned block of at most `slot` GPUs lies inside one node: the
+buddy rule of the grid is the node boundary. An aligned block of k x `slot` rows (k a power
+of two) is then exactly k whole, adjacent nodes: that is how a gang (a job on several
+nodes) is planned. Node GPU types and switches go into the scenario per slot, so every
+policy's start masks (`rota.core.planning.constraints`) keep a job on its accepted types
+and a same-switch gang under one switch.
 A GPU the failure detector marked bad is pinned the same way, one row each, so it is given
 to no job until an operator clears it (a job still running on it keeps it until it ends).
 
@@ -34,6 +39,8 @@ class LiveNode:
     name: str
     gpus: int
     bad_gpus: tuple[int, ...] = ()  # indices the failure detector took out of the plan
+    gpu_type: str = ""  # "" = untyped: only jobs that accept any type go there
+    switch: str = ""  # the network switch it hangs off; "" = unknown
 
     @property
     def usable(self) -> int:
@@ -59,10 +66,34 @@ class LiveJob:
     max_swap: int = 0  # realtime: 0 = no cap
     preemptible: bool = False
     restart: str = "never"
+    # A gang: the spec's node count and GPUs on each (0: derive from `gpus`; 0: whole nodes).
+    nodes: int = 0
+    gpus_per_node: int = 0
+    # A running gang's nodes in node-rank order (gang_nodes[0] == node); `gpu_indices` are
+    # then the indices it uses on each of them, the same on every node.
+    gang_nodes: tuple[str, ...] = ()
+    gpu_types: tuple[str, ...] = ()  # accepted GPU types; empty = any
+    same_switch: bool = False
 
     @property
     def realtime(self) -> bool:
         return self.kind == "realtime"
+
+    @property
+    def holding_nodes(self) -> tuple[str, ...]:
+        """The nodes it holds GPUs on now: a running gang's nodes, else its one node."""
+        if self.node is None:
+            return ()  # waiting (a paused gang may still name the nodes it ran on)
+        return self.gang_nodes or (self.node,)
+
+
+def gang_shape(job: LiveJob, slot: int) -> tuple[int, int]:
+    """(nodes k, ranks per node m) of a job planned on slots of `slot` rows; a gang when k > 1."""
+    if job.nodes > 1:
+        return job.nodes, job.gpus_per_node or slot
+    if job.gpus > slot:
+        return job.gpus // slot, slot
+    return 1, job.gpus
 
 
 @dataclass(frozen=True)
@@ -115,7 +146,8 @@ class LiveScenario:
 class Start:
     job_id: str
     node: str
-    gpus: tuple[int, ...]
+    gpus: tuple[int, ...]  # a gang: the indices it uses on each of its nodes, 0..m-1
+    nodes: tuple[str, ...] = ()  # a gang: all its nodes in node-rank order (nodes[0] == node)
 
 
 @dataclass
@@ -148,7 +180,7 @@ def build(
     `held_back` maps waiting jobs kept out of this plan to the reason (a job that just
     yielded its lease waits until the job it yielded to has started).
     """
-    live = tuple(sorted((n for n in nodes if n.gpus > 0), key=lambda n: n.name))
+    live = tuple(sorted((n for n in nodes if n.gpus > 0), key=lambda n: (n.switch, n.name)))
     layout = Layout(_pow2(max((n.gpus for n in live), default=1)), live)
     H = horizon.steps
     batch: list[BatchJob] = []
@@ -161,7 +193,7 @@ def build(
         real = live[i].gpus if i < len(live) else 0
         for first, size in _aligned_pieces(i * layout.slot + real, (i + 1) * layout.slot):
             batch.append(_reserved(f"{RESERVED_PREFIX}none-{first}", first, size, H))
-    held = {layout.flat(j.node, g) for j in jobs if j.node in layout.offsets for g in j.gpu_indices}
+    held = {g for j in jobs if j.node is not None for g in _held_rows(j, layout)}
     for n in live:
         for g in sorted({g for g in n.bad_gpus if 0 <= g < n.gpus}):
             if layout.flat(n.name, g) not in held:
@@ -171,38 +203,140 @@ def build(
         if held_back and j.node is None and j.id in held_back:
             excluded[j.id] = held_back[j.id]
             continue
-        if j.node is not None and j.node not in layout.offsets:
-            excluded[j.id] = f"holds GPUs on {j.node}, which is not live"
+        if j.node is not None and not set(j.holding_nodes) & set(layout.offsets):
+            where = ", ".join(j.holding_nodes)
+            excluded[j.id] = f"holds GPUs on {where}, which {'is' if len(j.holding_nodes) == 1 else 'are'} not live"
             continue
         if j.realtime:
             realtime.append(_realtime(j, layout, horizon))
         elif j.node is not None:
             batch.extend(_running(j, layout, horizon))
-        elif not live:
-            excluded[j.id] = "waiting: no live node in the cluster"
-        elif j.gpus > layout.slot or j.gpus > max(n.gpus for n in live):
-            biggest = max(n.gpus for n in live)
-            excluded[j.id] = f"waiting: needs {j.gpus} GPUs on one node; the largest live node has {biggest}"
-        elif j.gpus > max(n.usable for n in live):
-            most = max(n.usable for n in live)
-            excluded[j.id] = (f"waiting: needs {j.gpus} GPUs on one node; with the GPUs marked bad taken out, "
-                              f"the most a live node has is {most} (see rota health)")
+        elif (why := _unplannable(j, layout)) is not None:
+            excluded[j.id] = why  # held, not failed: a node that fits may join
         else:
             steps = horizon.steps_for(j.duration_s) if j.duration_s else H
-            batch.append(BatchJob(j.id, j.kind, j.tenant, j.priority, j.gpus, steps))
+            batch.append(BatchJob(j.id, j.kind, j.tenant, j.priority, _block_rows(j, layout.slot), steps,
+                                  gpu_types=frozenset(j.gpu_types), same_switch=j.same_switch))
     scenario = Scenario(
         name="live", gpus=layout.rows, horizon=H, gpus_per_node=layout.slot, step_seconds=max(1, round(horizon.step_s)),
         batch=tuple(batch), realtime=tuple(realtime), order=tuple(b.id for b in batch) + tuple(r.id for r in realtime),
+        node_types=_slot_types(layout), node_switches=_slot_switches(layout),
     )
     return LiveScenario(scenario, layout, {j.id: j for j in jobs}, excluded)
+
+
+def _block_rows(j: LiveJob, slot: int) -> int:
+    """Rows a waiting job's block spans: its GPUs, or for a gang whole nodes. A gang with
+    fewer ranks per node than a node has GPUs still holds its nodes whole (an aligned
+    block of slots, a power of two of them): a block larger than a slot is whole slots in
+    the grid, so the plan has no way to share a gang's node with another job."""
+    k, m = gang_shape(j, slot)
+    return _pow2(k) * slot if k > 1 else m
+
+
+def _slot_types(layout: Layout) -> tuple[str, ...]:
+    """Each slot's GPU type ("" past the last node), or () when no node is typed."""
+    if not any(n.gpu_type for n in layout.nodes):
+        return ()
+    slots = layout.rows // layout.slot
+    return tuple(layout.nodes[i].gpu_type if i < len(layout.nodes) else "" for i in range(slots))
+
+
+def _slot_switches(layout: Layout) -> tuple[str, ...]:
+    """Each slot's switch, or () when no node names one. A node of unknown switch, and
+    every slot past the last node, gets a label of its own: it never joins a same-switch
+    block, since nobody can say it shares one."""
+    if not any(n.switch for n in layout.nodes):
+        return ()
+    slots = layout.rows // layout.slot
+    return tuple((layout.nodes[i].switch or f"{RESERVED_PREFIX}{layout.nodes[i].name}") if i < len(layout.nodes)
+                 else f"{RESERVED_PREFIX}slot-{i}" for i in range(slots))
+
+
+def _unplannable(j: LiveJob, layout: Layout) -> str | None:
+    """Why no plan could place a waiting job on the live nodes as they are, or None."""
+    live = layout.nodes
+    if not live:
+        return "waiting: no live node in the cluster"
+    types = set(j.gpu_types)
+    of_type = f" of type {' or '.join(sorted(types))}" if types else ""
+    typed = [n for n in live if not types or n.gpu_type in types]
+    if not typed:
+        return f"waiting: needs GPUs{of_type}; no live node has them"
+    k, m = gang_shape(j, layout.slot)
+    if k > 1:
+        return _gang_unplannable(j, layout, k, m, typed, of_type)
+    biggest = max(n.gpus for n in typed)
+    if j.gpus > biggest:
+        return f"waiting: needs {j.gpus} GPUs on one node{of_type}; the largest {'such' if types else 'live'} node has {biggest}"
+    most = max(n.usable for n in typed)
+    if j.gpus > most:
+        return (f"waiting: needs {j.gpus} GPUs on one node{of_type}; with the GPUs marked bad taken out, "
+                f"the most a live node has is {most} (see rota health)")
+    return None
+
+
+def _gang_unplannable(j: LiveJob, layout: Layout, k: int, m: int, typed: list[LiveNode], of_type: str) -> str | None:
+    # A gang's block is whole slots, so only nodes that fill their slot can be in it.
+    slot, blocks = layout.slot, _pow2(k)
+    need = f"waiting: needs {k} nodes of {m} GPUs{of_type}"
+    if blocks != k:
+        need += f" (planned as an aligned block of {blocks} nodes)"
+    if m > slot:
+        return f"{need}; the largest live node has {max(n.gpus for n in layout.nodes)}"
+    whole = [n for n in typed if n.gpus == slot]
+    if len(whole) < blocks:
+        return (f"{need}; the live cluster has {_nodes(len(whole))}{of_type} with {slot} GPUs or more"
+                + ("; a gang holds whole nodes" if m < slot else ""))
+    good = {n.name for n in whole if n.usable == n.gpus}
+    if len(good) < blocks:
+        return f"{need}; with the GPUs marked bad taken out, {_nodes(len(good))} have all {slot} (see rota health)"
+    one_switch = j.same_switch and bool(_slot_switches(layout))  # unknown switches: no constraint
+    best = _best_block(layout, good, blocks, one_switch)
+    if best < blocks:
+        if one_switch:
+            return f"waiting: needs {blocks} nodes{of_type} under one switch; best now {best}"
+        return f"{need} as an aligned block of whole nodes; the best block now has {best}"
+    return None
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node" if n == 1 else f"{n} nodes"
+
+
+def _best_block(layout: Layout, good: set[str], blocks: int, same_switch: bool) -> int:
+    """The most usable nodes in one aligned block of `blocks` slots (under one switch when asked)."""
+    switches = _slot_switches(layout) if same_switch else ()
+    slots = layout.rows // layout.slot
+    best = 0
+    for first in range(0, slots, blocks):
+        members = [i for i in range(first, min(first + blocks, len(layout.nodes))) if layout.nodes[i].name in good]
+        if switches:
+            labels = [switches[i] for i in members]
+            best = max(best, max((labels.count(s) for s in labels), default=0))
+        else:
+            best = max(best, len(members))
+    return best
 
 
 def _reserved(job_id: str, first: int, size: int, horizon: int) -> BatchJob:
     return BatchJob(job_id, "training", "", 1, size, horizon, running=Running(0, first))
 
 
+def _held_rows(j: LiveJob, layout: Layout) -> list[int]:
+    """The rows a holding job keeps: its GPUs; a gang every GPU of its live nodes (it holds
+    them whole, whatever it uses on each)."""
+    offsets = layout.offsets
+    if j.gang_nodes and j.node is not None:
+        size = {n.name: n.gpus for n in layout.nodes}
+        return sorted(offsets[n] + g for n in j.gang_nodes if n in offsets for g in range(size[n]))
+    if j.node not in offsets:
+        return []
+    return sorted(offsets[j.node] + g for g in j.gpu_indices)
+
+
 def _running(j: LiveJob, layout: Layout, horizon: Horizon) -> list[BatchJob]:
-    rows = sorted(layout.flat(j.node or "", g) for g in j.gpu_indices)
+    rows = _held_rows(j, layout)
     elapsed = int(j.elapsed_s // horizon.step_s)
     if j.duration_s is None:
         remaining = horizon.steps  # unknown: it holds its GPUs through the whole plan
@@ -213,7 +347,8 @@ def _running(j: LiveJob, layout: Layout, horizon: Horizon) -> list[BatchJob]:
     n = len(rows)
     if n and n & (n - 1) == 0 and rows == list(range(rows[0], rows[0] + n)) and rows[0] % n == 0:
         return [BatchJob(j.id, j.kind, j.tenant, j.priority, n, elapsed + remaining, running=Running(-elapsed, rows[0]))]
-    # Not an aligned block (placed by hand or by an older allocator): pin each GPU alone.
+    # Not an aligned block (placed by hand or by an older allocator, or a gang on nodes that
+    # are not one aligned block of slots): pin each GPU alone.
     return [_reserved(f"{RESERVED_PREFIX}{j.id}-{g}", g, 1, remaining) for g in rows]
 
 
@@ -247,15 +382,23 @@ def decide(ls: LiveScenario, grid: Grid) -> StepDecision:
         elif job.node is None:
             active = [t for t, g in enumerate(steps or []) if g]
             if active and active[0] == 0:
-                rows = sorted(steps[0]) if steps else []
-                node, first = ls.layout.where(rows[0]) or ("", 0)
-                out.starts.append(Start(job_id, node, tuple(range(first, first + len(rows)))))
+                out.starts.append(_start(ls.layout, job, sorted(steps[0]) if steps else []))
             elif active:
                 out.planned_start[job_id] = active[0]
                 out.waiting[job_id] = _planned_reason(ls, grid, job, active[0])
             else:
                 out.waiting[job_id] = _unplanned_reason(ls, job, free_now)
     return out
+
+
+def _start(layout: Layout, job: LiveJob, rows: list[int]) -> Start:
+    k, m = gang_shape(job, layout.slot)
+    if k > 1:  # its block is whole slots: the first k of them are its nodes, in rank order
+        first = rows[0] // layout.slot
+        names = tuple(n.name for n in layout.nodes[first:first + k])
+        return Start(job.id, names[0], tuple(range(m)), names)
+    node, index = layout.where(rows[0]) or ("", 0)
+    return Start(job.id, node, tuple(range(index, index + len(rows))))
 
 
 def _decide_realtime(ls: LiveScenario, job: LiveJob, rows: set[int], out: StepDecision) -> None:
@@ -280,12 +423,25 @@ def _planned_reason(ls: LiveScenario, grid: Grid, job: LiveJob, step: int) -> st
     before = {grid[g][step - 1] for g, row in enumerate(grid) if row[step] == job.id}
     ending = sorted(c for c in before if c and not c.startswith(RESERVED_PREFIX))
     after = f", after {', '.join(ending[:3])} {'ends' if len(ending) == 1 else 'end'}" if ending else ""
-    return f"waiting: needs an aligned {job.gpus}-GPU block; planned at step {step} (in ~{_human(when)}){after}"
+    return f"waiting: needs {_needs(job, ls.layout.slot)}; planned at step {step} (in ~{_human(when)}){after}"
 
 
 def _unplanned_reason(ls: LiveScenario, job: LiveJob, free_now: int) -> str:
-    return (f"waiting: needs an aligned {job.gpus}-GPU block; none is free for it within the "
+    return (f"waiting: needs {_needs(job, ls.layout.slot)}; none is free for it within the "
             f"{ls.scenario.horizon}-step plan ({free_now} GPUs free now)")
+
+
+def _needs(job: LiveJob, slot: int) -> str:
+    """What a waiting job's block is, in words: "an aligned 4-GPU block", or for a gang
+    "2 nodes x 2 GPUs (an aligned 4-GPU block of whole nodes)"."""
+    k, m = gang_shape(job, slot)
+    what = (f"{k} nodes x {m} GPUs (an aligned {_block_rows(job, slot)}-GPU block of whole nodes)" if k > 1
+            else f"an aligned {job.gpus}-GPU block")
+    if job.gpu_types:
+        what += f" of type {' or '.join(sorted(job.gpu_types))}"
+    if job.same_switch and k > 1:
+        what += " under one switch"
+    return what
 
 
 def _human(seconds: float) -> str:

@@ -19,6 +19,11 @@ at a safe point) is no longer pinned for good. Three moves use that:
 A moved job is not moved again for a while (the caller lists it in `busy`): each move is
 worth its cost on its own, but a job bounced between blocks would lose work every time.
 
+A gang (a job on several nodes) is never moved by any of the three: its ranks restart
+together, on the nodes the plan gives them, so it is neither pinned to one node, paused
+for another job, nor migrated out of a block; a waiting gang is not the beneficiary of a
+repair either (a repair frees a block on one node).
+
 Costs are in the SPEC objective's units: priority x GPU-steps.
 """
 
@@ -36,6 +41,7 @@ from rota.core.planning.liveplan import (
     LiveScenario,
     Start,
     StepDecision,
+    gang_shape,
 )
 
 MAX_PREEMPTION_CANDIDATES = 3  # each one costs the policy a second plan of the horizon
@@ -92,16 +98,21 @@ def pin_targets(
     A target that is not a live node is ignored: the job goes wherever the policy puts it.
     """
     live = {n.name: n for n in nodes if n.gpus > 0}
+    slot = _pow2_at_least(max((n.gpus for n in live.values()), default=1))
     used: dict[str, set[int]] = {n.name: set(n.bad_gpus) for n in live.values()}  # a bad GPU is given to no one
     for j in jobs:
+        for name in j.holding_nodes[1:]:  # a running gang holds its nodes whole
+            used.setdefault(name, set()).update(range(live[name].gpus if name in live else 0))
         if j.node is not None:
-            used.setdefault(j.node, set()).update(j.gpu_indices)
+            used.setdefault(j.node, set()).update(range(live[j.node].gpus) if j.gang_nodes and j.node in live
+                                                  else j.gpu_indices)
     out: list[LiveJob] = []
     starts: list[Start] = []
     waiting: dict[str, str] = {}
     for j in jobs:
         target = targets.get(j.id)
-        if j.node is not None or j.realtime or target is None or target not in live:
+        if (j.node is not None or j.realtime or target is None or target not in live
+                or gang_shape(j, slot)[0] > 1):  # a gang restarts where the plan puts it
             out.append(j)
             continue
         node = live[target]
@@ -141,6 +152,14 @@ def _pow2_at_most(n: int) -> int:
     return 1 << (n.bit_length() - 1) if n > 0 else 0
 
 
+def _pow2_at_least(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _is_gang(live: LiveScenario, j: LiveJob) -> bool:
+    return bool(j.gang_nodes) or gang_shape(j, live.layout.slot)[0] > 1
+
+
 # 2. Priced preemption.
 Solve = Callable[[Sequence[LiveJob]], tuple[LiveScenario, Grid, float]]  # jobs -> (scenario, grid, objective)
 
@@ -165,7 +184,7 @@ def price_preemptions(
     top = max(w.priority for w in waiting)
     candidates = sorted(
         (j for j in jobs if j.node is not None and not j.realtime and j.preemptible and j.id in inputs.costs
-         and j.id not in inputs.busy and j.id not in live.excluded and j.priority < top),
+         and j.id not in inputs.busy and j.id not in live.excluded and j.priority < top and not _is_gang(live, j)),
         key=lambda j: (j.priority, len(j.gpu_indices), j.id),  # the cheapest moves first
     )[:limit]
     best: Preemption | None = None
@@ -207,7 +226,7 @@ def repair_fragmentation(
     has none: the cheapest such block, if its wait is worth more than the moves."""
     waiting = sorted(
         (j for j in live.jobs.values() if j.node is None and not j.realtime and j.id in decision.waiting
-         and j.id not in live.excluded and j.id not in inputs.targets),
+         and j.id not in live.excluded and j.id not in inputs.targets and not _is_gang(live, j)),
         key=lambda j: -j.priority,
     )
     for job in waiting:
@@ -243,8 +262,8 @@ def _clear_block(
         if cell.startswith(RESERVED_PREFIX) or cell not in live.jobs:
             return None
         job = live.jobs[cell]
-        if job.node is None or job.realtime or cell not in inputs.costs or cell in inputs.busy:
-            return None  # starting now, a realtime app, or a job that cannot be paused
+        if job.node is None or job.realtime or cell not in inputs.costs or cell in inputs.busy or _is_gang(live, job):
+            return None  # starting now, a realtime app, a gang, or a job that cannot be paused
         if job.priority > for_priority:
             return None  # never moved for less important work
         if cell not in occupants:

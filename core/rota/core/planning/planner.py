@@ -22,6 +22,7 @@ from rota.core.planning.liveplan import (
     build,
     decide,
     figures,
+    gang_shape,
 )
 from rota.core.planning.moves import (
     MAX_PREEMPTION_CANDIDATES,
@@ -107,15 +108,18 @@ def _lease_yields(
     ones: paused when they have an image (the loop pauses them), else restarted."""
     now = horizon.now_s
     leases = [
-        policy_fair.Lease(j.id, j.tenant, len(j.gpu_indices), now - j.elapsed_s, j.preemptible, j.restart, node=j.node or "",
+        policy_fair.Lease(j.id, j.tenant, len(j.gpu_indices) * max(1, len(j.gang_nodes)), now - j.elapsed_s, j.preemptible, j.restart, node=j.node or "",
                           pausable=j.id in moves.costs)
         for j in live.jobs.values() if j.node is not None and not j.realtime and j.id not in moves.busy
     ]
     waiting = [fair.jobs[i] for i in decision.waiting if i in fair.jobs and live.jobs[i].node is None]
     free_now = sum(1 for g, row in enumerate(grid) if row[0] is None and live.layout.where(g) is not None)
 
-    def one_node(job: JobView, picked: Sequence[policy_fair.Lease]) -> bool:
-        # A job runs on one node: GPUs freed on several nodes would not make its block.
-        return len({lease.node for lease in picked}) <= 1
+    def fits(job: JobView, picked: Sequence[policy_fair.Lease]) -> bool:
+        # A job runs on one node: GPUs freed on several nodes would not make its block. A
+        # gang of k nodes runs on k whole nodes, so GPUs freed on up to k of them may.
+        waiting_job = live.jobs.get(job.id)
+        nodes = gang_shape(waiting_job, live.layout.slot)[0] if waiting_job is not None else 1
+        return len({lease.node for lease in picked}) <= nodes
 
-    return policy_fair.lease_yields(leases, waiting, fair.tenants, free_now, now, fair.config, fits=one_node)
+    return policy_fair.lease_yields(leases, waiting, fair.tenants, free_now, now, fair.config, fits=fits)

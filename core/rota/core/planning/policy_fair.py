@@ -4,7 +4,8 @@ lease-expiry decision of which running jobs yield to an under-served tenant.
 `plan` pins running jobs and serves realtime apps as `fast` does; then batch-like jobs
 are handed out by `rota.core.fairness.twostage.tenant_walk`: the tenant under 20% of its quota
 first, else the lowest U/W, then its starving job (oldest first) or its lowest F_j; each
-taken at the earliest aligned block free for its run. Every pick charges its tenant a
+taken at the earliest aligned block free for its run among the starts its placement
+constraints allow, as `fast` chooses it. Every pick charges its tenant a
 lease, so tenants alternate in proportion to their quotas instead of one draining its
 queue first. With no standings every tenant starts level (equal shares, no usage).
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from rota.core.fairness.ltgf import FairnessConfig, quotas
 from rota.core.fairness.twostage import JobView, TenantState, fair_job_key, fair_tenant_key, tenant_walk
+from rota.core.planning.constraints import StartMasks
 from rota.core.planning.grid import Board, Plan, pinned_board
 from rota.core.planning.policy_fast import earliest_block, place_realtime
 from rota.core.planning.scenario import BatchJob, Scenario
@@ -69,8 +71,10 @@ def fair_order(
     def jobs_of(t: str) -> list[BatchJob]:
         return sorted(queues[t], key=lambda j: (fair_job_key(view(j), now, cfg), rank.get(j.id, len(rank))))
 
+    masks = StartMasks(s)
+
     def place(j: BatchJob) -> bool:
-        spot = earliest_block(b, j, 0)
+        spot = earliest_block(b, j, 0, masks)
         if spot is None:
             return False
         start, first = spot

@@ -2,13 +2,15 @@
 
 Each realtime app reserves its peak demand for the whole horizon. Batch-like jobs start
 in strict arrival order (start times never decrease along the queue), each in the lowest
-aligned block free for its whole in-horizon duration; priority is ignored. A job that
+aligned block free for its whole in-horizon duration among the starts its placement
+constraints allow (GPU types, one switch); priority is ignored. A job that
 cannot start inside the horizon holds back every job behind it (head-of-line blocking).
 """
 
 from __future__ import annotations
 
-from rota.core.planning.grid import Plan, pinned_board
+from rota.core.planning.constraints import StartMasks
+from rota.core.planning.grid import Plan, highest_bits, pinned_board
 from rota.core.planning.scenario import BatchJob, Scenario
 
 
@@ -21,20 +23,19 @@ def arrival_queue(s: Scenario) -> list[BatchJob]:
 
 def plan(s: Scenario) -> Plan:
     b = pinned_board(s)
+    masks = StartMasks(s)
     for r in s.realtime:
         # The reservation takes the highest GPUs free for the whole horizon, so batch blocks
         # pack from GPU 0 upwards without straddling it; short of GPUs, it takes what there is.
-        free = b.free_mask(0, s.horizon)
-        peak = max(r.demand, default=0)
-        taken = [g for g in range(s.gpus - 1, -1, -1) if free >> g & 1][:peak]
-        for g in taken:
-            for t in range(s.horizon):
-                b.place_cell(r.id, g, t)
+        taken = highest_bits(b.free_mask(0, s.horizon), max(r.demand, default=0))
+        for t in range(s.horizon):
+            b.place_mask(r.id, taken, t)
     floor = 0
     for j in arrival_queue(s):
         start = max(floor, j.arrival)
+        allowed = masks.allowed(j)  # the starts its GPU types and switch leave it
         while start < s.horizon:
-            first = b.lowest_block(j.gpus, start, min(start + j.duration, s.horizon))
+            first = b.lowest_block(j.gpus, start, min(start + j.duration, s.horizon), allowed)
             if first is not None:
                 b.place_block(j.id, first, j.gpus, start, start + j.duration)
                 break

@@ -1,19 +1,23 @@
 """The full policy: SPEC §3's five constraints and objective in OR-Tools CP-SAT.
 
-This is the only module that imports ortools. The model is the interval model SPEC §9
-measured to work on these machines (a boolean per GPU x job x step found nothing in 10 s
-at 64 GPUs):
+This is the only module that imports ortools. On a few nodes (up to WHOLE_MODEL_GPUS) it
+solves the whole scenario in one model, the interval model SPEC §9 measured to work on
+these machines (a boolean per GPU x job x step found nothing in 10 s at 64 GPUs):
 - each waiting batch-like job has a presence literal, a start, and an in-horizon length
-  min(duration, H - start); one optional interval per candidate aligned block, exactly
-  one of which is present when the job is;
+  min(duration, H - start); one optional interval per aligned block it may take (its start
+  masks: GPU types, one switch), exactly one of which is present when the job is;
 - each realtime app has a literal per (GPU, step), a unit interval on that GPU, a swap
   count per step bounded by max_swap, and an unmet count per step;
 - every GPU carries a no-overlap over the intervals that touch it (pinned jobs fixed).
-Its value is an element over the start (the decayed GPU-steps the job earns there).
+Its value is linear in a literal per step the job runs. CP-SAT is used as an improver:
+it is hinted with the fast grid, run under a short time limit with probing off (SPEC §9:
+otherwise a complete hint is not even taken in time), and its grid is returned only when
+it scores better than the hint.
 
-CP-SAT is used as an improver: it is hinted with the fast grid, run under a short time
-limit with probing off (SPEC §9: otherwise a complete hint is not even taken in time),
-and its grid is returned only when it scores better than the hint.
+Past a few nodes that model finds nothing in its time, so `plan` runs a large-
+neighbourhood search instead (policy_lns): fast's grid re-solved one window of aligned
+GPU rows at a time by `solve_window`, a small model of the same kind with the rest of
+the grid fixed.
 """
 
 from __future__ import annotations
@@ -22,21 +26,44 @@ import time
 
 from ortools.sat.python import cp_model
 
-from rota.core.planning import policy_fast
+from rota.core.planning import policy_fast, policy_lns
+from rota.core.planning.constraints import StartMasks
 from rota.core.planning.grid import Grid, Plan, cells_by_job, pinned_board
 from rota.core.planning.metrics import measure
+from rota.core.planning.policy_lns import Window
 from rota.core.planning.scenario import BatchJob, Scenario
 
 SCALE = 1000  # CP-SAT wants integer coefficients; the objective is kept to 1e-3
+# Up to this many GPUs the whole model is solved; past it, the window search. At 16 GPUs
+# the whole model still finds gains the windows cannot (it may trade realtime GPU-steps
+# for batch value); at 64 it ends where it was hinted.
+WHOLE_MODEL_GPUS = 16
 
 
-def _blocks(gpus: int, size: int) -> list[int]:
-    return list(range(0, gpus, size))
+def _blocks(allowed: int) -> list[int]:
+    """The first GPUs of the blocks a start mask allows."""
+    return [i for i in range(allowed.bit_length()) if allowed >> i & 1]
 
 
-def plan(s: Scenario, time_limit: float = 2.0, workers: int = 2, seed: int = 0) -> Plan:
+def plan(s: Scenario, time_limit: float = 2.0, workers: int = 2, seed: int = 0,
+         iterations: int | None = None) -> Plan:
+    """The best grid found in `time_limit` seconds (never worse than fast's). `iterations`
+    bounds the window search's count instead, for a run that repeats exactly."""
     started = time.perf_counter()
-    hint = policy_fast.plan(s).grid
+    masks = StartMasks(s)
+    if s.gpus <= WHOLE_MODEL_GPUS:
+        return _whole(s, time_limit, workers, seed, started, masks)
+    packed = policy_fast.pack(s, masks)
+    board, stats = policy_lns.improve(s, packed, solve_window, time_limit, seed, iterations, started, masks)
+    grid = board.cells
+    objective = measure(s, grid).objective
+    stats.update(method="lns", status="FEASIBLE", objective=objective, hint_objective=objective - float(stats["lns_gain"]),
+                 solve_ms=(time.perf_counter() - started) * 1000)
+    return Plan(grid, stats)
+
+
+def _whole(s: Scenario, time_limit: float, workers: int, seed: int, started: float, masks: StartMasks) -> Plan:
+    hint = policy_fast.plan(s, masks).grid
     hint_obj = measure(s, hint).objective
     held = cells_by_job(hint)
     base = pinned_board(s)
@@ -54,7 +81,8 @@ def plan(s: Scenario, time_limit: float = 2.0, workers: int = 2, seed: int = 0) 
     chosen: dict[str, tuple[cp_model.IntVar, cp_model.IntVar, dict[int, cp_model.IntVar]]] = {}
     waiting = [j for j in s.batch if j.running is None and j.arrival < H]
     for j in waiting:
-        chosen[j.id] = _batch_job(m, s, j, w, held.get(j.id), per_gpu, objective, usage)
+        if masks.allowed(j):  # a job no block may take stays out of the model
+            chosen[j.id] = _batch_job(m, s, j, w, held.get(j.id), per_gpu, objective, usage, masks.allowed(j))
 
     cells: dict[tuple[str, int, int], cp_model.IntVar] = {}
     targets = {r.id: policy_fast.realtime_targets(r) for r in s.realtime}
@@ -110,7 +138,8 @@ def plan(s: Scenario, time_limit: float = 2.0, workers: int = 2, seed: int = 0) 
     solver.parameters.cp_model_probing_level = 0
     solver.parameters.random_seed = seed
     status = solver.solve(m)
-    stats: dict[str, float | int | str] = {"status": solver.status_name(status), "hint_objective": hint_obj}
+    stats: dict[str, float | int | str] = {"method": "whole", "status": solver.status_name(status),
+                                          "hint_objective": hint_obj}
     grid = hint
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         candidate = _extract(s, base.cells, solver, chosen, cells)
@@ -129,7 +158,7 @@ def plan(s: Scenario, time_limit: float = 2.0, workers: int = 2, seed: int = 0) 
 def _batch_job(
     m: cp_model.CpModel, s: Scenario, j: BatchJob, w: list[float], have: list[set[int]] | None,
     per_gpu: list[list[cp_model.IntervalVar]], objective: list[cp_model.LinearExprT],
-    usage: list[list[cp_model.LinearExprT]],
+    usage: list[list[cp_model.LinearExprT]], allowed: int,
 ) -> tuple[cp_model.IntVar, cp_model.IntVar, dict[int, cp_model.IntVar]]:
     H = s.horizon
     present = m.new_bool_var(f"{j.id}_on")
@@ -165,7 +194,7 @@ def _batch_job(
         m.add_hint(after, int(hs <= t))
         m.add_hint(before, int(t < he))
         m.add_hint(a, int(have is not None and hs <= t < he))
-    for first in _blocks(s.gpus, j.gpus):
+    for first in _blocks(allowed):
         on[first] = x = m.new_bool_var(f"{j.id}_at_{first}")
         m.add_hint(x, int(first == first_hint))
         iv = m.new_optional_interval_var(start, length, end, x, f"{j.id}_iv_{first}")
@@ -199,3 +228,76 @@ def _extract(
         if solver.boolean_value(v):
             grid[g][t] = job_id
     return grid
+
+
+def solve_window(win: Window, deterministic_s: float, wall_s: float, seed: int) -> dict[str, tuple[int, int]] | None:
+    """The best placement CP-SAT finds for a window's jobs (policy_lns.Solve), hinted with
+    where they are now: {job: (start, first row relative to the window)} for those placed.
+
+    A literal per (job, start step) carries its value and its share of each step's free
+    rows exactly (both linear in it); a literal per allowed block chooses the rows, as an
+    optional interval on each row with the rows' fixed cells as fixed intervals. One
+    worker and a deterministic time limit make the answer repeat for a seed.
+    """
+    m = cp_model.CpModel()
+    h, rows = win.horizon, win.rows
+    per_row: list[list[cp_model.IntervalVar]] = [[] for _ in range(rows)]
+    for g in range(rows):
+        t = 0
+        while t < h:  # each run of held steps on this row: one fixed interval
+            if win.busy[t] >> g & 1:
+                end = t
+                while end < h and win.busy[end] >> g & 1:
+                    end += 1
+                per_row[g].append(m.new_fixed_size_interval_var(t, end - t, f"fixed_{g}_{t}"))
+                t = end
+            else:
+                t += 1
+    usage: list[list[cp_model.LinearExprT]] = [[] for _ in range(h)]
+    objective: list[cp_model.LinearExprT] = []
+    picks: dict[str, tuple[dict[int, cp_model.IntVar], dict[int, cp_model.IntVar]]] = {}
+    for j in win.jobs:
+        if not j.starts:
+            continue
+        at = {t: m.new_bool_var(f"{j.id}_t{t}") for t in range(j.arrival, h)}
+        on = {f: m.new_bool_var(f"{j.id}_g{f}") for f in j.starts}
+        m.add_at_most_one(at.values())
+        m.add(sum(on.values()) == sum(at.values()))
+        # Intervals want variables: start, length and end equal their sums over the literals
+        # (all 0 when the job is left out, and then no interval is present).
+        start, length, end = (m.new_int_var(0, h, f"{j.id}_{n}") for n in ("start", "len", "end"))
+        m.add(start == sum(t * x for t, x in at.items()))
+        m.add(length == sum(min(j.duration, h - t) * x for t, x in at.items()))
+        m.add(end == start + length)
+        for f, x in on.items():
+            iv = m.new_optional_interval_var(start, length, end, x, f"{j.id}_iv{f}")
+            for g in range(f, f + j.gpus):
+                per_row[g].append(iv)
+        for t, x in at.items():
+            objective.append(round(SCALE * policy_lns.value(j, t, win.weights)) * x)
+            for u in range(t, min(t + j.duration, h)):
+                usage[u].append(j.gpus * x)
+            m.add_hint(x, int(j.hint is not None and j.hint[0] == t))
+        for f, x in on.items():
+            m.add_hint(x, int(j.hint is not None and j.hint[1] == f))
+        picks[j.id] = (at, on)
+    for t in range(h):
+        if usage[t]:
+            m.add(sum(usage[t]) <= rows - win.busy[t].bit_count())
+    for intervals in per_row:
+        if len(intervals) > 1:
+            m.add_no_overlap(intervals)
+    m.maximize(sum(objective))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = seed
+    solver.parameters.max_deterministic_time = deterministic_s
+    solver.parameters.max_time_in_seconds = max(0.01, wall_s)
+    if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    out: dict[str, tuple[int, int]] = {}
+    for job_id, (at, on) in picks.items():
+        t0 = next((t for t, x in at.items() if solver.boolean_value(x)), None)
+        if t0 is not None:
+            out[job_id] = (t0, next(f for f, x in on.items() if solver.boolean_value(x)))
+    return out

@@ -35,14 +35,16 @@ def _step_scenario(s: Scenario, t: int, estimate: Mapping[str, int], started: Ma
                                   duration=believed, arrival=0, running=Running(start - t, first)))
         elif j.arrival < s.horizon:
             batch.append(BatchJob(id=j.id, kind=j.kind, tenant=j.tenant, priority=j.priority, gpus=j.gpus,
-                                  duration=estimate[j.id], arrival=max(0, j.arrival - t)))
+                                  duration=estimate[j.id], arrival=max(0, j.arrival - t),
+                                  gpu_types=j.gpu_types, same_switch=j.same_switch))
     realtime = tuple(
         RealtimeApp(id=r.id, tenant=r.tenant, demand=r.demand[t:], max_swap=r.max_swap, priority=r.priority,
                     held=tuple(g for g in range(s.gpus) if grid[g][t - 1] == r.id) if t else r.held)
         for r in s.realtime)
     return Scenario(name=s.name, gpus=s.gpus, horizon=s.horizon - t, gpus_per_node=s.gpus_per_node,
                     step_seconds=s.step_seconds, decay=s.decay, realtime_penalty=s.realtime_penalty,
-                    batch=tuple(batch), realtime=realtime, order=s.order)
+                    batch=tuple(batch), realtime=realtime, order=s.order,
+                    node_types=s.node_types, node_switches=s.node_switches)
 
 
 def execute(s: Scenario, estimate: Mapping[str, int], policy: Policy) -> Grid:

@@ -1,0 +1,110 @@
+"""A job larger than a node on a real local cluster: a gloo DDP gang of 2 nodes x 2 slots.
+
+The gang runs one rank group per node with torchrun's variables; its losses equal a
+single-process reference's. Killing the agent of its rank-0 node mid-run stops the whole
+gang (the other node's ranks too), and it restarts on two live nodes and runs to the end.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import REPO, RunningCluster, own_cluster
+
+STEPS = 40
+
+
+@pytest.fixture(scope="module")
+def three_nodes(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url: str) -> Iterator[RunningCluster]:
+    yield from own_cluster(tmp_path_factory, databases, redis_url, "gang", nodes=3, gpus_per_node=2)
+
+
+def _rank_envs(job_id: str) -> dict[str, dict[str, str]]:
+    """pid -> the rendezvous variables of each live rank process of the job."""
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "ROTA_NODE", "ROTA_EPOCH")
+    found: dict[str, dict[str, str]] = {}
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            raw = environ.read_bytes()
+        except OSError:
+            continue
+        if f"ROTA_JOB_ID={job_id}".encode() not in raw or b"\0LOCAL_RANK=" not in raw:
+            continue
+        env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+        found[environ.parent.name] = {k: env.get(k, "") for k in keys}
+    return found
+
+
+def _last_run(path: Path) -> list[float]:
+    """The losses of the last attempt (each attempt writes from step 1 again)."""
+    lines = path.read_text().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.split()[0] == "1"]
+    return [float(line.split()[1]) for line in lines[starts[-1]:]]
+
+
+def _wait(condition: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_ddp_gang_on_two_nodes_matches_the_reference_and_survives_losing_a_node(
+    three_nodes: RunningCluster, tmp_path: Path,
+) -> None:
+    cluster = three_nodes
+    losses = tmp_path / "losses.txt"
+    args = ["--steps", str(STEPS), "--seed", "7", "--report-every", "5", "--batch-size", "32"]
+    reference = tmp_path / "reference.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
+    subprocess.run([sys.executable, "examples/train_ddp.py", *args, "--ranks", "4", "--single-process",
+                    "--losses", str(reference)], cwd=REPO, env=env, check=True, timeout=300)
+    job_id = cluster.submit_job(
+        "ddp-gang", ["python", "examples/train_ddp.py", *args, "--losses", str(losses), "--step-delay", "0.15"],
+        gpus=0, nodes=2, gpus_per_node=2, restart="on-failure", max_retries=2,
+    )
+    # 1. One epoch, two nodes, four ranks with torchrun's variables.
+    running = cluster.wait_job(job_id, ("RUNNING",), timeout_s=120)
+    assert len(running.nodes) == 2 and running.node == running.nodes[0], running
+    def four_ranks() -> dict[str, dict[str, str]] | None:
+        found = _rank_envs(job_id)
+        return found if len(found) == 4 else None
+
+    ranks = _wait(four_ranks, 60, "four rank processes")
+    assert sorted(int(e["RANK"]) for e in ranks.values()) == [0, 1, 2, 3]
+    assert {e["WORLD_SIZE"] for e in ranks.values()} == {"4"}
+    assert {(e["ROTA_NODE"], e["NODE_RANK"]) for e in ranks.values()} == {(running.nodes[0], "0"), (running.nodes[1], "1")}
+    assert len({(e["MASTER_ADDR"], e["MASTER_PORT"], e["ROTA_EPOCH"]) for e in ranks.values()}) == 1
+    # 2. Mid-run, the agent of node rank 0 dies: the whole gang stops, on both nodes.
+    _wait(lambda: losses.exists() and len(losses.read_text().splitlines()) >= 5, 120, "five steps")
+    dead = running.nodes[0]
+    os.kill(cluster.info["pids"][dead], signal.SIGKILL)
+    again = cluster.wait_job(job_id, ("RUNNING",), timeout_s=90, reason="started as a gang")
+    while again.epoch == running.epoch:
+        again = cluster.wait_job(job_id, ("RUNNING",), timeout_s=60, reason="started as a gang")
+    lost = [h for h in again.history if h.to_state == "LOST"]
+    assert lost and dead in lost[0].reason and "gang" in lost[0].reason, [h.reason for h in again.history]
+    assert dead not in again.nodes and len(again.nodes) == 2 and again.attempts == 2
+    # The old epoch's ranks are gone everywhere (the survivor's stopped by its agent, the
+    # dead node's fenced by the launcher once the agent's lease lapsed).
+    _wait(lambda: all(e["ROTA_EPOCH"] == str(again.epoch) for e in _rank_envs(job_id).values()), 60,
+          "the old attempt's ranks to stop")
+    # 3. The restarted gang runs to the end; its losses equal the reference's.
+    done = cluster.wait_job(job_id, timeout_s=300)
+    assert done.state == "SUCCEEDED", (done.state, done.reason, done.error)
+    got, want = _last_run(losses), [float(line.split()[1]) for line in reference.read_text().splitlines()]
+    assert len(got) == len(want) == STEPS
+    # Equal up to float32 rounding: DDP sums the ranks' gradients in gloo's order.
+    assert all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(got, want, strict=True)), list(zip(got, want, strict=True))[:5]
