@@ -47,6 +47,13 @@ def test_no_gpu_is_double_booked_and_no_job_runs_on_two_nodes(report: Any) -> No
     assert report["two_running_copies"] == 0
 
 
+def test_a_gang_that_loses_a_node_stops_whole_and_runs_again(report: Any) -> None:
+    # Its job is among the submitted ones: it succeeded (no lost job), no rank of the old
+    # epoch ran beside the new one (no two running copies), and it was billed on each node.
+    gang = report["cases"]["gang_node_kill"]
+    assert gang["rounds"] == 1 and gang["gang_stopped_after_s"]["n"] == 1
+
+
 def test_every_gpu_second_is_counted_once(report: Any) -> None:
     assert report["ledger_mismatches"] == 0
 

@@ -316,3 +316,20 @@ def test_a_relaid_out_job_gets_its_layout_and_others_get_none(table: ProcessTabl
         job = table.launch(job_id, 3, [0], [PY, "-c", dump], str(workdir), {}, True, None, given)
         assert wait_exit(job) == 0
         assert json.loads((workdir / "layout.json").read_text()) == (given or None)
+
+
+def test_a_restarted_agent_whose_lease_lapsed_stops_what_it_finds_instead_of_adopting_it(tables: Tables) -> None:
+    first = tables.new()
+    running = launch(first, "j-late", 5, [0], SLEEP)
+    second = tables.new()
+    # The agent was down longer than the lease: the control plane has given the job up.
+    old = time.time() - 10 * tables.lease_timeout_s
+    os.utime(tables.lease, (old, old))
+    assert second.lease_expired()
+    second.adopt(fence=True)
+    assert running.popen is not None
+    running.popen.wait(timeout=5)  # reaped (a real restarted agent is not the launcher's parent)
+    job = second.jobs["j-late"]
+    assert job.state() == "FAILED" and "lease lapsed" in job.error()
+    tables.lease.touch()
+    assert not second.lease_expired()

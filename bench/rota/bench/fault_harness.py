@@ -275,11 +275,12 @@ class Harness:
 
     # The checks.
     def launches(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
+        """Placements each job was launched under (a gang's nodes share its epoch: one)."""
+        epochs: dict[str, set[str]] = {}
         for folder in (self.home / "agents").glob("*/jobs/*-*"):
-            job_id = folder.name.rsplit("-", 1)[0]
-            counts[job_id] = counts.get(job_id, 0) + 1
-        return counts
+            job_id, epoch = folder.name.rsplit("-", 1)
+            epochs.setdefault(job_id, set()).add(epoch)
+        return {job_id: len(e) for job_id, e in epochs.items()}
 
     def overlapping_placements(self) -> int:
         rows = self.sql(

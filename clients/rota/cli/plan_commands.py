@@ -39,7 +39,7 @@ def plan(args: argparse.Namespace) -> int:
     print(f"\nutilisation {f['utilization']:.1%}  value {f['value']:.0f}  realtime unmet {f['realtime_unmet']:.0f}"
           f"  completed in horizon {f['completed']:.0f}  planned in {f['runtime_ms']:.1f} ms")
     rows = [
-        [j.job_id, j.tenant, j.kind, _when(j.start_step), j.node or "-", ",".join(map(str, j.gpus)) or "-"]
+        [j.job_id, j.tenant, j.kind, _when(j.start_step), ",".join(j.nodes) or j.node or "-", ",".join(map(str, j.gpus)) or "-"]
         for j in sorted(current.jobs, key=lambda j: (j.start_step if j.start_step >= -1 else 10**6, j.job_id))
     ]
     if rows:

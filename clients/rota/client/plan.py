@@ -19,6 +19,7 @@ class PlannedJob:
     gpus: list[int]
     start_step: int  # -1: already running; 0: starts now; k: planned at step k; -2: not in the plan
     planned_seconds: float
+    nodes: list[str] = field(default_factory=list)  # a gang: all its nodes (node is nodes[0])
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class CurrentPlan:
             policy=p.policy, trigger=p.trigger, step_seconds=p.step_seconds, horizon=p.horizon,
             gpu_labels=list(p.gpu_labels), grid=[list(r.cells) for r in p.grid],
             jobs=[PlannedJob(j.job_id, j.tenant, enum_name(common_pb2.JobKind, j.job_kind, "JOB_KIND_", j.kind, lower=True),
-                             j.node, list(j.gpus), j.start_step, j.planned_seconds)
+                             j.node, list(j.gpus), j.start_step, j.planned_seconds, list(j.nodes))
                   for j in p.jobs],
             figures={
                 "utilization": p.utilization, "value": p.value, "realtime_unmet": p.realtime_unmet,

@@ -147,6 +147,7 @@ class PlannedJob(_message.Message):
     START_STEP_FIELD_NUMBER: _builtins.int
     PLANNED_SECONDS_FIELD_NUMBER: _builtins.int
     JOB_KIND_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     tenant: _builtins.str
     @_builtins.property
@@ -172,6 +173,10 @@ class PlannedJob(_message.Message):
     job_kind: _common_pb2.JobKind.ValueType
     @_builtins.property
     def gpus(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """a gang: every node it holds or starts on, in node-rank order"""
+
     def __init__(
         self,
         *,
@@ -183,10 +188,11 @@ class PlannedJob(_message.Message):
         start_step: _builtins.int = ...,
         planned_seconds: _builtins.float = ...,
         job_kind: _common_pb2.JobKind.ValueType = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "job_id", b"job_id", "job_kind", b"job_kind", "kind", b"kind", "node", b"node", "planned_seconds", b"planned_seconds", "start_step", b"start_step", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "job_id", b"job_id", "job_kind", b"job_kind", "kind", b"kind", "node", b"node", "nodes", b"nodes", "planned_seconds", b"planned_seconds", "start_step", b"start_step", "tenant", b"tenant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

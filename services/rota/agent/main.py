@@ -191,8 +191,9 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     # A job fences itself strictly before the control plane can call its node dead and
     # start it elsewhere, so a frozen or partitioned node never leaves two running copies.
     table = ProcessTable(args.name, home, home / "lease", LEASE_FRACTION * settings.node_timeout_s)
+    lapsed = table.lease_expired()
     table.lease_file.touch()
-    table.adopt()
+    table.adopt(fence=lapsed)
     checkpoints = AgentCheckpoints(args.name, table, home, settings.checkpoint)
     checkpoints.adopt()
     runtime = AgentRuntime(args.name, table, virtual=all(d.virtual for d in devices), checkpoints=checkpoints)

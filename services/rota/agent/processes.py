@@ -135,7 +135,18 @@ class ProcessTable:
         (home / "jobs").mkdir(parents=True, exist_ok=True)
 
     # 1. Adoption after a restart.
-    def adopt(self) -> None:
+    def lease_expired(self) -> bool:
+        """Whether the lease lapsed while no agent renewed it (read before renewing it)."""
+        try:
+            return time.time() - self.lease_file.stat().st_mtime > self.lease_timeout_s
+        except FileNotFoundError:
+            return False  # never held: nothing was launched under it
+
+    def adopt(self, *, fence: bool = False) -> None:
+        """Takes over the jobs a previous agent process launched. With `fence` (its lease
+        lapsed) they are stopped, not adopted: their launchers were due to stop them, and
+        renewing the lease first would let a copy the control plane has already given up
+        run beside its replacement (a gang's rank on another node, say)."""
         for meta_file in sorted((self.home / "jobs").glob("*/meta.json")):
             meta = json.loads(meta_file.read_text())
             if (meta_file.parent / "acknowledged").exists():
@@ -145,6 +156,10 @@ class ProcessTable:
             if current is None or current.epoch < job.epoch:
                 self.jobs[job.job_id] = job
             self.max_epoch = max(self.max_epoch, job.epoch)
+        if fence:
+            for job in self.running():
+                job.stopped_reason = "fenced: the agent's lease lapsed while it was down"
+                _signal_group(job.pgid, signal.SIGKILL)
 
     # 2. Launch, with per-job and per-GPU fencing.
     def launch(

@@ -128,6 +128,7 @@ def plan_step_to_proto(row: PlanStepRow, identity: Identity) -> allocator_pb2.Cu
                 job_id=job_id, tenant=a["tenant"], kind=a["kind"], node=a.get("node", ""), gpus=a.get("gpus", []),
                 job_kind=convert.KIND_VALUES.get(a["kind"], common_pb2.JOB_KIND_UNSPECIFIED),
                 start_step=a.get("start_step", -2), planned_seconds=a.get("planned_seconds", 0),
+                nodes=a.get("nodes", []),
             )
             for job_id, a in sorted(row.assignments.items()) if job_id in visible
         ],
