@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -108,3 +109,24 @@ def test_a_ddp_gang_on_two_nodes_matches_the_reference_and_survives_losing_a_nod
     assert len(got) == len(want) == STEPS
     # Equal up to float32 rounding: DDP sums the ranks' gradients in gloo's order.
     assert all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(got, want, strict=True)), list(zip(got, want, strict=True))[:5]
+
+
+def test_a_gang_too_large_waits_with_its_reason_and_an_unknown_type_is_refused(
+    three_nodes: RunningCluster, tmp_path: Path,
+) -> None:
+    cluster = three_nodes
+    big = tmp_path / "big.yaml"
+    big.write_text("name: big\ntenant: demo\nnodes: 4\ngpus_per_node: 2\ncommand: [python, examples/sleep_job.py]\n")
+    job_id = cluster.cli_json("submit", str(big))["id"]
+    waiting = cluster.wait_job(job_id, ("PENDING",), reason="needs 4 nodes", timeout_s=60)
+    # (2 or 3 live nodes: the test above leaves one agent killed.)
+    assert re.search(r"needs 4 nodes of 2 GPUs; the live cluster has [23] nodes", waiting.reason), waiting.reason
+    assert "needs 4 nodes of 2 GPUs" in cluster.cli("explain", job_id).stdout
+    cluster.cli("cancel", job_id)
+    typed = tmp_path / "typed.yaml"
+    typed.write_text("name: typed\ntenant: demo\ngpu_type: h100\ncommand: [python, examples/sleep_job.py]\n")
+    # This cluster's virtual slots declare no type: nothing to check a type against at
+    # submit (a node of that type may join), so it is held with the reason.
+    held = cluster.wait_job(cluster.cli_json("submit", str(typed))["id"], ("PENDING",), reason="type h100", timeout_s=60)
+    assert "no live node has them" in held.reason, held.reason
+    cluster.cli("cancel", held.id)
