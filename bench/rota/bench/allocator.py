@@ -1,7 +1,7 @@
 """`rota bench allocator`: run policies over scenario files and compare them with FIFO.
 
     rota bench allocator --scenario FILE... [--policy fifo,fast,full] [--json] [--render DIR]
-    rota bench allocator --scale
+    rota bench allocator --scale [--json]   (rota.bench.allocator_scale: 8 to 8,192 GPUs)
     python -m rota.bench.allocator ...   (the same, without the CLI)
 
 The JSON is SPEC §3's shape; every figure in it can be recomputed from its `grid`. The
@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import random
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from rota.bench import allocator_scale
 from rota.cli import plan_picture as picture
 from rota.core.planning import policies
 from rota.core.planning.grid import Grid, Plan
 from rota.core.planning.metrics import measure
-from rota.core.planning.scenario import BatchJob, RealtimeApp, Scenario, ScenarioError, load
+from rota.core.planning.scenario import Scenario, ScenarioError, load
 
 
 def run_policy(s: Scenario, name: str, repeat: int, time_limit: float) -> dict[str, Any]:
@@ -79,35 +78,6 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def synthetic(gpus: int, jobs: int, seed: int = 0) -> Scenario:
-    """A contended scenario of any size for --scale (Philly-like sizes, long-tailed durations)."""
-    rng = random.Random(seed)
-    batch = []
-    for i in range(jobs):
-        size = min(rng.choices([1, 2, 4, 8], [50, 10, 20, 20])[0], gpus // 2)
-        batch.append(BatchJob(id=f"j{i}", kind="training", tenant="t", priority=rng.randint(1, 10),
-                              gpus=size, duration=max(1, int(rng.lognormvariate(1.5, 1.2))),
-                              arrival=rng.choice([0, 0, rng.randrange(24)])))
-    demand = tuple(max(1, round(gpus / 8 * (1.5 + math.sin(t / 24 * 2 * math.pi)))) for t in range(24))
-    chat = RealtimeApp(id="chat", tenant="prod", demand=demand, max_swap=max(1, gpus // 32))
-    return Scenario(name=f"synthetic-{gpus}", gpus=gpus, horizon=24, batch=tuple(batch), realtime=(chat,))
-
-
-def scale(time_limit: float) -> int:
-    from rota.core.planning import policy_full
-
-    print(f"{'gpus':>5} {'jobs':>5} {'fast ms':>8} {'full gap':>9} {'full s':>7}")
-    for gpus, jobs in ((8, 10), (64, 30), (256, 150), (1024, 500)):
-        s = synthetic(gpus, jobs)
-        fast = run_policy(s, "fast", 5, time_limit)["runtime_ms"]
-        t0 = time.perf_counter()
-        full = policy_full.plan(s, time_limit=time_limit)
-        gap = full.stats.get("gap")
-        shown = f"{gap:9.1%}" if isinstance(gap, float) else f"{full.stats['status']:>9}"
-        print(f"{gpus:5d} {jobs:5d} {fast:8.2f} {shown} {time.perf_counter() - t0:7.1f}")
-    return 0
-
-
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="rota bench allocator", description="Compare allocator policies with FIFO.")
     ap.add_argument("--scenario", nargs="+", default=[], metavar="FILE")
@@ -116,11 +86,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--render", metavar="DIR", type=Path, help="write a PNG (and a text) picture of each scenario's grids")
     ap.add_argument("--repeat", type=int, default=9, help="runs per policy (runtime is the median)")
     ap.add_argument("--full-repeat", type=int, default=3, help="runs of the CP-SAT policy")
-    ap.add_argument("--time-limit", type=float, default=2.0, help="CP-SAT time limit, seconds")
-    ap.add_argument("--scale", action="store_true", help="fast runtime and full gap at 8..1,024 GPUs")
+    ap.add_argument("--time-limit", type=float, default=2.0, help="full's time limit, seconds (its CP-SAT and window search)")
+    ap.add_argument("--scale", action="store_true",
+                    help="fast's runtime and full's gain over it at 8..8,192 GPUs (with --json: {\"scale\": [...]})")
     args = ap.parse_args(argv)
     if args.scale:
-        return scale(args.time_limit)
+        return allocator_scale.scale(args.time_limit, args.json)
     if not args.scenario:
         ap.error("give --scenario FILE... (or --scale)")
     names = [n.strip() for n in args.policy.split(",") if n.strip()]

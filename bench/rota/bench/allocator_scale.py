@@ -37,7 +37,7 @@ FAST_RUNS = 5
 def synthetic(gpus: int, jobs: int, seed: int = 0, gpus_per_node: int = 8) -> Scenario:
     """A contended scenario of any size (Philly-like sizes and long-tailed durations).
 
-    Every fourth rack holds the newer GPU type; one job in ten asks for it (and is kept to
+    Every fourth rack (the second, sixth, ...) holds the newer GPU type; one job in ten asks for it (and is kept to
     one node, since a quarter of a small cluster may hold no bigger block of it). Half the
     gangs must stay under one switch.
     """
@@ -45,7 +45,7 @@ def synthetic(gpus: int, jobs: int, seed: int = 0, gpus_per_node: int = 8) -> Sc
     per_node = min(gpus_per_node, gpus)
     nodes = gpus // per_node
     racks = [n // RACK_NODES for n in range(nodes)]
-    types = tuple("h100" if r % 4 == 3 else "a100" for r in racks) if nodes >= 2 * RACK_NODES else ()
+    types = tuple("h100" if r % 4 == 1 else "a100" for r in racks) if nodes >= 2 * RACK_NODES else ()
     switches = tuple(f"sw{r}" for r in racks)
     batch = []
     for i in range(jobs):
@@ -88,11 +88,11 @@ def row(gpus: int, jobs: int, time_limit: float, seed: int = 0) -> dict[str, Any
     }
 
 
-def scale(time_limit: float, as_json: bool = False, sizes: tuple[tuple[int, int], ...] = SIZES) -> int:
+def scale(time_limit: float, as_json: bool = False, sizes: tuple[tuple[int, int], ...] | None = None) -> int:
     rows = []
     if not as_json:
         print(f"{'gpus':>5} {'jobs':>6} {'fast ms':>8} {'full gain':>10} {'full s':>7} {'legal':>6}  method")
-    for gpus, jobs in sizes:
+    for gpus, jobs in SIZES if sizes is None else sizes:
         r = row(gpus, jobs, time_limit)
         rows.append(r)
         if not as_json:

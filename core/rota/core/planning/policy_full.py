@@ -1,23 +1,23 @@
 """The full policy: SPEC §3's five constraints and objective in OR-Tools CP-SAT.
 
-This is the only module that imports ortools. On a few nodes (up to WHOLE_MODEL_GPUS) it
-solves the whole scenario in one model, the interval model SPEC §9 measured to work on
-these machines (a boolean per GPU x job x step found nothing in 10 s at 64 GPUs):
-- each waiting batch-like job has a presence literal, a start, and an in-horizon length
-  min(duration, H - start); one optional interval per aligned block it may take (its start
-  masks: GPU types, one switch), exactly one of which is present when the job is;
-- each realtime app has a literal per (GPU, step), a unit interval on that GPU, a swap
-  count per step bounded by max_swap, and an unmet count per step;
-- every GPU carries a no-overlap over the intervals that touch it (pinned jobs fixed).
-Its value is linear in a literal per step the job runs. CP-SAT is used as an improver:
-it is hinted with the fast grid, run under a short time limit with probing off (SPEC §9:
-otherwise a complete hint is not even taken in time), and its grid is returned only when
-it scores better than the hint.
+This is the only module that imports ortools. `plan` improves fast's grid in two ways:
 
-Past a few nodes that model finds nothing in its time, so `plan` runs a large-
-neighbourhood search instead (policy_lns): fast's grid re-solved one window of aligned
-GPU rows at a time by `solve_window`, a small model of the same kind with the rest of
-the grid fixed.
+- a large-neighbourhood search (policy_lns) re-solves one window of aligned GPU rows at
+  a time, everything else fixed; its exact step is `solve_window` here, a small model of
+  a box per job (rows x steps) in one no-overlap-2d;
+- on a few nodes (up to WHOLE_MODEL_GPUS) the whole scenario is then solved in one model,
+  hinted with the search's grid: the interval model SPEC §9 measured to work on these
+  machines (a boolean per GPU x job x step found nothing in 10 s at 64 GPUs):
+  - each waiting batch-like job has a presence literal, a start, and an in-horizon length
+    min(duration, H - start); one optional interval per aligned block it may take (its
+    start masks: GPU types, one switch), exactly one of which is present when it is;
+  - each realtime app has a literal per (GPU, step), a unit interval on that GPU, a swap
+    count per step bounded by max_swap, and an unmet count per step;
+  - every GPU carries a no-overlap over the intervals that touch it (pinned jobs fixed).
+  Its value is linear in a literal per step the job runs. It runs under a short time
+  limit with probing off (SPEC §9: otherwise a complete hint is not even taken in time),
+  and its grid is returned only when it scores better than the hint. Past 16 GPUs it ends
+  where it was hinted, so it is not run there.
 """
 
 from __future__ import annotations
@@ -26,18 +26,15 @@ import time
 
 from ortools.sat.python import cp_model
 
-from rota.core.planning import policy_fast, policy_lns
+from rota.core.planning import lns_window, policy_fast, policy_lns
 from rota.core.planning.constraints import StartMasks
 from rota.core.planning.grid import Grid, Plan, cells_by_job, pinned_board
+from rota.core.planning.lns_window import Window
 from rota.core.planning.metrics import measure
-from rota.core.planning.policy_lns import Window
 from rota.core.planning.scenario import BatchJob, Scenario
 
 SCALE = 1000  # CP-SAT wants integer coefficients; the objective is kept to 1e-3
-# Up to this many GPUs the whole model is solved; past it, the window search. At 16 GPUs
-# the whole model still finds gains the windows cannot (it may trade realtime GPU-steps
-# for batch value); at 64 it ends where it was hinted.
-WHOLE_MODEL_GPUS = 16
+WHOLE_MODEL_GPUS = 16  # up to this many GPUs the whole model follows the window search
 
 
 def _blocks(allowed: int) -> list[int]:
@@ -48,22 +45,36 @@ def _blocks(allowed: int) -> list[int]:
 def plan(s: Scenario, time_limit: float = 2.0, workers: int = 2, seed: int = 0,
          iterations: int | None = None) -> Plan:
     """The best grid found in `time_limit` seconds (never worse than fast's). `iterations`
-    bounds the window search's count instead, for a run that repeats exactly."""
+    bounds the window search's count instead, for a run that repeats exactly.
+
+    Fast's grid goes through the window search first; on a few nodes the search has at
+    most a quarter of the time (it runs out of windows in 0.1-0.7 s there) and the whole
+    model, hinted with its grid, the rest. Each finds what the other misses: in 2 s on the
+    bench's 8- and 16-GPU scenarios the windows alone gain 0.7-7% where the whole model
+    finds nothing, and on uniform-priority the whole model alone about 20% (trading
+    realtime GPU-steps for batch value, which the windows keep fixed), the two together
+    26-30%.
+    """
     started = time.perf_counter()
     masks = StartMasks(s)
-    if s.gpus <= WHOLE_MODEL_GPUS:
-        return _whole(s, time_limit, workers, seed, started, masks)
     packed = policy_fast.pack(s, masks)
-    board, stats = policy_lns.improve(s, packed, solve_window, time_limit, seed, iterations, started, masks)
-    grid = board.cells
-    objective = measure(s, grid).objective
-    stats.update(method="lns", status="FEASIBLE", objective=objective, hint_objective=objective - float(stats["lns_gain"]),
-                 solve_ms=(time.perf_counter() - started) * 1000)
-    return Plan(grid, stats)
+    small = s.gpus <= WHOLE_MODEL_GPUS
+    board, stats = policy_lns.improve(s, packed, solve_window, time_limit / 4 if small else time_limit, seed,
+                                      iterations, started, masks)
+    if small:
+        whole = _whole(s, board.cells, started + time_limit, workers, seed, started, masks)
+        whole.stats.update({k: v for k, v in stats.items() if k not in whole.stats}, method="lns+whole")
+        return whole
+    # No objective in the stats: measuring 8,192 x 24 cells would cost what the search had
+    # left; `lns_gain` is what it added to fast's, and readers re-measure the grid anyway.
+    stats.update(method="lns", status="FEASIBLE", solve_ms=(time.perf_counter() - started) * 1000)
+    return Plan(board.cells, stats)
 
 
-def _whole(s: Scenario, time_limit: float, workers: int, seed: int, started: float, masks: StartMasks) -> Plan:
-    hint = policy_fast.plan(s, masks).grid
+def _whole(s: Scenario, hint: Grid, deadline: float, workers: int, seed: int, started: float,
+           masks: StartMasks) -> Plan:
+    """The whole scenario in one model, hinted with `hint`; its grid if it scores better.
+    CP-SAT stops a little before `deadline` (a perf_counter time), kept for reading its grid."""
     hint_obj = measure(s, hint).objective
     held = cells_by_job(hint)
     base = pinned_board(s)
@@ -133,7 +144,7 @@ def _whole(s: Scenario, time_limit: float, workers: int, seed: int, started: flo
     m.maximize(sum(objective))
 
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter() - 0.05)
     solver.parameters.num_workers = workers
     solver.parameters.cp_model_probing_level = 0
     solver.parameters.random_seed = seed
@@ -231,73 +242,81 @@ def _extract(
 
 
 def solve_window(win: Window, deterministic_s: float, wall_s: float, seed: int) -> dict[str, tuple[int, int]] | None:
-    """The best placement CP-SAT finds for a window's jobs (policy_lns.Solve), hinted with
+    """The best placement CP-SAT finds for a window's jobs (lns_window.Solve), hinted with
     where they are now: {job: (start, first row relative to the window)} for those placed.
 
-    A literal per (job, start step) carries its value and its share of each step's free
-    rows exactly (both linear in it); a literal per allowed block chooses the rows, as an
-    optional interval on each row with the rows' fixed cells as fixed intervals. One
-    worker and a deterministic time limit make the answer repeat for a seed.
+    Each job is a box, rows x steps, in one no-overlap-2d with the window's fixed cells:
+    its first row a variable over the starts it may take, its steps an optional interval
+    whose start is chosen by a literal per step. Those literals carry its value exactly and
+    its GPUs at each step against the free rows (a cut the LP needs: without it the bound
+    stays far off and small windows are not proved). A job placed outside the window and
+    offered to it (`stay` > 0) earns only what it gains by moving. Probing is off and one
+    worker runs under deterministic time, so the answer repeats for a seed.
     """
+    began = time.perf_counter()
     m = cp_model.CpModel()
     h, rows = win.horizon, win.rows
-    per_row: list[list[cp_model.IntervalVar]] = [[] for _ in range(rows)]
+    xs: list[cp_model.IntervalVar] = []
+    ys: list[cp_model.IntervalVar] = []
     for g in range(rows):
         t = 0
-        while t < h:  # each run of held steps on this row: one fixed interval
+        while t < h:  # each run of held steps on this row: one fixed box
             if win.busy[t] >> g & 1:
-                end = t
-                while end < h and win.busy[end] >> g & 1:
-                    end += 1
-                per_row[g].append(m.new_fixed_size_interval_var(t, end - t, f"fixed_{g}_{t}"))
-                t = end
+                stop = t
+                while stop < h and win.busy[stop] >> g & 1:
+                    stop += 1
+                xs.append(m.new_fixed_size_interval_var(g, 1, f"row_{g}_{t}"))
+                ys.append(m.new_fixed_size_interval_var(t, stop - t, f"steps_{g}_{t}"))
+                t = stop
             else:
                 t += 1
     usage: list[list[cp_model.LinearExprT]] = [[] for _ in range(h)]
     objective: list[cp_model.LinearExprT] = []
-    picks: dict[str, tuple[dict[int, cp_model.IntVar], dict[int, cp_model.IntVar]]] = {}
+    picks: dict[str, tuple[dict[int, cp_model.IntVar], cp_model.IntVar]] = {}
     for j in win.jobs:
-        if not j.starts:
+        starts = j.starts
+        if not starts:
             continue
         at = {t: m.new_bool_var(f"{j.id}_t{t}") for t in range(j.arrival, h)}
-        on = {f: m.new_bool_var(f"{j.id}_g{f}") for f in j.starts}
-        m.add_at_most_one(at.values())
-        m.add(sum(on.values()) == sum(at.values()))
+        present = m.new_bool_var(f"{j.id}_on")
+        m.add(sum(at.values()) == present)
         # Intervals want variables: start, length and end equal their sums over the literals
-        # (all 0 when the job is left out, and then no interval is present).
+        # (all 0 when the job is left out, and then its box is absent).
         start, length, end = (m.new_int_var(0, h, f"{j.id}_{n}") for n in ("start", "len", "end"))
         m.add(start == sum(t * x for t, x in at.items()))
         m.add(length == sum(min(j.duration, h - t) * x for t, x in at.items()))
         m.add(end == start + length)
-        for f, x in on.items():
-            iv = m.new_optional_interval_var(start, length, end, x, f"{j.id}_iv{f}")
-            for g in range(f, f + j.gpus):
-                per_row[g].append(iv)
+        first = m.new_int_var_from_domain(cp_model.Domain.from_values(starts), f"{j.id}_first")
+        xs.append(m.new_optional_fixed_size_interval_var(first, j.gpus, present, f"{j.id}_rows"))
+        ys.append(m.new_optional_interval_var(start, length, end, present, f"{j.id}_steps"))
         for t, x in at.items():
-            objective.append(round(SCALE * policy_lns.value(j, t, win.weights)) * x)
+            objective.append(round(SCALE * (lns_window.value(j, t, win.weights) - j.stay)) * x)
             for u in range(t, min(t + j.duration, h)):
                 usage[u].append(j.gpus * x)
-            m.add_hint(x, int(j.hint is not None and j.hint[0] == t))
-        for f, x in on.items():
-            m.add_hint(x, int(j.hint is not None and j.hint[1] == f))
-        picks[j.id] = (at, on)
+        hs = j.hint[0] if j.hint else None
+        for t, x in at.items():
+            m.add_hint(x, int(t == hs))
+        m.add_hint(present, int(j.hint is not None))
+        hl = min(j.duration, h - hs) if hs is not None else 0
+        for v, hv in ((start, hs or 0), (length, hl), (end, (hs or 0) + hl), (first, j.hint[1] if j.hint else starts[0])):
+            m.add_hint(v, hv)
+        picks[j.id] = (at, first)
     for t in range(h):
         if usage[t]:
             m.add(sum(usage[t]) <= rows - win.busy[t].bit_count())
-    for intervals in per_row:
-        if len(intervals) > 1:
-            m.add_no_overlap(intervals)
+    m.add_no_overlap_2d(xs, ys)
     m.maximize(sum(objective))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
+    solver.parameters.cp_model_probing_level = 0
     solver.parameters.max_deterministic_time = deterministic_s
-    solver.parameters.max_time_in_seconds = max(0.01, wall_s)
+    solver.parameters.max_time_in_seconds = max(0.01, wall_s - (time.perf_counter() - began))  # building counts
     if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     out: dict[str, tuple[int, int]] = {}
-    for job_id, (at, on) in picks.items():
+    for job_id, (at, first) in picks.items():
         t0 = next((t for t, x in at.items() if solver.boolean_value(x)), None)
         if t0 is not None:
-            out[job_id] = (t0, next(f for f, x in on.items() if solver.boolean_value(x)))
+            out[job_id] = (t0, solver.value(first))
     return out
