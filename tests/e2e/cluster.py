@@ -117,8 +117,8 @@ def start_cluster(
     return cluster
 
 
-def job_processes() -> dict[str, dict[str, str]]:
-    """Live processes started for jobs, by pid: their ROTA_* environment."""
+def process_environments() -> dict[str, dict[str, str]]:
+    """Live processes started for jobs, by pid: their whole environment."""
     found: dict[str, dict[str, str]] = {}
     for environ in Path("/proc").glob("[0-9]*/environ"):
         try:
@@ -127,9 +127,13 @@ def job_processes() -> dict[str, dict[str, str]]:
             continue
         if b"ROTA_JOB_ID=" not in raw:
             continue
-        env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
-        found[environ.parent.name] = {k: v for k, v in env.items() if k.startswith("ROTA_")}
+        found[environ.parent.name] = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
     return found
+
+
+def job_processes() -> dict[str, dict[str, str]]:
+    """Live processes started for jobs, by pid: their ROTA_* environment."""
+    return {pid: {k: v for k, v in env.items() if k.startswith("ROTA_")} for pid, env in process_environments().items()}
 
 
 def processes_of(job_id: str) -> list[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import REPO, RunningCluster, own_cluster
+from cluster import REPO, RunningCluster, own_cluster, process_environments
 
 STEPS = 40
 
@@ -32,17 +32,8 @@ def three_nodes(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_
 def _rank_envs(job_id: str) -> dict[str, dict[str, str]]:
     """pid -> the rendezvous variables of each live rank process of the job."""
     keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "ROTA_NODE", "ROTA_EPOCH")
-    found: dict[str, dict[str, str]] = {}
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            raw = environ.read_bytes()
-        except OSError:
-            continue
-        if f"ROTA_JOB_ID={job_id}".encode() not in raw or b"\0LOCAL_RANK=" not in raw:
-            continue
-        env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
-        found[environ.parent.name] = {k: env.get(k, "") for k in keys}
-    return found
+    return {pid: {k: env.get(k, "") for k in keys} for pid, env in process_environments().items()
+            if env.get("ROTA_JOB_ID") == job_id and "LOCAL_RANK" in env}
 
 
 def _last_run(path: Path) -> list[float]:

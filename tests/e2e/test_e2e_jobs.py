@@ -75,7 +75,10 @@ def test_logs_show_what_the_job_printed(cluster: RunningCluster) -> None:
     ("body", "field"),
     [
         ("tenant: demo\nkind: training\ngpus: 3\ncommand: [python, -c, pass]\n", "gpus"),
-        ("tenant: demo\nkind: training\ngpus: 64\ncommand: [python, -c, pass]\n", "gpus"),
+        # (gpus: 64 is a gang of whole nodes now, held until nodes join; per node it is refused)
+        ("tenant: demo\nkind: training\nnodes: 2\ngpus_per_node: 64\ncommand: [python, -c, pass]\n", "gpus_per_node"),
+        ("tenant: demo\nkind: training\nnodes: 3\ngpus_per_node: 1\ncommand: [python, -c, pass]\n", "nodes"),
+        ("tenant: demo\nkind: training\ngpu_types: [A100]\ncommand: [python, -c, pass]\n", "gpu_types[0]"),
         ("tenant: demo\nkind: painting\ngpus: 1\ncommand: [python]\n", "kind"),
         ("tenant: demo\nkind: training\ngpus: 1\ncommand: []\n", "command"),
         ("tenant: demo\nkind: training\ngpus: 1\nduration: 0\ncommand: [python]\n", "duration"),
