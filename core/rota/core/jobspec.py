@@ -95,11 +95,6 @@ def _require(condition: bool, field_name: str, reason: str) -> None:
         raise InvalidArgument(field_name, reason)
 
 
-def is_gang(spec: JobSpecData, largest_node: int) -> bool:
-    """Whether the job spans nodes: it asks for several, or for more GPUs than a node has."""
-    return spec.nodes > 1 or (largest_node > 0 and spec.gpus > largest_node)
-
-
 def validate(
     spec: JobSpecData, *, max_gpus_per_node: int, known_gpu_types: frozenset[str] | None = None,
 ) -> JobSpecData:

@@ -491,5 +491,5 @@ def _held_by_tenant(jobs: list[LiveJob]) -> dict[str, int]:
     held: dict[str, int] = {}
     for j in jobs:
         if j.node is not None:
-            held[j.tenant] = held.get(j.tenant, 0) + len(j.gpu_indices) * max(1, len(j.gang_nodes))
+            held[j.tenant] = held.get(j.tenant, 0) + j.held_gpus
     return held

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from rota.allocator.models import JobForecastRow, PlanStepRow
 from rota.common import read_models
-from rota.common.jobs_repo import Events, get_job, release, transition, unplace, utcnow
+from rota.common.jobs_repo import Events, get_job, nodes_of, release, transition, unplace, utcnow
 from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
 from rota.core import jobstate, nodestate
 from rota.core.jobspec import JobSpecData, gpus_to_hold
@@ -249,7 +249,7 @@ def yield_lease(session: Session, job_id: str, reason: str, events: Events) -> t
     job = get_job(session, job_id, lock=True)
     if job is None or job.state not in jobstate.HOLDING_STATES or job.node is None:
         return None
-    nodes, epoch = list(job.gang_nodes) or [job.node], job.epoch
+    nodes, epoch = nodes_of(job), job.epoch
     release(session, job, "lease yielded")
     transition(session, job, jobstate.PENDING, reason, events)
     unplace(job)

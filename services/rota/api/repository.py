@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import any_, func, or_, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rota.api import gangs
@@ -17,6 +17,8 @@ from rota.common.jobs_repo import (
     Events,
     get_job,
     new_job_id,
+    nodes_of,
+    on_node,
     pause,
     release,
     requeue_or_fail,
@@ -233,7 +235,7 @@ def cancel_job(session: Session, job_id: str, reason: str, events: Events) -> tu
         raise NotFound(f"job {job_id} not found")
     if job.state in jobstate.FINAL_STATES:
         return job, []
-    nodes = (list(job.gang_nodes) or [job.node]) if job.state in jobstate.HOLDING_STATES and job.node else []
+    nodes = nodes_of(job) if job.state in jobstate.HOLDING_STATES else []
     if nodes:
         release(session, job, "cancelled")
     transition(session, job, jobstate.CANCELLED, reason or "cancelled by user", events)
@@ -274,7 +276,7 @@ def heartbeat(
     # else (requeued, placed elsewhere, finished) changes nothing.
     held = session.scalars(
         select(JobRow)
-        .where(or_(JobRow.node == node_name, any_(JobRow.gang_nodes) == node_name), JobRow.state.in_(jobstate.HOLDING_STATES))
+        .where(on_node(node_name), JobRow.state.in_(jobstate.HOLDING_STATES))
         .order_by(JobRow.id)
         .with_for_update()
     ).all()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import ColumnElement, any_, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from rota.common.models import GpuClaimRow, JobRow, JobTransitionRow, PlacementRow
@@ -119,6 +119,16 @@ def lose(session: Session, job: JobRow, why: str, events: Events, *, release_rea
 def _requeue(session: Session, job: JobRow, reason: str, events: Events) -> None:
     transition(session, job, jobstate.PENDING, reason, events)
     unplace(job)
+
+
+def on_node(node: str) -> ColumnElement[bool]:
+    """Jobs placed on `node`: there alone, or as one node of a gang."""
+    return or_(JobRow.node == node, any_(JobRow.gang_nodes) == node)
+
+
+def nodes_of(job: JobRow) -> list[str]:
+    """The nodes a placed job runs on: a gang's every node, else its one node ([] if none)."""
+    return list(job.gang_nodes) or ([job.node] if job.node else [])
 
 
 def unplace(job: JobRow) -> None:

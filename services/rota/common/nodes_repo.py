@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
-from sqlalchemy import any_, case, func, or_, select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 
-from rota.common.jobs_repo import Events, lose
+from rota.common.jobs_repo import Events, lose, on_node
 from rota.common.models import GpuRow, JobRow, NodeRow
 from rota.core import jobstate, nodestate
 from rota.core.errors import NotFound
@@ -93,7 +93,7 @@ def declare_dead(session: Session, timeout_s: float, events: Events) -> list[str
         node.health = nodestate.DEAD
         # Its jobs, and every gang with a node here: the whole gang stops together.
         jobs = session.scalars(
-            select(JobRow).where(or_(JobRow.node == node.name, any_(JobRow.gang_nodes) == node.name),
+            select(JobRow).where(on_node(node.name),
                                  JobRow.state.in_(jobstate.HOLDING_STATES)).with_for_update()
         ).all()
         for job in jobs:

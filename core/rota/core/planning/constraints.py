@@ -14,16 +14,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from rota.core.planning.grid import aligned_mask, fold
 from rota.core.planning.scenario import BatchJob, Scenario
-
-
-def _fold(x: int, size: int) -> int:
-    """Bit i set when bits i..i+size-1 of x are all set (size a power of two)."""
-    k = 1
-    while k < size:
-        x &= x >> k
-        k *= 2
-    return x
 
 
 class StartMasks:
@@ -39,8 +31,8 @@ class StartMasks:
         self.span_tiers = lru_cache(maxsize=None)(self._span_tiers)
 
     def aligned(self, size: int) -> int:
-        if size not in self._align:  # 1 + 2^size + 2^2size + ...: the geometric series' sum
-            self._align[size] = self.full // ((1 << size) - 1)
+        if size not in self._align:
+            self._align[size] = aligned_mask(self.gpus, size)
         return self._align[size]
 
     def _rows_of(self, nodes: list[int]) -> int:
@@ -54,7 +46,7 @@ class StartMasks:
         x = self.full
         if types and self.node_types:
             x = self._rows_of([i for i, t in enumerate(self.node_types) if t in types])
-        x = _fold(x, size) & self.aligned(size)
+        x = fold(x, size) & self.aligned(size)
         if same_switch:
             x &= self.one_switch(size)
         return x

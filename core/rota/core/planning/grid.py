@@ -42,13 +42,18 @@ def cells_by_job(grid: Grid) -> dict[str, list[set[int]]]:
     return dict(out)
 
 
+def aligned_mask(gpus: int, size: int) -> int:
+    """Bit `first` for each multiple of `size` below `gpus` (both powers of two, size <=
+    gpus): 1 + 2^size + 2^2size + ..., the geometric series' sum, one division instead
+    of a loop over thousands of starts."""
+    return ((1 << gpus) - 1) // ((1 << size) - 1)
+
+
 def _align_masks(gpus: int) -> dict[int, int]:
-    # Bit `first` for each multiple of `size`: 1 + 2^size + 2^2size + ..., the geometric
-    # series' sum, one division instead of a loop over thousands of starts.
     masks: dict[int, int] = {}
     size = 1
     while size <= gpus:
-        masks[size] = ((1 << gpus) - 1) // ((1 << size) - 1)
+        masks[size] = aligned_mask(gpus, size)
         size *= 2
     return masks
 

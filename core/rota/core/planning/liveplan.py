@@ -80,6 +80,11 @@ class LiveJob:
         return self.kind == "realtime"
 
     @property
+    def held_gpus(self) -> int:
+        """GPUs it holds now: its indices on each node it holds (0 while waiting)."""
+        return len(self.gpu_indices) * len(self.holding_nodes)
+
+    @property
     def holding_nodes(self) -> tuple[str, ...]:
         """The nodes it holds GPUs on now: a running gang's nodes, else its one node."""
         if self.node is None:

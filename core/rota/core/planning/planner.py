@@ -108,7 +108,7 @@ def _lease_yields(
     ones: paused when they have an image (the loop pauses them), else restarted."""
     now = horizon.now_s
     leases = [
-        policy_fair.Lease(j.id, j.tenant, len(j.gpu_indices) * max(1, len(j.gang_nodes)), now - j.elapsed_s, j.preemptible, j.restart, node=j.node or "",
+        policy_fair.Lease(j.id, j.tenant, j.held_gpus, now - j.elapsed_s, j.preemptible, j.restart, node=j.node or "",
                           pausable=j.id in moves.costs)
         for j in live.jobs.values() if j.node is not None and not j.realtime and j.id not in moves.busy
     ]
