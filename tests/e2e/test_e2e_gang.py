@@ -3,6 +3,9 @@
 The gang runs one rank group per node with torchrun's variables; its losses equal a
 single-process reference's. Killing the agent of its rank-0 node mid-run stops the whole
 gang (the other node's ranks too), and it restarts on two live nodes and runs to the end.
+A gang pauses as one (every rank of both nodes copies its state, then all exit), holds no
+GPU while paused, resumes from one image on whichever two nodes the plan gives it, and
+is migrated the same way; its losses still equal the reference's.
 """
 
 from __future__ import annotations
@@ -51,6 +54,60 @@ def _wait(condition: Any, timeout_s: float, what: str) -> Any:
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def _reference(tmp_path: Path, args: list[str]) -> list[float]:
+    reference = tmp_path / "reference.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
+    subprocess.run([sys.executable, "examples/train_ddp.py", *args, "--ranks", "4", "--single-process",
+                    "--losses", str(reference)], cwd=REPO, env=env, check=True, timeout=300)
+    return [float(line.split()[1]) for line in reference.read_text().splitlines()]
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_a_ddp_gang_pauses_as_one_resumes_and_migrates_with_the_reference_losses(
+    three_nodes: RunningCluster, tmp_path: Path,
+) -> None:
+    cluster = three_nodes
+    losses = tmp_path / "losses.txt"
+    args = ["--steps", str(STEPS), "--seed", "11", "--report-every", "5", "--batch-size", "32"]
+    want = _reference(tmp_path, args)
+    job_id = cluster.submit_job(
+        "ddp-gang-pause", ["python", "examples/train_ddp.py", *args, "--losses", str(losses), "--step-delay", "0.2"],
+        gpus=0, nodes=2, gpus_per_node=2, restart="never",
+    )
+    first = cluster.wait_job(job_id, ("RUNNING",), timeout_s=120)
+    _wait(lambda: _lines(losses) >= 5, 120, "five steps")
+    # 1. Paused: all four ranks copied their state and exited; no GPU of either node is held.
+    paused = cluster.cli_json("pause", job_id, "--timeout", "20")
+    assert paused["ranks"] == 4 and paused["step"] >= 5, paused
+    job = cluster.wait_job(job_id, ("PAUSED",), timeout_s=20)
+    assert job.nodes == [] and job.gpus == [] and "paused at step" in job.reason, job
+    holders = {g["job"] for n in cluster.cli_json("nodes") for g in n["gpus"]}
+    assert job_id not in holders
+    _wait(lambda: not _rank_envs(job_id), 20, "the paused ranks to exit")
+    # 2. Resumed from the one image, on two nodes the plan chose; it carries on from its step.
+    cluster.cli_json("resume", job_id, "--wait", "60")
+    resumed = cluster.wait_job(job_id, ("RUNNING",), timeout_s=60)
+    assert len(resumed.nodes) == 2 and resumed.epoch != first.epoch
+    _wait(lambda: _lines(losses) >= paused["step"] + 5, 120, "five steps after the resume")
+    # 3. Migrated: pause, write, resume in one call.
+    moved = cluster.cli_json("migrate", job_id, "--wait", "60")
+    assert moved["step"] > paused["step"], moved
+    done = cluster.wait_job(job_id, timeout_s=300)
+    assert done.state == "SUCCEEDED", (done.state, done.reason, done.error)
+    # Each attempt continued from its image: one loss per step, none repeated or skipped.
+    got = [float(line.split()[1]) for line in losses.read_text().splitlines()]
+    assert [int(line.split()[0]) for line in losses.read_text().splitlines()] == list(range(1, STEPS + 1))
+    assert all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(got, want, strict=True)), list(zip(got, want, strict=True))[:5]
+    images = cluster.cli_json("checkpoints", job_id)["images"]
+    assert [i["step"] for i in images] == [paused["step"], moved["step"]]
+    assert all(i["state"] == "complete" and i["ranks"] == 4 for i in images), images
+    # The replicated model and optimizer are stored once across both nodes' ranks.
+    assert images[0]["stored_bytes"] < 0.7 * images[0]["logical_bytes"], images[0]
 
 
 def test_a_ddp_gang_on_two_nodes_matches_the_reference_and_survives_losing_a_node(

@@ -6,6 +6,8 @@ Files in the folder named by ``ROTA_CONTROL_DIR`` (one folder per launch):
     request.json            the agent's current request: {"seq", "kind", "deadline", "staging"}
     ack-<seq>-<r>.json      rank r's answer: {"ok", "step", "bytes", "copy_s", "error"}
     decision-<seq>          "commit" or "abort" (pause only): the second phase
+    vote-<seq>              "abort": the ranks' joint vote overruled this node's commit
+                            (a gang: another node's ranks did not all copy their state)
 
 Why files: a rank checks for a request once per iteration, and a ``stat`` costs a few
 microseconds; there is no socket to serve, no thread in the job, and a rank that never
@@ -112,6 +114,22 @@ def read_acks(folder: Path, seq: int) -> dict[int, dict[str, Any]]:
 
 def write_decision(folder: Path, seq: int, decision: str) -> None:
     write_atomic(decision_path(folder, seq), decision)
+
+
+def vote_path(folder: Path, seq: int) -> Path:
+    return folder / f"vote-{seq}"
+
+
+def write_vote(folder: Path, seq: int, decision: str) -> None:
+    write_atomic(vote_path(folder, seq), decision)
+
+
+def read_vote(folder: Path, seq: int) -> str:
+    """The ranks' joint decision on request `seq` where it overruled the agent's; "" if none."""
+    try:
+        return vote_path(folder, seq).read_text().strip()
+    except FileNotFoundError:
+        return ""
 
 
 def wait_decision(folder: Path, seq: int, until: float, poll_s: float = 0.001) -> str:

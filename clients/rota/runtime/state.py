@@ -23,7 +23,9 @@ abort, or when no decision comes in time, it trains on as if nothing happened. A
 process skips the interpreter's teardown (``fast_exit=False`` keeps it): stdio and logging
 are flushed, then it exits at once, since only its exit frees the devices. Ranks of a
 ``torch.distributed`` job agree on which request to serve and on the decision through two
-tiny collectives, so they stop at the same step or not at all: never half of them.
+tiny collectives, so they stop at the same step or not at all: never half of them. A gang's
+ranks span nodes, each node's agent writing the same request into its own control folder:
+a request is served once every rank has seen it, and the vote spans every node.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ class Checkpointer:
         self._apply(state)
         # Free the tmpfs copy as soon as no rank needs it: other ranks may read this one's
         # share of replicated state, so then only once every rank has loaded.
-        if any(imagefmt.uses_other_ranks(imagefmt.read_index(path, r)) for r in range(self.world_size)):
+        if any(imagefmt.uses_other_ranks(imagefmt.read_index(path, r)) for r in _local_ranks(self.rank, self.world_size)):
             (path / f"loaded-{self.rank}").touch()
             self._cleanup = path
             self._clean_restore()
@@ -134,7 +136,7 @@ class Checkpointer:
 
     def _clean_restore(self) -> None:
         assert self._cleanup is not None
-        if all((self._cleanup / f"loaded-{r}").exists() for r in range(self.world_size)):
+        if all((self._cleanup / f"loaded-{r}").exists() for r in _local_ranks(self.rank, self.world_size)):
             self._drop_restore(self._cleanup)
             self._cleanup = None
 
@@ -188,9 +190,9 @@ class Checkpointer:
         seen = request.seq if request is not None and request.seq > self.served and time.time() < request.deadline else 0
         dist = _dist()
         if dist is not None:
-            seen = _all_reduce(dist, seen, "max")
-            if seen and (request is None or request.seq != seen):
-                request = control.read_request(self.control)  # another rank saw it first
+            # Served only once every rank has seen it: the ranks of a gang read the control
+            # folders of several nodes, whose agents write the request a moment apart.
+            seen = _all_reduce(dist, seen, "min")
         if not seen:
             return
         self.served = seen
@@ -198,7 +200,12 @@ class Checkpointer:
             request = None  # replaced meanwhile: this rank takes part in the vote, as "abort"
         decision = self._serve(request) if request is not None else control.ABORT
         if dist is not None:
+            local = decision
             decision = control.COMMIT if _all_reduce(dist, int(decision == control.COMMIT), "min") else control.ABORT
+            if local == control.COMMIT and decision == control.ABORT and request is not None:
+                # The agent committed, other ranks (a gang's other node) did not: say so at
+                # once, so the agent need not wait for an exit that will not come.
+                control.write_vote(self.control, seen, decision)
         if decision == control.COMMIT and request is not None and request.kind == control.PAUSE:
             if self.fast_exit:
                 # Runs first at exit (atexit is last-in, first-out), after the job's own
@@ -219,6 +226,20 @@ class Checkpointer:
         if request.kind != control.PAUSE:
             return control.COMMIT  # a checkpoint's copy is taken: train on at once
         return control.wait_decision(self.control, request.seq, request.deadline + DECISION_GRACE_S)
+
+
+def _local_ranks(rank: int, world_size: int) -> range:
+    """The ranks that share this process's restore folder: this node's rank group of a gang
+    (LOCAL_WORLD_SIZE ranks from RANK - LOCAL_RANK, as torchrun and Rota's agent set them),
+    else every rank of the job."""
+    try:
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+    except ValueError:
+        return range(world_size)
+    if not 0 < per_node < world_size or not 0 <= local < per_node or rank - local < 0:
+        return range(world_size)
+    return range(rank - local, rank - local + per_node)
 
 
 def _is_generator(obj: Any) -> bool:

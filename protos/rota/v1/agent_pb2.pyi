@@ -290,6 +290,8 @@ class AgentCheckpointRequest(_message.Message):
     PAUSE_FIELD_NUMBER: _builtins.int
     TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     SKIP_UNREGISTERED_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    LOCAL_RANKS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     epoch: _builtins.int
     image_id: _builtins.str
@@ -300,6 +302,16 @@ class AgentCheckpointRequest(_message.Message):
     """the bounded wait for every rank's safe point"""
     skip_unregistered: _builtins.bool
     """a job that never registered state: answer at once"""
+    seq: _builtins.int
+    """The request's sequence number, the same on every node of a gang so that all its ranks
+    serve the same request (0: the agent takes the next after its last one).
+    """
+    @_builtins.property
+    def local_ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The global ranks this node runs and copies (a gang's node: its rank group); empty:
+        every rank of the job runs here.
+        """
+
     def __init__(
         self,
         *,
@@ -309,10 +321,12 @@ class AgentCheckpointRequest(_message.Message):
         pause: _builtins.bool = ...,
         timeout_seconds: _builtins.float = ...,
         skip_unregistered: _builtins.bool = ...,
+        seq: _builtins.int = ...,
+        local_ranks: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "image_id", b"image_id", "job_id", b"job_id", "pause", b"pause", "skip_unregistered", b"skip_unregistered", "timeout_seconds", b"timeout_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "image_id", b"image_id", "job_id", b"job_id", "local_ranks", b"local_ranks", "pause", b"pause", "seq", b"seq", "skip_unregistered", b"skip_unregistered", "timeout_seconds", b"timeout_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

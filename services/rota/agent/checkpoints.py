@@ -20,6 +20,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,6 +49,10 @@ class ImageRecord:
     copy_s: float
     pause_s: float
     state: str = WRITING
+    # A gang's node copies only its rank group: those ranks of a world of `world`; the
+    # coordinator joins every node's part into the image ([]: every rank, image whole here).
+    rank_ids: list[int] = field(default_factory=list)
+    world: int = 0
     error: str = ""
     written_bytes: int = 0
     chunks: int = 0
@@ -87,14 +92,14 @@ class AgentCheckpoints:
                 continue
             self.records[record.image_id] = record
             if record.state == WRITING:
-                if all(imagefmt.index_path(Path(record.staging), r).exists() for r in range(record.ranks)):
+                if all(imagefmt.index_path(Path(record.staging), r).exists() for r in record_ranks(record)):
                     self.writer.submit(self._write, record)
                 else:
                     self._finish(record, FAILED, error="the agent restarted and the staged copy is gone")
 
     # Checkpoint and pause.
     async def checkpoint(self, job_id: str, epoch: int, image_id: str, pause: bool, timeout_s: float,
-                         skip_unregistered: bool) -> ImageRecord | None:
+                         skip_unregistered: bool, seq: int = 0, local_ranks: tuple[int, ...] = ()) -> ImageRecord | None:
         if not job_id or not image_id:
             raise InvalidArgument("job_id" if not job_id else "image_id", "required")
         known = self.records.get(image_id)
@@ -109,24 +114,30 @@ class AgentCheckpoints:
         async with lock:
             # A thread, not a task: once asked, the ranks always get a decision, even when
             # the caller gives up or is cancelled half-way.
-            return await asyncio.to_thread(self._quiesce, job, image_id, pause, timeout_s, skip_unregistered)
+            return await asyncio.to_thread(self._quiesce, job, image_id, pause, timeout_s, skip_unregistered,
+                                           seq, local_ranks)
 
     def _quiesce(self, job: LocalJob, image_id: str, pause: bool, timeout_s: float,
-                 skip_unregistered: bool) -> ImageRecord | None:
+                 skip_unregistered: bool, seq: int = 0, local_ranks: tuple[int, ...] = ()) -> ImageRecord | None:
         folder = job.folder / "control"
         started = time.time()
         deadline = started + timeout_s
-        world = self._wait_registered(job, folder, deadline, skip_unregistered)
+        world = self._wait_registered(job, folder, deadline, skip_unregistered, local_ranks)
         if world == 0:
             return None
+        # The ranks this node answers for: a gang's node, its rank group; else all of them.
+        expected = sorted(local_ranks) if local_ranks else list(range(world))
         last = control.read_request(folder)
-        seq = last.seq + 1 if last is not None else 1
+        if seq <= 0:
+            seq = last.seq + 1 if last is not None else 1
+        elif last is not None and last.seq >= seq:
+            raise FailedPrecondition(f"request {seq} for {job.job_id} is stale: this node served request {last.seq}")
         staging = self.staging_of(job.job_id, job.epoch) / f"ckpt-{seq}"
         kind = control.PAUSE if pause else control.CHECKPOINT
         control.write_request(folder, control.Request(seq, kind, deadline, str(staging)))
-        acks = self._wait_acks(job, folder, seq, world, deadline)
+        acks = self._wait_acks(job, folder, seq, expected, deadline)
         failed = {r: a for r, a in acks.items() if not a.get("ok")}
-        missing = sorted(set(range(world)) - set(acks))
+        missing = sorted(set(expected) - set(acks))
         if failed or missing:
             control.write_decision(folder, seq, control.ABORT)
             shutil.rmtree(staging, ignore_errors=True)
@@ -137,27 +148,33 @@ class AgentCheckpoints:
             (job.folder / PAUSED_MARKER).write_text(image_id)
             control.write_decision(folder, seq, control.COMMIT)
             pids = [int(r["pid"]) for r in control.registrations(folder).values()]
-            if not self._wait_exit(job, pids, EXIT_GRACE_S):
+            if not self._wait_exit(job, pids, EXIT_GRACE_S, lambda: control.read_vote(folder, seq) == control.ABORT):
                 (job.folder / PAUSED_MARKER).unlink(missing_ok=True)
                 shutil.rmtree(staging, ignore_errors=True)
+                if control.read_vote(folder, seq) == control.ABORT:
+                    raise FailedPrecondition(f"{job.job_id}: the ranks on other nodes did not all take their copy, "
+                                             "so no rank paused; every rank carries on")
                 raise FailedPrecondition(f"{job.job_id} acknowledged the pause but did not exit within {EXIT_GRACE_S:g}s")
             pause_s = time.time() - started
         else:
             control.write_decision(folder, seq, control.COMMIT)
         steps = sorted({int(a["step"]) for a in acks.values()})
         record = ImageRecord(
-            image_id=image_id, job_id=job.job_id, staging=str(staging), ranks=world, step=steps[0], pause=pause,
+            image_id=image_id, job_id=job.job_id, staging=str(staging), ranks=len(expected), step=steps[0], pause=pause,
             logical_bytes=sum(int(a.get("bytes", 0)) for a in acks.values()), copy_s=copy_s, pause_s=pause_s,
+            rank_ids=expected if local_ranks else [], world=world,
         )
         self._save(record)
         self.writer.submit(self._write, record)
         return record
 
-    def _wait_registered(self, job: LocalJob, folder: Path, deadline: float, skip: bool) -> int:
+    def _wait_registered(self, job: LocalJob, folder: Path, deadline: float, skip: bool,
+                         local_ranks: tuple[int, ...] = ()) -> int:
+        """The job's world size, once every rank this node runs has registered."""
         while True:
             regs = control.registrations(folder)
             world = max((int(r["world_size"]) for r in regs.values()), default=0)
-            if world and len(regs) >= world:
+            if world and set(local_ranks or range(world)) <= set(regs):
                 return world
             if skip and not regs:
                 return 0
@@ -170,22 +187,24 @@ class AgentCheckpoints:
                 raise FailedPrecondition(f"only ranks {sorted(regs)} of {world} registered with rota.runtime in time")
             time.sleep(POLL_S * 4)
 
-    def _wait_acks(self, job: LocalJob, folder: Path, seq: int, world: int, deadline: float) -> dict[int, dict[str, Any]]:
+    def _wait_acks(self, job: LocalJob, folder: Path, seq: int, expected: list[int],
+                   deadline: float) -> dict[int, dict[str, Any]]:
         while True:
             acks = control.read_acks(folder, seq)
-            if len(acks) >= world or any(not a.get("ok") for a in acks.values()):
+            if set(expected) <= set(acks) or any(not a.get("ok") for a in acks.values()):
                 return acks
             if time.time() >= deadline or job.exit_code() is not None:
                 return acks
             time.sleep(POLL_S)
 
     @staticmethod
-    def _wait_exit(job: LocalJob, pids: list[int], grace_s: float) -> bool:
+    def _wait_exit(job: LocalJob, pids: list[int], grace_s: float, overruled: Callable[[], bool]) -> bool:
         """Until every rank process is gone: their exit frees the devices (a launcher
-        such as mp.spawn's parent may take a moment longer; it holds no device)."""
+        such as mp.spawn's parent may take a moment longer; it holds no device). False
+        when the grace runs out, or at once when the ranks' vote overruled the commit."""
         until = time.monotonic() + grace_s
         while job.exit_code() is None and any(_alive(pid) for pid in pids):
-            if time.monotonic() > until:
+            if time.monotonic() > until or overruled():
                 return False
             time.sleep(POLL_S)
         return True
@@ -194,8 +213,9 @@ class AgentCheckpoints:
     def _write(self, record: ImageRecord) -> None:
         staging = Path(record.staging)
         try:
-            result = images.write_staged(self.store, staging, record.ranks, self.settings.chunk_size)
-            self.store.put_manifest(record.image_id, json.dumps(result.manifest).encode())
+            result = images.write_staged(self.store, staging, record_ranks(record), self.settings.chunk_size)
+            if not record.rank_ids:  # a gang's part: the coordinator stores the joined manifest
+                self.store.put_manifest(record.image_id, json.dumps(result.manifest).encode())
             record.manifest = result.manifest
             record.written_bytes, record.chunks, record.write_s = result.written_bytes, result.chunks, result.seconds
             record.logical_bytes = result.logical_bytes
@@ -253,6 +273,11 @@ class AgentCheckpoints:
     def close(self) -> None:
         self.writer.shutdown(wait=False)
         self.restorer.shutdown(wait=False)
+
+
+def record_ranks(record: ImageRecord) -> list[int]:
+    """The ranks an image record's copy holds."""
+    return list(record.rank_ids) or list(range(record.ranks))
 
 
 def _alive(pid: int) -> bool:

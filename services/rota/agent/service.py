@@ -142,7 +142,8 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         current_identity().require_admin()
         timeout = request.timeout_seconds if request.timeout_seconds > 0 else self.runtime.checkpoints.settings.timeout_s
         record = await self.runtime.checkpoints.checkpoint(
-            request.job_id, request.epoch, request.image_id, request.pause, timeout, request.skip_unregistered
+            request.job_id, request.epoch, request.image_id, request.pause, timeout, request.skip_unregistered,
+            request.seq, tuple(request.local_ranks),
         )
         if record is None:
             return agent_pb2.AgentCheckpointResponse(image_id=request.image_id, registered=False)

@@ -265,9 +265,9 @@ class SchedulingLoop:
     def _move_inputs(self, session, view: repository.LiveView) -> MoveInputs:  # type: ignore[no-untyped-def]
         # Without a checkpoint service nothing can be paused: no costs, so no moves; the
         # nodes that resumed jobs asked for still hold.
-        # A gang is not paused or moved (its ranks on several nodes would all have to reach a
-        # safe point): it restarts together instead.
-        movable = [j.id for j in view.jobs if j.node is not None and j.preemptible and not j.realtime and not j.gang_nodes]
+        # A gang pauses as one (every rank of every node, or none) when it yields a lease;
+        # the priced moves never pick one (moves.py): its whole block would have to move.
+        movable = [j.id for j in view.jobs if j.node is not None and j.preemptible and not j.realtime]
         found = repository.move_inputs(session, movable if self.mover.available else [])
         return MoveInputs(costs=found.costs, targets=found.targets, busy=self.mover.busy())
 

@@ -5,7 +5,9 @@ any job. The job is RUNNING once any group runs; it SUCCEEDS only when every nod
 has exited 0 (each exit is kept in `gang_exits`, so a report repeated until the agent hears
 the answer counts once); the first group that fails stops the whole gang: its GPUs are
 released on every node, it is requeued or failed by its restart policy, and the other
-agents, no longer assigned the job, stop their groups at their next heartbeat.
+agents, no longer assigned the job, stop their groups at their next heartbeat. A group
+that exited paused (at a safe point, its state copied) pauses the whole gang: the ranks
+of every node voted together to stop there (`rota.runtime.state`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from rota.common.jobs_repo import Events, release, requeue_or_fail, transition
+from rota.common.jobs_repo import Events, pause, release, requeue_or_fail, transition
 from rota.common.models import GangExitRow, JobRow
 from rota.core import jobstate
 
@@ -33,7 +35,13 @@ def apply_gang_report(session: Session, job: JobRow, node: str, report: JobRepor
     if job.state == jobstate.SCHEDULED and report.state != jobstate.PENDING:
         transition(session, job, jobstate.RUNNING, f"started as a gang on {len(job.gang_nodes)} nodes "
                    f"({', '.join(job.gang_nodes)}) x GPUs {list(job.gpu_indices)}", events)
-    if report.state not in (jobstate.SUCCEEDED, jobstate.FAILED, jobstate.PAUSED):
+    if report.state == jobstate.PAUSED:
+        # Its ranks exited at a safe point after every rank of every node copied its state
+        # (their joint vote): the whole gang is paused; the coordinator records the image.
+        pause(session, job, f"paused at step {job.progress.get('step', '?')} on all {len(job.gang_nodes)} nodes: "
+                            "exited at a safe point", events)
+        return
+    if report.state not in (jobstate.SUCCEEDED, jobstate.FAILED):
         return
     code = report.exit_code if report.state != jobstate.SUCCEEDED else 0
     session.execute(
@@ -48,10 +56,8 @@ def apply_gang_report(session: Session, job: JobRow, node: str, report: JobRepor
             release(session, job, "succeeded")
             transition(session, job, jobstate.SUCCEEDED, f"exit code 0 on all {len(job.gang_nodes)} nodes", events)
         return
-    # A failed group (or one that exited at a safe point: a gang is never paused, so that
-    # is a failure too) stops the gang.
-    why = "exited at a safe point, but a gang is not paused" if report.state == jobstate.PAUSED \
-        else f"exit code {report.exit_code}"
+    # A failed group stops the gang.
+    why = f"exit code {report.exit_code}"
     job.exit_code = report.exit_code
     job.error = f"[{node}] {report.error}"
     release(session, job, "failed")

@@ -12,6 +12,12 @@ took the copy (finish) or not (roll back: the ranks were told to carry on). `wri
 the copy was taken (a paused job is PAUSED and holds no GPU); a restart keeps polling the
 agent's background write. The image being written is never the only one kept: retention
 counts complete images only, so the last good image survives any failure here.
+
+A gang (a job on several nodes) is one operation over every node's agent: each is asked
+for its rank group's copy under the same request number, the ranks' own vote makes the
+copy all-or-nothing across nodes (`rota.runtime.state`), and the image is complete once
+every node's part is written: the coordinator joins the parts into one manifest, so a
+restore anywhere hands each node the ranks it runs.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from rota.common.jobs_repo import Events, get_job, pause, transition
 from rota.common.models import NodeRow
 from rota.core import jobstate
 from rota.core.errors import AlreadyExists, FailedPrecondition, NotFound
+from rota.imagestore.images import join_parts
 from rota.imagestore.settings import EXIT_GRACE_S, CheckpointSettings
 from rota.v1 import agent_pb2, checkpoint_pb2
 
@@ -215,11 +222,14 @@ class Coordinator:
         if kind in COPY_KINDS:
             if job.state != jobstate.RUNNING or not job.node:
                 raise FailedPrecondition(f"{job_id} is {job.state}: only a RUNNING job can be checkpointed or paused")
-            if job.gang_nodes:
-                raise FailedPrecondition(f"{job_id} is a gang on {len(job.gang_nodes)} nodes: its ranks are not "
-                                         "checkpointed, paused or moved yet; it restarts together instead")
+            if job.gang_nodes and target:
+                raise FailedPrecondition(f"{job_id} is a gang on {len(job.gang_nodes)} nodes: it restarts where the "
+                                         "plan puts all of it; migrate it without a node")
             image = repo.begin_image(s, job_id, "pause" if kind in PAUSING_KINDS else kind, job.node)
-            detail = {"node": job.node, "epoch": job.epoch, "timeout_s": timeout, "requested_at": time.time()}
+            detail: dict[str, Any] = {"node": job.node, "epoch": job.epoch, "timeout_s": timeout,
+                                      "requested_at": time.time()}
+            if job.gang_nodes:  # node rank order: node i runs ranks i*m .. i*m+m-1
+                detail |= {"nodes": list(job.gang_nodes), "ranks_per_node": len(job.gpu_indices)}
             return repo.create_operation(s, job_id, kind, request_id, image_id=image.id, target_node=target,
                                          reason=reason, detail=detail), True
         if job.state != jobstate.PAUSED:
@@ -227,51 +237,72 @@ class Coordinator:
         return repo.create_operation(s, job_id, kind, request_id, target_node=target,
                                      detail={"requested_at": time.time()}), True
 
-    # 2. The copy: the agent's two-phase request to every rank.
+    # 2. The copy: the agent's two-phase request to every rank (a gang: every node's agent).
     async def _copy(self, op: OperationRow) -> OperationRow | None:
+        nodes = op_nodes(op)
         try:
-            address = await self._tx(lambda s, e: self._mark_copying(s, op.id, op.detail["node"]))
+            addresses = await self._tx(lambda s, e: self._mark_copying(s, op.id, nodes))
         except FailedPrecondition as exc:
             why = str(exc)
             await self._tx(lambda s, e: self._fail(s, op, why))
             raise
+        timeout = op.detail["timeout_s"] + EXIT_GRACE_S + 10
+        answers = await asyncio.gather(
+            *(self.agents.checkpoint(address, self._request(op, i), timeout) for i, address in enumerate(addresses)),
+            return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException) and not isinstance(answer, AgentCallFailed):
+                raise answer
+        failures = [(n, a) for n, a in zip(nodes, answers, strict=True) if isinstance(a, AgentCallFailed)]
+        if any(not a.definitive for _, a in failures):
+            # No answer (a deadline, a lost connection): the agent may have taken the
+            # copy all the same. Ask it until it must have decided.
+            return op if await self._adopt_copy(op) else None
+        if failures:
+            why = "; ".join(f"{n}: {a}" if len(nodes) > 1 else str(a) for n, a in failures)
+            await self._tx(lambda s, e: self._fail(s, op, why))
+            raise FailedPrecondition(f"{op.kind} of {op.job_id} failed: {why}") from None
+        replies = [a for a in answers if isinstance(a, agent_pb2.AgentCheckpointResponse)]
+        if not any(r.registered for r in replies):
+            await self._tx(lambda s, e: self._forget(s, op))
+            return None
+        if not all(r.registered for r in replies):
+            why = "only some nodes' ranks registered their state with rota.runtime"
+            await self._tx(lambda s, e: self._fail(s, op, why))
+            raise FailedPrecondition(f"{op.kind} of {op.job_id} failed: {why}")
+        copied = {"step": min(r.step for r in replies), "ranks": sum(r.ranks for r in replies),
+                  "copy_s": max(r.copy_seconds for r in replies), "pause_s": max(r.pause_seconds for r in replies),
+                  "logical_bytes": sum(r.logical_bytes for r in replies)}
+        await self._record_copied(op.id, copied)
+        return op
+
+    @staticmethod
+    def _request(op: OperationRow, node_rank: int) -> agent_pb2.AgentCheckpointRequest:
+        """The request to the `node_rank`-th node of the operation (a gang's: for its ranks only,
+        under one request number on every node, so that all the gang's ranks serve it)."""
         request = agent_pb2.AgentCheckpointRequest(
             job_id=op.job_id, epoch=op.detail["epoch"], image_id=op.image_id or "", pause=op.kind in PAUSING_KINDS,
             timeout_seconds=op.detail["timeout_s"], skip_unregistered=op.kind == "periodic",
         )
-        try:
-            reply = await self.agents.checkpoint(address, request, op.detail["timeout_s"] + EXIT_GRACE_S + 10)
-        except AgentCallFailed as exc:
-            if not exc.definitive:
-                # No answer (a deadline, a lost connection): the agent may have taken the
-                # copy all the same. Ask it until it must have decided.
-                return op if await self._adopt_copy(op) else None
-            why = str(exc)
-            await self._tx(lambda s, e: self._fail(s, op, why))
-            raise FailedPrecondition(f"{op.kind} of {op.job_id} failed: {why}") from None
-        if not reply.registered:
-            await self._tx(lambda s, e: self._forget(s, op))
-            return None
-        copied = {"step": reply.step, "ranks": reply.ranks, "copy_s": reply.copy_seconds,
-                  "pause_s": reply.pause_seconds, "logical_bytes": reply.logical_bytes}
-        await self._record_copied(op.id, copied)
-        return op
+        per_node = int(op.detail.get("ranks_per_node", 0))
+        if "nodes" in op.detail:
+            request.seq = op.id
+            request.local_ranks.extend(range(node_rank * per_node, (node_rank + 1) * per_node))
+        return request
 
     async def _record_copied(self, op_id: int, copied: dict[str, Any]) -> None:
         await self._tx(lambda s, e: self._copied(s, op_id, copied, e))
 
-    async def _record_written(self, op: OperationRow, status: agent_pb2.AgentImageStatusResponse) -> None:
-        await self._tx(lambda s, e: self._written(s, op, status))
+    async def _record_written(self, op: OperationRow, written: Written) -> None:
+        await self._tx(lambda s, e: self._written(s, op, written))
 
     async def _failed(self, op: OperationRow, why: str) -> None:
         await self._tx(lambda s, e: self._fail(s, op, why))
 
-    def _mark_copying(self, s: Session, op_id: int, node: str) -> str:
-        row = s.get(NodeRow, node)
-        if row is None:
-            raise FailedPrecondition(f"node {node} is not registered")
+    def _mark_copying(self, s: Session, op_id: int, nodes: list[str]) -> list[str]:
+        addresses = [_address(s, node) for node in nodes]
         repo.set_operation(s, op_id, repo.COPYING)
-        return row.address
+        return addresses
 
     def _copied(self, s: Session, op_id: int, copied: dict[str, Any], events: Events) -> None:
         op = s.get(OperationRow, op_id, with_for_update=True)
@@ -317,33 +348,52 @@ class Coordinator:
             await self._resume(op)
 
     async def _await_write(self, op: OperationRow) -> None:
-        address = await asyncio.to_thread(self.db.run, lambda s: _address(s, op.detail["node"]))
+        nodes = op_nodes(op)
+        addresses = await asyncio.to_thread(self.db.run, lambda s: [_address(s, n) for n in nodes])
         give_up = time.time() + WRITE_GIVE_UP_S
-        while True:
-            try:
-                status = await self.agents.image_status(address, op.image_id or "")
-            except AgentCallFailed as exc:
-                if time.time() > give_up:
-                    await self._failed(op, f"image write never confirmed: {exc}")
+        done: dict[str, agent_pb2.AgentImageStatusResponse] = {}
+        while len(done) < len(nodes):
+            for node, address in zip(nodes, addresses, strict=True):
+                if node in done:
+                    continue
+                try:
+                    status = await self.agents.image_status(address, op.image_id or "")
+                except AgentCallFailed as exc:
+                    if time.time() > give_up:
+                        await self._failed(op, f"image write never confirmed{_on(node, nodes)}: {exc}")
+                        return
+                    continue
+                state = image_state(status)
+                if state == "complete":
+                    done[node] = status
+                elif state != "writing":
+                    await self._failed(op, f"image write failed{_on(node, nodes)}: {status.error or state}")
                     return
-                await asyncio.sleep(self.poll_s * 10)
-                continue
-            state = image_state(status)
-            if state == "writing":
+            if len(done) < len(nodes):
                 await asyncio.sleep(self.poll_s * 5)  # an RPC a poll: less often than the database
-                continue
-            if state == "complete":
-                await self._record_written(op, status)
-            else:
-                await self._failed(op, f"image write failed: {status.error or state}")
+        try:
+            written = await asyncio.to_thread(self._joined, op, [done[n] for n in nodes])
+        except ValueError as exc:
+            await self._failed(op, f"image parts do not fit together: {exc}")
             return
+        await self._record_written(op, written)
 
-    def _written(self, s: Session, op: OperationRow, status: agent_pb2.AgentImageStatusResponse) -> None:
+    def _joined(self, op: OperationRow, parts: list[agent_pb2.AgentImageStatusResponse]) -> Written:
+        """The image as written: one node's, or a gang's parts joined into one manifest, which
+        then goes to the chunk store beside the chunks (a restore reads it from there)."""
+        manifests = [json.loads(p.manifest_json) for p in parts]
+        manifest = manifests[0] if len(parts) == 1 else join_parts(manifests)
+        if len(parts) > 1:
+            self.settings.store().put_manifest(op.image_id or "", json.dumps(manifest).encode())
+        return Written(manifest, step=min(p.step for p in parts), write_s=max(p.write_seconds for p in parts),
+                       stored_bytes=sum(p.written_bytes for p in parts))
+
+    def _written(self, s: Session, op: OperationRow, written: Written) -> None:
         assert op.image_id is not None
         copy_s = float(op.detail.get("copy_s", 0.0))
-        repo.complete_image(s, op.image_id, json.loads(status.manifest_json), step=status.step, copy_s=copy_s,
-                            write_s=status.write_seconds)
-        repo.merge_detail(s, op.id, write_s=status.write_seconds, stored_bytes=status.written_bytes)
+        repo.complete_image(s, op.image_id, written.manifest, step=written.step, copy_s=copy_s,
+                            write_s=written.write_s)
+        repo.merge_detail(s, op.id, write_s=written.write_s, stored_bytes=written.stored_bytes)
         repo.set_operation(s, op.id, repo.RESUMING if op.kind == "migrate" else repo.DONE)
 
     async def _resume(self, op: OperationRow) -> None:
@@ -405,23 +455,29 @@ class Coordinator:
             log.exception("recovering operation %s failed", op.id)
 
     async def _adopt_copy(self, op: OperationRow) -> bool:
-        """Did the agent take the copy? It may still be waiting for ranks: ask until it must
-        have decided (the ranks' timeout and exit grace), then finish or roll back."""
-        address = await asyncio.to_thread(self.db.run, lambda s: _address(s, op.detail["node"]))
+        """Did the agents take the copy? They may still be waiting for ranks: ask until they
+        must have decided (the ranks' timeout and exit grace), then finish or roll back."""
+        nodes = op_nodes(op)
+        addresses = await asyncio.to_thread(self.db.run, lambda s: [_address(s, n) for n in nodes])
         decided_by = op.updated_at.timestamp() + op.detail["timeout_s"] + EXIT_GRACE_S + 5
         while True:
-            try:
-                status = await self.agents.image_status(address, op.image_id or "")
-            except AgentCallFailed:
-                status = agent_pb2.AgentImageStatusResponse(state="unknown", image_state=checkpoint_pb2.IMAGE_STATE_UNKNOWN)
-            if image_state(status) != "unknown":
-                copied = {"step": status.step, "ranks": status.ranks, "copy_s": 0.0, "pause_s": 0.0,
-                          "logical_bytes": status.logical_bytes}
+            taken: list[agent_pb2.AgentImageStatusResponse] = []
+            for address in addresses:
+                try:
+                    status = await self.agents.image_status(address, op.image_id or "")
+                except AgentCallFailed:
+                    continue
+                if image_state(status) != "unknown":
+                    taken.append(status)
+            if len(taken) == len(nodes):
+                copied = {"step": min(t.step for t in taken), "ranks": sum(t.ranks for t in taken), "copy_s": 0.0,
+                          "pause_s": 0.0, "logical_bytes": sum(t.logical_bytes for t in taken)}
                 await self._record_copied(op.id, copied)
                 return True
             if time.time() > decided_by:
-                await self._tx(lambda s, e: self._fail(
-                    s, op, "rolled back: the coordinator restarted mid-copy and the agent took no copy; the job carries on"))
+                why = ("rolled back: the coordinator restarted mid-copy and the agent took no copy; the job carries on"
+                       if not taken else f"rolled back: only {len(taken)} of {len(nodes)} nodes took their copy")
+                await self._failed(op, why)
                 return False
             await asyncio.sleep(self.poll_s * 5)
 
@@ -441,6 +497,25 @@ class Coordinator:
                         log.info("periodic checkpoint of %s skipped: %s", job_id, exc)
             except Exception:  # noqa: BLE001 - the loop outlives any one failure
                 log.exception("periodic checkpoints failed")
+
+
+@dataclass(frozen=True)
+class Written:
+    """A complete image as the agents wrote it (a gang's parts joined)."""
+
+    manifest: dict[str, Any]
+    step: int
+    write_s: float
+    stored_bytes: int
+
+
+def op_nodes(op: OperationRow) -> list[str]:
+    """The nodes an operation's copy is taken on: a gang's, in node rank order; else its one."""
+    return list(op.detail.get("nodes") or [op.detail["node"]])
+
+
+def _on(node: str, nodes: list[str]) -> str:
+    return f" on {node}" if len(nodes) > 1 else ""
 
 
 def _address(s: Session, node: str) -> str:

@@ -253,7 +253,7 @@ def running_jobs_due(session: Session, interval: timedelta) -> list[tuple[str, s
     rows = session.execute(
         select(JobRow.id, JobRow.node, JobRow.epoch, JobRow.started_at, newest.c.at)
         .outerjoin(newest, newest.c.job_id == JobRow.id)
-        .where(JobRow.state == jobstate.RUNNING, func.cardinality(JobRow.gang_nodes) == 0)  # gangs: not yet
+        .where(JobRow.state == jobstate.RUNNING)
     ).all()
     return [(job_id, node, epoch) for job_id, node, epoch, started, at in rows
             if node and (at or started or cutoff) < cutoff]

@@ -17,7 +17,7 @@ import json
 import mmap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +43,10 @@ def digest_of(data: memoryview | bytes) -> str:
 
 
 def write_staged(
-    store: ChunkStore, folder: Path, ranks: int, chunk_size: int = DEFAULT_CHUNK_SIZE, workers: int = WORKERS
+    store: ChunkStore, folder: Path, ranks: int | Sequence[int], chunk_size: int = DEFAULT_CHUNK_SIZE,
+    workers: int = WORKERS,
 ) -> WriteResult:
+    """`ranks`: how many (0..ranks-1), or which ranks were staged in `folder` (a gang's node)."""
     started = time.perf_counter()
     claimed: set[str] = set()
     lock = threading.Lock()
@@ -68,7 +70,7 @@ def write_staged(
     manifests: list[dict[str, Any]] = []
     logical = 0
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for rank in range(ranks):
+        for rank in (range(ranks) if isinstance(ranks, int) else ranks):
             index = imagefmt.read_index(folder, rank)
             segments = _chunk_rank(pool, put, imagefmt.blob_path(folder, rank), index["segments"], chunk_size)
             # What the rank stands for: its shares of replicated state written by others included.
@@ -173,6 +175,18 @@ def _fetch(store: ChunkStore, digest: str, view: memoryview, verify: bool) -> No
             raise ValueError(f"chunk {digest} is corrupt in the store (its bytes hash differently)")
     finally:
         view.release()  # an error's traceback must not pin the mapping open
+
+
+def join_parts(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One image's manifest from its parts (a gang: each node's rank group), ranks in order."""
+    sizes = {int(p["chunk_size"]) for p in parts}
+    if len(sizes) != 1:
+        raise ValueError(f"the parts of one image were cut into different chunk sizes: {sorted(sizes)}")
+    ranks = sorted((r for p in parts for r in p["ranks"]), key=lambda r: int(r["rank"]))
+    numbers = [int(r["rank"]) for r in ranks]
+    if numbers != list(range(len(numbers))):
+        raise ValueError(f"the parts hold ranks {numbers}, not each of 0..{len(numbers) - 1} once")
+    return {"chunk_size": sizes.pop(), "ranks": ranks}
 
 
 def chunk_digests(manifest: dict[str, Any]) -> dict[str, int]:
