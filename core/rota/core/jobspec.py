@@ -156,16 +156,9 @@ def _validate_gpus(spec: JobSpecData, max_gpus_per_node: int) -> None:
     else:
         _require(not spec.demand, "demand", "only realtime apps have a demand curve")
         _require(is_power_of_two(spec.gpus), "gpus", f"must be a power of two (got {spec.gpus})")
-    hold = gpus_to_hold(spec)
-    # With no node registered yet there is nothing to compare with: the job waits. A
-    # batch-like job larger than a node is a gang of whole nodes (see _validate_gang); a
-    # gang larger than today's cluster waits for nodes to join (`rota explain` says so).
-    if spec.kind == "realtime":
-        _require(
-            max_gpus_per_node == 0 or hold <= max_gpus_per_node,
-            "gpus",
-            f"{hold} GPUs exceed the largest node in the cluster ({max_gpus_per_node} GPUs)",
-        )
+    # A batch-like job larger than a node is a gang of whole nodes (see _validate_gang); a
+    # gang larger than today's cluster waits for nodes to join (`rota explain` says so). A
+    # realtime app's replicas (one GPU each) go on any nodes, so its demand has no node cap.
 
 
 def _validate_gang(spec: JobSpecData, largest_node: int) -> None:

@@ -301,6 +301,7 @@ class Job(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     GANG_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     state: Global___JobState.ValueType
     node: _builtins.str
@@ -336,6 +337,13 @@ class Job(_message.Message):
     def gang(self) -> Global___Gang:
         """set for a gang placed on several nodes"""
 
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeReplicas]:
+        """A placed realtime app: its replicas on each node, home (`node`) first, each node a
+        lease under its own epoch. An agent's copy lists only its own node (`node`, `gpus`
+        and `epoch` are then that node's).
+        """
+
     def __init__(
         self,
         *,
@@ -355,14 +363,43 @@ class Job(_message.Message):
         attempts: _builtins.int = ...,
         reason: _builtins.str = ...,
         gang: Global___Gang | None = ...,
+        replicas: _abc.Iterable[Global___NodeReplicas] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "gang", b"gang", "progress", b"progress", "spec", b"spec", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "epoch", b"epoch", "error", b"error", "exit_code", b"exit_code", "finished_at", b"finished_at", "gang", b"gang", "gpus", b"gpus", "history", b"history", "id", b"id", "node", b"node", "progress", b"progress", "reason", b"reason", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "epoch", b"epoch", "error", b"error", "exit_code", b"exit_code", "finished_at", b"finished_at", "gang", b"gang", "gpus", b"gpus", "history", b"history", "id", b"id", "node", b"node", "progress", b"progress", "reason", b"reason", "replicas", b"replicas", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class NodeReplicas(_message.Message):
+    """One node's replicas of a realtime app: one process per GPU, fenced by `epoch`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    epoch: _builtins.int
+    @_builtins.property
+    def gpus(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        gpus: _abc.Iterable[_builtins.int] | None = ...,
+        epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "gpus", b"gpus", "node", b"node"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeReplicas: _TypeAlias = NodeReplicas  # noqa: Y015
 
 @_typing.final
 class Gang(_message.Message):

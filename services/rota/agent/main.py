@@ -23,13 +23,16 @@ from rota.agent import declared
 from rota.agent.checkpoints import AgentCheckpoints
 from rota.agent.detector_link import DetectorLink
 from rota.agent.gpus import discover
-from rota.agent.processes import ProcessTable
+from rota.agent.metrics import register_gpu_metrics
+from rota.agent.processes import LocalJob, ProcessTable
 from rota.agent.service import AgentRuntime, AgentService, report_of
+from rota.common import metrics
 from rota.common.auth import ADMIN, Identity
 from rota.common.config import Settings
 from rota.common.layouts import layout_text
+from rota.common.metrics import serve_metrics
 from rota.common.server import RotaInterceptor, run_server
-from rota.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
+from rota.common.telemetry import job_logging, setup_logging, setup_tracing, shutdown_tracing
 from rota.common.tls import open_aio_channel, tls_files
 from rota.core.errors import DomainError
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2, node_pb2, node_pb2_grpc
@@ -44,6 +47,11 @@ EARLY_MIN_GAP_S = 0.25
 # A failed beat (the api starting or restarting) is tried again this soon when the interval
 # is longer: an agent starting beside the api registers within a second, not an interval.
 FAILED_RETRY_S = 1.0
+# An agent started beside the api (`rota up`, a pod restart) beats before the api listens:
+# until the api has answered once, or for this long after the agent's start, an unreachable
+# api is logged at DEBUG; after that every failed beat is an outage, logged at WARNING.
+STARTUP_GRACE_S = 30.0
+_STARTING_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class Heartbeats:
@@ -65,6 +73,8 @@ class Heartbeats:
                         "(gone in 0.3.0); set it to the api's node port", settings.api_addr)
         self.registered = False
         self._early_at = float("-inf")  # monotonic time of the last early beat
+        self.started_at = time.monotonic()
+        self.reached = False  # the api has answered once
 
     async def run_forever(self) -> None:
         while True:
@@ -76,11 +86,16 @@ class Heartbeats:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.NOT_FOUND:
                     self.registered = False
-                log.warning("heartbeat failed: %s %s", exc.code().name, exc.details())
+                metrics.HEARTBEAT_FAILURES.labels(node=self.runtime.node).inc()
+                log.log(self.failure_level(exc.code()), "heartbeat failed: %s %s", exc.code().name, exc.details())
                 interval = min(interval, FAILED_RETRY_S)
             except Exception:  # noqa: BLE001 - the loop must survive any one failure
                 log.exception("heartbeat cycle failed")
             await self.until_next_beat(interval)
+
+    def failure_level(self, code: grpc.StatusCode) -> int:
+        starting = not self.reached and time.monotonic() - self.started_at < STARTUP_GRACE_S
+        return logging.DEBUG if starting and code in _STARTING_CODES else logging.WARNING
 
     async def until_next_beat(self, interval: float) -> None:
         """`interval`, or less after a launch: a job's RUNNING reaches the control plane a
@@ -102,7 +117,7 @@ class Heartbeats:
             else:
                 await self.cluster.RegisterNode(api_pb2.RegisterNodeRequest(node=node), timeout=timeout,
                                                 metadata=self.metadata)
-            self.registered = True
+            self.registered = self.reached = True
             log.info("registered %s at %s with %d GPUs (types %s, labels %s)", self.runtime.node, self.address,
                      len(self.devices), sorted({d.type for d in self.devices}), self.labels)
         sent_at = time.monotonic()
@@ -118,6 +133,7 @@ class Heartbeats:
             reply = await self.cluster.NodeHeartbeat(
                 api_pb2.NodeHeartbeatRequest(node=self.runtime.node, jobs=reports), timeout=timeout, metadata=self.metadata
             )
+        self.reached = True
         finished = [j for j, r in zip(jobs, reports, strict=True) if r.state != common_pb2.JOB_STATE_RUNNING]
         self.runtime.table.acknowledge_finished(finished)
         for job in finished:
@@ -132,23 +148,40 @@ class Heartbeats:
         for job in self.runtime.table.running():
             target = wanted.get(job.job_id)
             launched_after_request = job.started_at > sent_at
+            if target is not None and await self._resize_replicas(job, target):
+                continue  # a realtime app's missed resize: its replicas that stay run on
             if (target is None or target.epoch > job.epoch) and not launched_after_request:
-                log.info("stopping %s (epoch %d): no longer placed here", job.job_id, job.epoch)
-                # That epoch only: while this waited for the runtime's lock, a launch may have
-                # started a newer placement of the same job here (a pause then a resume onto
-                # this node), which this reply, older than that launch, knows nothing about.
-                try:
-                    await self.runtime.stop(job.job_id, job.epoch, "no longer placed on this node", 5.0)
-                except DomainError as exc:
-                    log.info("not stopping %s: %s", job.job_id, exc)
+                with job_logging(job.job_id):
+                    log.info("stopping %s (epoch %d): no longer placed here", job.job_id, job.epoch)
+                    # That epoch only: while this waited for the runtime's lock, a launch may have
+                    # started a newer placement of the same job here (a pause then a resume onto
+                    # this node), which this reply, older than that launch, knows nothing about.
+                    try:
+                        await self.runtime.stop(job.job_id, job.epoch, "no longer placed on this node", 5.0)
+                    except DomainError as exc:
+                        log.info("not stopping %s: %s", job.job_id, exc)
         for job_id, placed in wanted.items():
             local = self.runtime.table.jobs.get(job_id)
             if local is None or local.epoch < placed.epoch:
-                try:
-                    await self.runtime.launch(placed, placed.epoch, *images[job_id])
-                    log.info("launched %s (epoch %d) from reconciliation", job_id, placed.epoch)
-                except DomainError as exc:
-                    log.warning("not launching %s: %s", job_id, exc)
+                with job_logging(job_id):
+                    try:
+                        await self.runtime.launch(placed, placed.epoch, *images[job_id])
+                        log.info("launched %s (epoch %d) from reconciliation", job_id, placed.epoch)
+                    except DomainError as exc:
+                        log.warning("not launching %s: %s", job_id, exc)
+
+    async def _resize_replicas(self, job: LocalJob, target: common_pb2.Job) -> bool:
+        """A replica set placed here under a newer epoch (a Resize that never arrived) is
+        resized in place, not restarted; False when that is not the case or fails."""
+        if not job.replicas or target.epoch <= job.epoch or not target.gpus:
+            return False
+        try:
+            await self.runtime.resize(job.job_id, target.epoch, list(target.gpus))
+        except DomainError as exc:
+            log.info("not resizing %s: %s", job.job_id, exc)
+            return False
+        log.info("resized %s to GPUs %s (epoch %d) from reconciliation", job.job_id, list(target.gpus), target.epoch)
+        return True
 
     async def close(self) -> None:
         await self.channel.close(None)
@@ -170,12 +203,14 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the api's node port, its NodeService (default: ROTA_API_NODE_ADDR; unset: the "
                              "deprecated node RPCs at --api)")
     parser.add_argument("--home", default=None, help="state folder (default: ROTA_HOME/agents/NAME)")
+    parser.add_argument("--metrics-listen", default=None,
+                        help="host:port for Prometheus /metrics (default: ROTA_METRICS_LISTEN; none if empty)")
     declared.add_arguments(parser)
 
 
 async def serve(settings: Settings, args: argparse.Namespace) -> None:
     settings.require("admin_token")
-    setup_logging(f"agent[{args.name}]")
+    setup_logging(f"agent[{args.name}]", settings.log_format)
     tracer = setup_tracing("agent", settings.tracing, settings.otlp_endpoint)
     listen = args.listen or settings.listen
     if args.api:
@@ -200,6 +235,9 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     gpus = [common_pb2.Gpu(index=d.index, uuid=d.uuid, model=d.model, virtual=d.virtual, type=d.gpu_type)
             for d in devices]
     heartbeats = Heartbeats(settings, runtime, args.advertise or listen, gpus, labels)
+    register_gpu_metrics(args.name, table, devices)
+    metrics_listen = getattr(args, "metrics_listen", None)
+    serve_metrics(settings.metrics_listen if metrics_listen is None else metrics_listen, "agent", args.name)
 
     async def admin_only(token: str) -> Identity | None:
         return Identity(ADMIN) if token == settings.admin_token else None

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rota.agent import launcher as launcher_module
 from rota.agent import rankgroup as rankgroup_module
+from rota.agent import replicaset as replicaset_module
 from rota.core.errors import FailedPrecondition
 
 ERROR_TAIL_LINES = 20
@@ -29,6 +30,9 @@ PAUSED_MARKER = "paused"
 # included) is part of why a job start costs the node about 20 ms of CPU, not 90.
 LAUNCHER = (sys.executable, "-I", "-S", str(Path(launcher_module.__file__).resolve()))
 RANKGROUP = (sys.executable, "-I", "-S", str(Path(rankgroup_module.__file__).resolve()))
+REPLICASET = (sys.executable, "-I", "-S", str(Path(replicaset_module.__file__).resolve()))
+# A resize waits this long for the replica set to have stopped the replicas it removes.
+RESIZE_APPLY_S = replicaset_module.GRACE_S + 5.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class LocalJob:
     popen: subprocess.Popen[bytes] | None = None
     stopped_reason: str = ""
     started_at: float = 0.0  # monotonic time of the launch by this agent process
+    replicas: bool = False  # a realtime app's replica set: one process per GPU (rota.agent.replicaset)
 
     @property
     def log_path(self) -> Path:
@@ -151,7 +156,8 @@ class ProcessTable:
             meta = json.loads(meta_file.read_text())
             if (meta_file.parent / "acknowledged").exists():
                 continue
-            job = LocalJob(meta["job_id"], meta["epoch"], meta["gpus"], meta["pgid"], meta_file.parent)
+            job = LocalJob(meta["job_id"], meta["epoch"], meta["gpus"], meta["pgid"], meta_file.parent,
+                           replicas=bool(meta.get("replicas")))
             current = self.jobs.get(job.job_id)
             if current is None or current.epoch < job.epoch:
                 self.jobs[job.job_id] = job
@@ -165,8 +171,9 @@ class ProcessTable:
     def launch(
         self, job_id: str, epoch: int, gpus: list[int], command: list[str], workdir: str,
         env: dict[str, str], virtual: bool, restore_dir: Path | None = None, layout: str = "",
-        gang: GangLaunch | None = None,
+        gang: GangLaunch | None = None, replicas: bool = False,
     ) -> LocalJob:
+        """Starts the job under `epoch`; `replicas`: a realtime app, one process per GPU."""
         current = self.jobs.get(job_id)
         if current is not None:
             if current.epoch > epoch:
@@ -178,7 +185,11 @@ class ProcessTable:
             if other.job_id != job_id and other.state() == "RUNNING" and set(other.gpus) & set(gpus):
                 if other.epoch > epoch:
                     raise FailedPrecondition(f"stale epoch {epoch}: GPUs {gpus} are held by {other.job_id} (epoch {other.epoch})")
-                self.stop(other.job_id, other.epoch, f"GPUs reassigned at epoch {epoch}", grace_s=5)
+                keep = [g for g in other.gpus if g not in gpus]
+                if other.replicas and keep:  # an app's resize not yet here: only those replicas go
+                    self._apply_replicas(other, other.epoch, keep)
+                else:
+                    self.stop(other.job_id, other.epoch, f"GPUs reassigned at epoch {epoch}", grace_s=5)
         folder = self.home / "jobs" / f"{job_id}-{epoch}"
         if (folder / "exit").exists():
             raise FailedPrecondition(f"{job_id} already ran under epoch {epoch}")
@@ -191,6 +202,8 @@ class ProcessTable:
         if gang is not None:  # one rank per GPU of this node, started by the rank group
             full_env.update(gang.env())
             command = [*RANKGROUP, "--ranks", str(gang.ranks_per_node), "--", *command]
+        elif replicas:  # one process per replica, each on its own GPU
+            command = [*REPLICASET, "--", *command]
         write_replicas(folder, epoch, gpus)
         cwd = workdir if workdir and Path(workdir).is_dir() else str(self.home)
         launcher = [
@@ -202,8 +215,9 @@ class ProcessTable:
                 launcher, cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )
-        job = LocalJob(job_id, epoch, gpus, popen.pid, folder, popen, started_at=time.monotonic())
-        (folder / "meta.json").write_text(json.dumps({"job_id": job_id, "epoch": epoch, "gpus": gpus, "pgid": popen.pid}))
+        job = LocalJob(job_id, epoch, gpus, popen.pid, folder, popen, started_at=time.monotonic(), replicas=replicas)
+        meta = {"job_id": job_id, "epoch": epoch, "gpus": gpus, "pgid": popen.pid, **({"replicas": True} if replicas else {})}
+        (folder / "meta.json").write_text(json.dumps(meta))
         self.jobs[job_id] = job
         self.max_epoch = max(self.max_epoch, epoch)
         return job
@@ -242,12 +256,23 @@ class ProcessTable:
         for other in self.jobs.values():
             if other.job_id != job_id and other.state() == "RUNNING" and set(other.gpus) & set(gpus):
                 raise FailedPrecondition(f"GPUs {sorted(set(other.gpus) & set(gpus))} are held by {other.job_id}")
+        self._apply_replicas(job, epoch, list(gpus))
+        self.max_epoch = max(self.max_epoch, epoch)
+        return job
+
+    def _apply_replicas(self, job: LocalJob, epoch: int, gpus: list[int]) -> None:
+        """The app's new replica set here; for a replica set, once the replicas it removes
+        have stopped (or RESIZE_APPLY_S passed), so what is placed on their GPUs next never
+        runs beside them. The replicas that stay run on."""
         job.epoch, job.gpus = epoch, list(gpus)
         write_replicas(job.folder, epoch, gpus)
         meta = json.loads((job.folder / "meta.json").read_text())
         _write_atomic(job.folder / "meta.json", json.dumps({**meta, "epoch": epoch, "gpus": gpus}))
-        self.max_epoch = max(self.max_epoch, epoch)
-        return job
+        deadline = time.monotonic() + RESIZE_APPLY_S
+        while job.replicas and job.exit_code() is None and time.monotonic() < deadline:
+            if applied_replicas(job.folder) == (epoch, sorted(gpus)):
+                return
+            time.sleep(0.05)
 
     # 4. Stop: the whole process group, SIGTERM then SIGKILL.
     def stop(self, job_id: str, epoch: int, reason: str, grace_s: float) -> bool:
@@ -293,6 +318,15 @@ class ProcessTable:
 def write_replicas(folder: Path, epoch: int, gpus: list[int]) -> None:
     """What a realtime app serves on now; replaced atomically so a reader never sees half."""
     _write_atomic(folder / REPLICAS_FILE, json.dumps({"epoch": epoch, "gpus": gpus, "replicas": len(gpus)}))
+
+
+def applied_replicas(folder: Path) -> tuple[int, list[int]] | None:
+    """The (epoch, GPUs) a replica set last applied (rota.agent.replicaset), or None."""
+    try:
+        data = json.loads((folder / f"{REPLICAS_FILE}.applied").read_text())
+        return int(data["epoch"]), sorted(int(g) for g in data["gpus"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _write_atomic(path: Path, text: str) -> None:

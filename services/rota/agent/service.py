@@ -89,6 +89,7 @@ class AgentRuntime:
             local = await asyncio.to_thread(
                 self.table.launch, job.id, epoch, list(job.gpus), list(spec.command), spec.workdir,
                 dict(spec.env), self.virtual, restore, layout, gang,
+                replicas=spec.kind == common_pb2.JOB_KIND_REALTIME,  # one process per replica (rota.agent.replicaset)
             )
         if restore is not None and fresh:
             # The image is made ready while the interpreter and torch start up.

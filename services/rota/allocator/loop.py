@@ -20,11 +20,12 @@ from typing import Any
 import grpc
 from sqlalchemy import Connection, Engine, text
 
+from rota.allocator import metrics as allocator_metrics
 from rota.allocator import repository
 from rota.allocator.forecasts import Forecast
 from rota.allocator.peers import Peers
 from rota.allocator.wakeups import Wakeups
-from rota.common import convert, nodes_repo, read_models
+from rota.common import convert, metrics, nodes_repo, read_models
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
 from rota.common.db import Database
@@ -170,8 +171,10 @@ class SchedulingLoop:
         # 1. Lead, or wait for the leader's lock to be released.
         if not await asyncio.to_thread(self.leadership.ensure):
             self.memory.fingerprint = None  # a new leader re-plans from scratch
+            metrics.LEADER.set(0)
             return report
         report.led = True
+        metrics.LEADER.set(1)
         report.pruned = await self._prune_history()  # housekeeping: old plan steps, once a minute
         events = Events()
         # 2. Nodes silent past the timeout are dead; their jobs lost and handled. Only while
@@ -209,10 +212,12 @@ class SchedulingLoop:
             plan_live, view.nodes, jobs, horizon, policy, self.settings.full_time_limit_s, fair, held_back, moves
         )
         # 5. Commit step 0: starts and resizes, each in its own transaction under a new epoch.
-        launches, resizes = await self._commit(outcome, view.addresses, events)
-        report.placed, report.resized = len(launches), len(resizes)
+        launches, resizes, leaving = await self._commit(outcome, view.addresses, events)
+        started = {r.job.id for _, r in launches} - {r.job_id for r in outcome.decision.resizes}
+        report.placed, report.resized = len(started), len(resizes) + len(leaving)
         report.waiting = len(outcome.decision.waiting)
         report.planned = trigger
+        allocator_metrics.record_plan(outcome, trigger)
         await asyncio.to_thread(self.db.run, lambda s: repository.set_waiting_reasons(s, outcome.decision.waiting))
         changed = {k: v for k, v in forecasts.items() if self.memory.saved_forecasts.get(k) != v}
         await asyncio.to_thread(self.db.run, lambda s: self._record(s, outcome, trigger, horizon, forecasts, changed))
@@ -225,7 +230,7 @@ class SchedulingLoop:
         moving = bool(outcome.yields or outcome.preemption or outcome.migrations)
         self.memory.planned_at = time.monotonic()
         self.memory.plan_cost_s = 0.0 if moving else time.process_time() - began
-        self.memory.fingerprint = _expected_fingerprint(view, outcome.decision, {r.job.id for _, r in launches})
+        self.memory.fingerprint = _expected_fingerprint(view, outcome.decision, started)
         self.memory.step_index = horizon.step_index
         if policy == "full":
             self.memory.last_full = self.clock()
@@ -237,6 +242,8 @@ class SchedulingLoop:
             self._to_agent(self._launch(address, request))
         for address, resize in resizes:
             self._to_agent(self._resize(address, resize))
+        for address, job_id, epoch in leaving:  # a realtime app's replicas leaving a node
+            self._to_agent(self._stop(address, job_id, epoch, "the app's replicas left this node"))
         # 7. Moves of started jobs through the checkpoint coordinator, in the background:
         #    lease yields (`fair`), a priced preemption (`fast`, `full`), fragmentation repair.
         #    The next cycle sees the paused job's GPUs free and plans into them.
@@ -245,10 +252,12 @@ class SchedulingLoop:
         if outcome.preemption is not None:
             p = outcome.preemption
             if self.mover.start(p.job_id, reason=p.reason):
+                metrics.PREEMPTIONS.inc()
                 self.memory.yielded_to[p.job_id] = p.for_job
                 report.moved.append(p.job_id)
         for m in outcome.migrations:
             if self.mover.start(m.job_id, target=m.to_node, reason=f"{m.reason} (from {m.from_node} to {m.to_node})"):
+                metrics.MIGRATIONS.inc()
                 self.memory.yielded_to[m.job_id] = m.for_job  # not back into the block it freed
                 report.moved.append(m.job_id)
         return report
@@ -280,6 +289,7 @@ class SchedulingLoop:
 
         if y.job_id in moves.costs and self.mover.start(y.job_id, reason=reason, on_refused=stop_instead):
             self.memory.yielded_to[y.job_id] = y.to_job
+            metrics.LEASE_YIELDS.labels(how="paused").inc()
             return
         await self._yield_by_stop(y, reason, addresses)
 
@@ -288,6 +298,7 @@ class SchedulingLoop:
         held = await asyncio.to_thread(self.db.run, lambda s: repository.yield_lease(s, y.job_id, reason, events))
         if held is None:
             return
+        metrics.LEASE_YIELDS.labels(how="stopped").inc()
         self.memory.yielded_to[y.job_id] = y.to_job
         await asyncio.to_thread(self._publish, events)
         for node in held[0]:
@@ -337,27 +348,50 @@ class SchedulingLoop:
 
     async def _commit(
         self, outcome: PlanOutcome, addresses: dict[str, str], events: Events
-    ) -> tuple[list[tuple[str, agent_pb2.LaunchRequest]], list[tuple[str, agent_pb2.ResizeRequest]]]:
+    ) -> tuple[list[tuple[str, agent_pb2.LaunchRequest]], list[tuple[str, agent_pb2.ResizeRequest]],
+               list[tuple[str, str, int]]]:
+        """Resizes first (a realtime app's replicas that shrink free GPUs a start may take
+        in the same step), then starts; each in its own transaction under new epochs."""
         launches: list[tuple[str, agent_pb2.LaunchRequest]] = []
-        for start in outcome.decision.starts:
-            request = await asyncio.to_thread(self.db.run, lambda s, d=start: self._commit_start(s, d, events))
-            if request is not None:  # a gang: every node of it launches its rank group
-                launches += [(addresses[node], request) for node in start.nodes or (start.node,)]
         resizes: list[tuple[str, agent_pb2.ResizeRequest]] = []
+        leaving: list[tuple[str, str, int]] = []
         for resize in outcome.decision.resizes:
-            job = await asyncio.to_thread(self.db.run, lambda s, r=resize: _commit_resize(s, r, events))
-            if job is not None:
-                resizes.append((addresses[resize.node], job))
-        return launches, resizes
+            done = await asyncio.to_thread(self.db.run, lambda s, r=resize: _commit_resize(s, r, events))
+            if done is None:
+                continue
+            request, address = done[1], addresses.get(resize.node)
+            if address is None:  # a node no longer live: its heartbeat's reconciliation stops the replicas
+                continue
+            if isinstance(request, agent_pb2.LaunchRequest):
+                launches.append((address, request))
+            elif isinstance(request, agent_pb2.ResizeRequest):
+                resizes.append((address, request))
+            else:
+                leaving.append((address, resize.job_id, request))
+        for start in outcome.decision.starts:
+            placed = start.nodes or tuple(n for n, _ in start.replicas) or (start.node,)
+            for node in placed:  # a gang: every node launches its rank group; an app: its replicas there
+                launch = await asyncio.to_thread(
+                    self.db.run, lambda s, d=start, n=node: self._commit_start(s, d, events, n))
+                if launch is None:
+                    break
+                launches.append((addresses[node], launch))
+        return launches, resizes, leaving
 
     @staticmethod
-    def _commit_start(session, decision, events: Events) -> agent_pb2.LaunchRequest | None:  # type: ignore[no-untyped-def]
-        job = repository.commit_decision(session, decision, events)
+    def _commit_start(session, decision, events: Events, node: str | None = None) -> agent_pb2.LaunchRequest | None:  # type: ignore[no-untyped-def]
+        """Commits the start (on its first node), then each node's launch request."""
+        node = decision.node if node is None else node
+        if node == decision.node:
+            job = repository.commit_decision(session, decision, events)
+        else:
+            job = repository.get_job(session, decision.job_id)
+            job = job if job is not None and job.state == "SCHEDULED" else None
         if job is None:
             return None
         # A paused, migrated or requeued job continues from its last checkpoint image.
-        return agent_pb2.LaunchRequest(job=convert.job_to_proto(job), epoch=job.epoch,
-                                       **read_models.launch_fields(session, job.id))
+        message = convert.job_on_node(job, node)
+        return agent_pb2.LaunchRequest(job=message, epoch=message.epoch, **read_models.launch_fields(session, job.id))
 
     @staticmethod
     def _record(  # type: ignore[no-untyped-def]
@@ -419,11 +453,21 @@ class SchedulingLoop:
             log.warning("resize of %s at %s failed (%s): reconciliation will relaunch it", request.job_id, address, exc.code())
 
 
-def _commit_resize(session, resize: Start, events: Events) -> agent_pb2.ResizeRequest | None:  # type: ignore[no-untyped-def]
-    job = repository.commit_resize(session, resize, events)
-    if job is None:
+def _commit_resize(  # type: ignore[no-untyped-def]
+    session, resize: Start, events: Events,
+) -> tuple[str, agent_pb2.LaunchRequest | agent_pb2.ResizeRequest | int] | None:
+    """The node's agent's part of a committed resize: a Resize of the replicas it runs, a
+    Launch where the app arrives, or (an epoch) the Stop of the replicas where it leaves."""
+    done = repository.commit_resize(session, resize, events)
+    if done is None:
         return None
-    return agent_pb2.ResizeRequest(job_id=job.id, epoch=job.epoch, gpu_indices=list(job.gpu_indices))
+    if not done.gpus:
+        return done.node, done.previous_epoch
+    if not done.previous_epoch:
+        message = convert.job_on_node(done.job, done.node)
+        return done.node, agent_pb2.LaunchRequest(job=message, epoch=done.epoch)
+    return done.node, agent_pb2.ResizeRequest(job_id=done.job.id, epoch=done.epoch, gpu_indices=list(done.gpus))
+
 
 
 def _expected_fingerprint(view: repository.LiveView, decision: StepDecision, launched: set[str]) -> Any:
@@ -462,6 +506,10 @@ def _assignments(ls: LiveScenario, grid: list[list[str | None]], decision: StepD
             entry.update(start_step=decision.planned_start[job_id])
         else:
             entry.update(waiting=decision.waiting.get(job_id, ""))
+        planned = decision.replica_sets.get(job_id)
+        if planned:  # a realtime app: its replicas' GPUs on each node at step 0
+            home = job.node if job.node in planned else max(planned, key=lambda n: (len(planned[n]), n))
+            entry.update(node=home, gpus=list(planned[home]), replicas={n: list(g) for n, g in sorted(planned.items())})
         out[job_id] = entry
     return out
 

@@ -12,7 +12,7 @@ from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
 from rota.allocator.models import JobForecastRow, PlanStepRow
-from rota.common import read_models
+from rota.common import read_models, replicas
 from rota.common.jobs_repo import Events, get_job, nodes_of, release, transition, unplace, utcnow
 from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
 from rota.core import jobstate, nodestate
@@ -36,10 +36,16 @@ def commit_decision(session: Session, decision: Start, events: Events) -> JobRow
     job = get_job(session, decision.job_id, lock=True)
     if job is None or job.state != jobstate.PENDING:
         return None
-    epoch = _claim(session, job, decision)
+    if replicas.is_app(job):  # a lease per node, each under its own epoch
+        sets = dict(decision.replicas) or {decision.node: decision.gpus}
+        epoch = max(lease.epoch for lease in replicas.place(session, job, sets, decision.node).values())
+    else:
+        epoch = _claim(session, job, decision)
     job.attempts += 1
     job.exit_code, job.error = None, ""
     where = f"on {decision.node} GPUs {list(decision.gpus)}"
+    if len(decision.replicas) > 1:
+        where = "with replicas on " + ", ".join(f"{n} GPUs {list(g)}" for n, g in decision.replicas)
     if decision.nodes:
         where = f"as a gang on {len(decision.nodes)} nodes ({', '.join(decision.nodes)}) x GPUs {list(decision.gpus)}"
     transition(session, job, jobstate.SCHEDULED, f"placed {where} (epoch {epoch})", events)
@@ -158,7 +164,7 @@ def live_view(session: Session, specs: SpecCache | None = None) -> LiveView:
         spec, mappings[row.id] = specs.get(row.spec_hash, row.spec)
         jobs.append(live_job(row.id, row.tenant, row.kind, row.priority, spec, row.node, tuple(row.gpu_indices),
                              max(0.0, (now - (row.started_at or row.created_at)).total_seconds()),
-                             tuple(row.gang_nodes)))
+                             tuple(row.gang_nodes), _replica_sets(row)))
     # The queue in arrival order, as plain columns (no ORM objects, no specs) ...
     queued = session.execute(
         select(JobRow.id, JobRow.tenant, JobRow.kind, JobRow.priority, JobRow.spec_hash)
@@ -185,33 +191,61 @@ def _node_type(counts: dict[str, int]) -> str:
     return max(counts, key=lambda t: (counts[t], t)) if counts else ""
 
 
+def _replica_sets(row: JobRow) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """A realtime app's GPUs per node, home first (() for any other job)."""
+    if not replicas.is_app(row):
+        return ()
+    sets = replicas.leases(row)
+    return tuple((n, sets[n].gpus) for n in sorted(sets, key=lambda n: (n != row.node, n)))
+
+
 def live_job(job_id: str, tenant: str, kind: str, priority: int, spec: JobSpecData, node: str | None = None,
-             gpu_indices: tuple[int, ...] = (), elapsed_s: float = 0.0, gang_nodes: tuple[str, ...] = ()) -> LiveJob:
+             gpu_indices: tuple[int, ...] = (), elapsed_s: float = 0.0, gang_nodes: tuple[str, ...] = (),
+             replica_sets: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> LiveJob:
     """A job as the planner sees it, from its row's columns and its parsed spec."""
     return LiveJob(
         id=job_id, tenant=tenant, kind=kind, priority=priority, gpus=gpus_to_hold(spec), node=node,
         gpu_indices=gpu_indices, elapsed_s=elapsed_s, duration_s=spec.duration_seconds, demand=tuple(spec.demand),
         max_swap=spec.max_swap, preemptible=spec.preemptible, restart=spec.restart,
         nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, gang_nodes=gang_nodes,
-        gpu_types=tuple(spec.gpu_types), same_switch=spec.same_switch,
+        gpu_types=tuple(spec.gpu_types), same_switch=spec.same_switch, replicas=replica_sets,
     )
 
 
-def commit_resize(session: Session, resize: Start, events: Events) -> JobRow | None:
-    """A realtime app's new GPU set on its node, under a new epoch (None if it moved on).
+@dataclass(frozen=True)
+class Resized:
+    """A committed resize of one node of a realtime app: what that node's agent is told."""
 
-    The old lease closes and a new one opens, so the ledger bills each replica count for
-    exactly the time it was held.
+    job: JobRow
+    node: str
+    gpus: tuple[int, ...]  # empty: the app left the node
+    epoch: int  # the node's new lease (0 when it left)
+    previous_epoch: int  # the node's lease before (0: the app was not there: a launch)
+
+
+def commit_resize(session: Session, resize: Start, events: Events) -> Resized | None:
+    """A realtime app's new GPU set on one node, under a new epoch for that node only; an
+    empty set: it leaves the node; a node it is not on: it grows there. None if it moved on,
+    the node is not live, or the app would be left without a replica.
+
+    That node's lease closes and a new one opens, so the ledger bills each node's replicas
+    for exactly the time they were held; the other nodes' leases are untouched.
     """
     job = get_job(session, resize.job_id, lock=True)
-    if job is None or job.state not in jobstate.HOLDING_STATES or job.node != resize.node:
+    if job is None or job.state not in jobstate.HOLDING_STATES or not replicas.is_app(job) or job.node is None:
         return None
-    release(session, job, f"resized to {len(resize.gpus)} replicas")
-    session.flush()
-    _claim(session, job, resize)
+    before = replicas.leases(job).get(resize.node)
+    if before is None and not resize.gpus:
+        return None  # it is not there to leave
+    if before is None and session.scalar(
+            select(NodeRow.health).where(NodeRow.name == resize.node)) != nodestate.ALIVE:
+        return None
+    lease = replicas.resize_node(session, job, resize.node, resize.gpus)
+    if lease is None:
+        return None
     events.add(job, "resized")
     session.flush()
-    return job
+    return Resized(job, resize.node, lease.gpus, lease.epoch, before.epoch if before else 0)
 
 
 def record_plan_step(session: Session, **values: Any) -> PlanStepRow:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import Any
 
@@ -29,6 +30,7 @@ from rota.v1 import allocator_pb2, allocator_pb2_grpc, common_pb2
 
 MAX_FULL_TIME_LIMIT_S = 60.0
 OTHER_TENANT = "*"
+JOB_ID_IN_TEXT = re.compile(r"\bj-[0-9a-z]+\b")  # rota.common.jobs_repo.new_job_id's shape
 
 
 WHAT_IF_ID = "?what-if"  # never a real job id (those are j-<hex>)
@@ -120,8 +122,10 @@ def plan_step_to_proto(row: PlanStepRow, identity: Identity) -> allocator_pb2.Cu
 
     grid = [allocator_pb2.GridRow(cells=[cell(c) for c, n in runs for _ in range(n)]) for runs in row.grid["rows"]]
     figures: dict[str, Any] = row.figures
+    # The trigger's words name the jobs that changed ("arrival of j-..."): others' masked too.
+    trigger = JOB_ID_IN_TEXT.sub(lambda m: cell(m.group(0)), row.trigger or "")
     return allocator_pb2.CurrentPlanResponse(
-        epoch=row.epoch, created_at=convert.timestamp(row.created_at), policy=row.policy, trigger=row.trigger,
+        epoch=row.epoch, created_at=convert.timestamp(row.created_at), policy=row.policy, trigger=trigger,
         step_seconds=row.step_seconds, horizon=row.horizon, gpu_labels=list(row.grid["labels"]), grid=grid,
         jobs=[
             allocator_pb2.PlannedJob(

@@ -10,6 +10,7 @@ import sys
 import grpc
 
 from rota.api.forward import Forwarder
+from rota.api.metrics import register_cluster_metrics
 from rota.api.service import ApiContext, ClusterService, JobService, NodeService, TenantService
 from rota.common import nodes_repo
 from rota.common.bootstrap import ServiceParts
@@ -22,6 +23,7 @@ SWITCH_INTERVAL_S = 0.0005
 async def serve(settings: Settings) -> None:
     parts = ServiceParts("api", settings, pool_size=8)
     ctx = ApiContext(settings, parts.db, parts.live, parts.agents)
+    register_cluster_metrics(parts.db)  # jobs, nodes and GPUs on /metrics, read at scrape time
     # Heartbeats could not arrive while the api was down: give every live node a full
     # timeout from now before the allocator may call it dead.
     await asyncio.to_thread(parts.db.run, nodes_repo.grant_restart_grace)

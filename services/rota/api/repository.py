@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from rota.api import gangs
-from rota.common import nodes_repo
+from rota.api import apps, gangs
+from rota.common import nodes_repo, replicas
 from rota.common.jobs_repo import (
     Events,
     get_job,
@@ -243,6 +243,13 @@ def cancel_job(session: Session, job_id: str, reason: str, events: Events) -> tu
 
 
 # Nodes.
+def job_tenants(session: Session, job_ids: set[str]) -> dict[str, str]:
+    """Each job's tenant (jobs that are gone are absent)."""
+    if not job_ids:
+        return {}
+    return dict(session.execute(select(JobRow.id, JobRow.tenant).where(JobRow.id.in_(sorted(job_ids)))).tuples().all())
+
+
 def list_nodes(session: Session) -> list[tuple[NodeRow, Sequence[GpuRow], Sequence[GpuClaimRow]]]:
     nodes = session.scalars(select(NodeRow).order_by(NodeRow.name)).all()
     gpus = session.scalars(select(GpuRow)).all()
@@ -283,14 +290,33 @@ def heartbeat(
     by_id = {job.id: job for job in held}
     for report in reports:
         job = by_id.get(report.job_id)
-        if job is None or job.epoch != report.epoch:
+        if job is None or replicas.node_epoch(job, node_name) != report.epoch:  # an app: this node's lease's
             continue
         if job.gang_nodes:
             gangs.apply_gang_report(session, job, node_name, report, events)
-        else:
+        elif not replicas.is_app(job):
             _apply_report(session, job, report, events)
+        elif (alone := apps.apply_node_report(session, job, node_name, report, events)) is not None:
+            _apply_report(session, job, alone, events)  # an app on this node alone
+    _record_cancelled_exits(session, node_name, [r for r in reports if r.job_id not in by_id])
     assigned = [job for job in held if job.state in jobstate.HOLDING_STATES]
     return node, assigned
+
+
+def _record_cancelled_exits(session: Session, node_name: str, reports: Sequence[JobReport]) -> None:
+    """The exit code of a cancelled job's process (143 after SIGTERM). A cancel commits
+    CANCELLED before the api stops the process, so the stopped process's report comes
+    after the job let go of its GPUs; it is kept when it is of the cancelled placement
+    (epoch and node) and the first one (a gang's other nodes report too)."""
+    for report in reports:
+        if report.state not in (jobstate.SUCCEEDED, jobstate.FAILED):
+            continue
+        session.execute(
+            update(JobRow)
+            .where(JobRow.id == report.job_id, JobRow.epoch == report.epoch, JobRow.state == jobstate.CANCELLED,
+                   JobRow.exit_code.is_(None), on_node(node_name))
+            .values(exit_code=report.exit_code)
+        )
 
 
 def _apply_report(session: Session, job: JobRow, report: JobReport, events: Events) -> None:

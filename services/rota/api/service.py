@@ -45,6 +45,7 @@ MAX_UNPUBLISHED = 100_000
 PUBLISH_GATHER_S = 0.05
 MAX_TOKEN_TTL_S = 3650 * 86400  # ten years
 # States whose event wakes the allocator: queued again, or GPUs freed.
+OTHER_TENANT = "*"  # another tenant's job id, as a tenant sees it (as `rota plan` shows its cells)
 WAKE_STATES = frozenset({jobstate.PENDING, jobstate.PAUSED, *jobstate.FINAL_STATES})
 
 
@@ -215,7 +216,8 @@ class JobService(api_pb2_grpc.JobServiceServicer):
                     agent_pb2.StopRequest(job_id=job.id, epoch=epoch, reason="cancelled", grace_seconds=5), timeout=15, metadata=self.ctx.agents.metadata
                 )
             except grpc.aio.AioRpcError as exc:
-                log.warning("stop of %s on %s failed (%s); reconciliation will stop it", job.id, node, exc.code())
+                log.warning("stop of %s on %s failed (%s); reconciliation will stop it", job.id, node, exc.code(),
+                            extra={"job_id": job.id})
         return api_pb2.CancelJobResponse(job=job)
 
     async def WatchJob(self, request: api_pb2.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[api_pb2.WatchJobResponse]:
@@ -347,8 +349,19 @@ class ClusterService(api_pb2_grpc.ClusterServiceServicer):
         self.ctx = ctx
 
     async def ListNodes(self, request: api_pb2.ListNodesRequest, context: grpc.aio.ServicerContext) -> api_pb2.ListNodesResponse:
+        identity = current_identity()
+
         def read(session: Session) -> list[common_pb2.Node]:
-            return [convert.node_to_proto(n, g, c) for n, g, c in repository.list_nodes(session)]
+            rows = repository.list_nodes(session)
+            nodes = [convert.node_to_proto(n, g, c) for n, g, c in rows]
+            if not identity.is_admin:  # who holds a GPU: the caller's own jobs by id, others' as "*"
+                held = {c.job_id for _n, _g, claims in rows for c in claims}
+                theirs = {j for j, t in repository.job_tenants(session, held).items() if not identity.may_access(t)}
+                for node in nodes:
+                    for gpu in node.gpus:
+                        if gpu.job_id in theirs:
+                            gpu.job_id = OTHER_TENANT
+            return nodes
 
         return api_pb2.ListNodesResponse(nodes=await self.ctx.tx(read))
 
@@ -460,7 +473,7 @@ async def node_heartbeat(
             # A job not yet started restores from its last image, with the layout an
             # applied re-plan gave it: as the allocator's launch.
             api_pb2.Assignment(
-                job=convert.job_to_proto(j),
+                job=convert.job_on_node(j, node_name),  # a realtime app: this node's replicas only
                 **(read_models.launch_fields(session, j.id) if j.state == jobstate.SCHEDULED else {}))
             for j in assigned
         ], convert.health_value(node.health)

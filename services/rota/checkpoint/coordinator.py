@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 from rota.checkpoint import repository as repo
 from rota.checkpoint.models import OperationRow
 from rota.client.enums import enum_name
+from rota.common import metrics
 from rota.common.agents import AgentClients
 from rota.common.db import Database
 from rota.common.jobs_repo import Events, get_job, pause, transition
@@ -325,6 +326,7 @@ class Coordinator:
         last = repo.latest_image(s, op.job_id)
         keep = f"; the last good image is {last.id} (step {last.step})" if last is not None else ""
         repo.set_operation(s, op.id, repo.FAILED, error=(error + keep)[:4000])
+        _observe_end(op, "failed")
 
     @staticmethod
     def _forget(s: Session, op: OperationRow) -> None:
@@ -395,6 +397,10 @@ class Coordinator:
                             write_s=written.write_s)
         repo.merge_detail(s, op.id, write_s=written.write_s, stored_bytes=written.stored_bytes)
         repo.set_operation(s, op.id, repo.RESUMING if op.kind == "migrate" else repo.DONE)
+        metrics.CHECKPOINT_BYTES.labels(kind="logical").inc(int(op.detail.get("logical_bytes", 0)))
+        metrics.CHECKPOINT_BYTES.labels(kind="stored").inc(written.stored_bytes)
+        if op.kind != "migrate":  # a migration ends once resumed (_requeue)
+            _observe_end(op, "done")
 
     async def _resume(self, op: OperationRow) -> None:
         # A pause's image may still be on its way to the store: resume from it, not an older one.
@@ -420,6 +426,7 @@ class Coordinator:
         detail = {"image_id": image.id, "step": image.step} if image is not None else {}
         op.detail = {**op.detail, **detail}
         repo.set_operation(s, op_id, repo.DONE)
+        _observe_end(op, "done")
 
     async def wait_placed(self, job_id: str, wait_s: float) -> Placement:
         deadline = time.monotonic() + max(0.0, wait_s)
@@ -507,6 +514,13 @@ class Written:
     step: int
     write_s: float
     stored_bytes: int
+
+
+def _observe_end(op: OperationRow, outcome: str) -> None:
+    """rota_checkpoint_operation_seconds: request to end (a pause's includes its background write)."""
+    requested = float(op.detail.get("requested_at", 0.0) or 0.0)
+    if requested > 0:
+        metrics.CHECKPOINT_SECONDS.labels(kind=op.kind, outcome=outcome).observe(max(0.0, time.time() - requested))
 
 
 def op_nodes(op: OperationRow) -> list[str]:

@@ -18,6 +18,7 @@ from rota.common.config import Settings
 from rota.common.db import Database, make_engine
 from rota.common.jobs_repo import utcnow
 from rota.common.live import LiveState, connect_redis
+from rota.common.metrics import serve_metrics
 from rota.common.models import TenantRow
 from rota.common.refresh import RefreshAhead
 from rota.common.server import RotaInterceptor, run_server
@@ -62,10 +63,11 @@ class TokenAuthenticator:
 class ServiceParts:
     def __init__(self, name: str, settings: Settings, *, pool_size: int = 5) -> None:
         settings.require("database_url", "redis_url", "admin_token")
-        setup_logging(name)
+        setup_logging(name, settings.log_format)
         self.name = name
         self.settings = settings
         self.tracer = setup_tracing(name, settings.tracing, settings.otlp_endpoint)
+        self.metrics_port = serve_metrics(settings.metrics_listen, name)
         self.db = Database(make_engine(settings.database_url, pool_size=pool_size, name=f"rota-{name}"))
         self.live = LiveState(connect_redis(settings.redis_url), settings.redis_prefix)
         self.tls = tls_files(settings)

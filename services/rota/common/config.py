@@ -160,6 +160,8 @@ class Settings:
     api_node_addr: str = ""
     tracing: str = "none"  # none | console | otlp
     otlp_endpoint: str = "http://127.0.0.1:4317"
+    log_format: str = "text"  # text | json (a JSON object per line)
+    metrics_listen: str = ""  # host:port of this process's Prometheus /metrics ("" = none)
     heartbeat_interval_s: float = 1.0
     # A node silent for longer than this is dead (default: three heartbeat intervals).
     node_timeout_s: float = 3.0
@@ -232,6 +234,8 @@ class Settings:
             api_node_addr=os.environ.get("ROTA_API_NODE_ADDR", "").strip(),
             tracing=os.environ.get("ROTA_TRACING", "none"),
             otlp_endpoint=os.environ.get("ROTA_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
+            log_format=_env_choice("ROTA_LOG_FORMAT", "text", ("text", "json")),
+            metrics_listen=os.environ.get("ROTA_METRICS_LISTEN", "").strip(),
             heartbeat_interval_s=interval,
             node_timeout_s=_env_float("ROTA_NODE_TIMEOUT", 3 * interval),
             default_deadline_s=_env_float("ROTA_DEFAULT_DEADLINE", 30.0),

@@ -151,6 +151,10 @@ def job_to_proto(job: JobRow, transitions: Sequence[JobTransitionRow] = ()) -> c
             for t in transitions
         ],
     )
+    if job.replicas:  # a realtime app: each node's replicas, home first
+        message.replicas.extend(
+            common_pb2.NodeReplicas(node=n, gpus=list(job.replicas[n]["gpus"]), epoch=int(job.replicas[n]["epoch"]))
+            for n in sorted(job.replicas, key=lambda n: (n != job.node, n)))
     if job.gang_nodes:
         host, _, port = job.gang_master.rpartition(":")
         message.gang.CopyFrom(common_pb2.Gang(
@@ -160,6 +164,21 @@ def job_to_proto(job: JobRow, transitions: Sequence[JobTransitionRow] = ()) -> c
         value = timestamp(getattr(job, name))
         if value is not None:
             getattr(message, name).CopyFrom(value)
+    return message
+
+
+def job_on_node(job: JobRow, node: str) -> common_pb2.Job:
+    """The job as `node`'s agent runs it: a realtime app with only that node's replicas
+    (its GPUs there, under that node's epoch); any other job as it is."""
+    message = job_to_proto(job)
+    lease = (job.replicas or {}).get(node)
+    if lease is not None:
+        message.node, message.epoch = node, int(lease["epoch"])
+        message.ClearField("gpus")
+        message.gpus.extend(int(g) for g in lease["gpus"])
+        mine = [r for r in message.replicas if r.node == node]
+        message.ClearField("replicas")
+        message.replicas.extend(mine)
     return message
 
 

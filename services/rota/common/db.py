@@ -13,6 +13,7 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from rota.common import metrics
 from rota.core.errors import Unavailable
 
 T = TypeVar("T")
@@ -66,6 +67,15 @@ def sqlstate(exc: DBAPIError) -> str:
     return str(getattr(exc.orig, "sqlstate", "") or "")
 
 
+def _error_kind(exc: DBAPIError) -> str:
+    """A bounded label for a database error: conflict, unavailable, or the error's class."""
+    if sqlstate(exc) in RETRYABLE_SQLSTATES:
+        return "conflict"
+    if isinstance(exc, OperationalError) or exc.connection_invalidated:
+        return "unavailable"
+    return type(exc).__name__
+
+
 class Database:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -82,6 +92,7 @@ class Database:
                     session.connection(execution_options={"isolation_level": isolation_level})
                 yield session
         except DBAPIError as exc:
+            metrics.POSTGRES_ERRORS.labels(kind=_error_kind(exc)).inc()
             if sqlstate(exc) in RETRYABLE_SQLSTATES:
                 raise TransactionConflict(f"transaction conflict, rolled back: {exc.orig}") from exc
             if isinstance(exc, OperationalError):

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, any_, delete, or_, select, update
 from sqlalchemy.orm import Session
 
+from rota.common import metrics
 from rota.common.models import GpuClaimRow, JobRow, JobTransitionRow, PlacementRow
 from rota.common.read_models import resume_image
 from rota.core import jobstate
@@ -71,14 +72,17 @@ def transition(session: Session, job: JobRow, target: str, reason: str, events: 
     now = utcnow()
     if target == jobstate.RUNNING and job.started_at is None:
         job.started_at = now
+        if job.created_at is not None:
+            metrics.QUEUE_WAIT.labels(kind=job.kind).observe(max(0.0, (now - job.created_at).total_seconds()))
     if target in jobstate.FINAL_STATES:
         job.finished_at = now
     events.add(job, "state")
 
 
 def release(session: Session, job: JobRow, reason: str) -> None:
-    """Frees the job's GPUs: claims deleted, its open placement closed."""
+    """Frees the job's GPUs: claims deleted, its open placements closed (a realtime app's on every node)."""
     session.execute(delete(GpuClaimRow).where(GpuClaimRow.job_id == job.id))
+    job.replicas = {}
     session.execute(
         update(PlacementRow)
         .where(PlacementRow.job_id == job.id, PlacementRow.released_at.is_(None))
@@ -122,19 +126,23 @@ def _requeue(session: Session, job: JobRow, reason: str, events: Events) -> None
 
 
 def on_node(node: str) -> ColumnElement[bool]:
-    """Jobs placed on `node`: there alone, or as one node of a gang."""
-    return or_(JobRow.node == node, any_(JobRow.gang_nodes) == node)
+    """Jobs placed on `node`: there alone, as one node of a gang, or with replicas there (a realtime app)."""
+    return or_(JobRow.node == node, any_(JobRow.gang_nodes) == node, JobRow.replicas.has_key(node))
 
 
 def nodes_of(job: JobRow) -> list[str]:
-    """The nodes a placed job runs on: a gang's every node, else its one node ([] if none)."""
+    """The nodes a placed job runs on: a gang's every node, a realtime app's (home first),
+    else its one node ([] if none)."""
+    if job.replicas:
+        return sorted(job.replicas, key=lambda n: (n != job.node, n))
     return list(job.gang_nodes) or ([job.node] if job.node else [])
 
 
 def unplace(job: JobRow) -> None:
-    """The job holds no GPU any more: no node, no gang (its GPUs were released)."""
+    """The job holds no GPU any more: no node, no gang, no replicas (its GPUs were released)."""
     job.node, job.gpu_indices = None, []
     job.gang_nodes, job.gang_master = [], ""
+    job.replicas = {}
 
 
 def pause(session: Session, job: JobRow, reason: str, events: Events) -> None:

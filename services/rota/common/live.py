@@ -11,10 +11,13 @@ Every call has socket timeouts: a lost Redis makes calls fail fast, never hang.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 import redis
+
+from rota.common import metrics
 
 EVENT_STREAM_MAXLEN = 1000
 
@@ -98,3 +101,22 @@ class LiveState:
     def last_event_id(self, job_id: str) -> str:
         entries = self.client.xrevrange(self._key("events", job_id), count=1)
         return str(entries[0][0]) if entries else "0-0"  # type: ignore[index]
+
+
+def _counting_errors(name: str, method: Any) -> Any:
+    @functools.wraps(method)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except redis.RedisError:
+            metrics.REDIS_ERRORS.labels(operation=name).inc()
+            raise
+
+    return counted
+
+
+# Every Redis call of every process goes through LiveState: its failures are counted here,
+# once, by operation (rota_redis_errors_total), whatever each caller then does about them.
+for _name, _method in list(vars(LiveState).items()):
+    if callable(_method) and not _name.startswith("_"):
+        setattr(LiveState, _name, _counting_errors(_name, _method))

@@ -76,6 +76,9 @@ class JobRow(Base):
     # A gang: its nodes in node-rank order (gang_nodes[0] == node) and its rendezvous.
     gang_nodes: Mapped[list[str]] = mapped_column(ARRAY(String(64)), nullable=False, server_default="{}")
     gang_master: Mapped[str] = mapped_column(String(256), nullable=False, server_default="")
+    # A placed realtime app: {node: {"gpus": [...], "epoch": N}}, a lease per node (`node`
+    # first); rota.common.replicas reads and writes it. {} for every other job.
+    replicas: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default="{}")
 
 
 class JobTransitionRow(Base):

@@ -16,7 +16,8 @@ from datetime import timedelta
 from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 
-from rota.common.jobs_repo import Events, lose, on_node
+from rota.common import replicas
+from rota.common.jobs_repo import Events, on_node
 from rota.common.models import GpuRow, JobRow, NodeRow
 from rota.core import jobstate, nodestate
 from rota.core.errors import NotFound
@@ -74,14 +75,15 @@ def drain(session: Session, name: str, *, undo: bool) -> tuple[str, int]:
     nodestate.check(node.health, target)
     node.health = target
     running = session.scalar(
-        select(func.count()).select_from(JobRow).where(JobRow.node == name, JobRow.state.in_(jobstate.HOLDING_STATES))
+        select(func.count()).select_from(JobRow).where(on_node(name), JobRow.state.in_(jobstate.HOLDING_STATES))
     )
     return node.health, int(running or 0)
 
 
 def declare_dead(session: Session, timeout_s: float, events: Events) -> list[str]:
     """Nodes silent past the timeout (on the database's clock) become DEAD; their jobs are
-    lost: restored from their last image elsewhere, or requeued or failed by their restart policy."""
+    lost: restored from their last image elsewhere, or requeued or failed by their restart policy.
+    A realtime app with replicas on other nodes loses this node's replicas only and serves on."""
     silent_s = func.extract("epoch", func.now() - NodeRow.last_heartbeat)
     rows = session.execute(
         select(NodeRow, silent_s)
@@ -91,15 +93,16 @@ def declare_dead(session: Session, timeout_s: float, events: Events) -> list[str
     for node, silent in rows:
         nodestate.check(node.health, nodestate.DEAD)
         node.health = nodestate.DEAD
-        # Its jobs, and every gang with a node here: the whole gang stops together.
+        # Its jobs, and every gang with a node here: the whole gang stops together; an app's
+        # replicas here only (the next plan places them again on live nodes).
         jobs = session.scalars(
             select(JobRow).where(on_node(node.name),
                                  JobRow.state.in_(jobstate.HOLDING_STATES)).with_for_update()
         ).all()
         for job in jobs:
             gang = f" (node of its {len(job.gang_nodes)}-node gang)" if job.gang_nodes else ""
-            lose(session, job, f"node {node.name}{gang} missed heartbeats for {float(silent):.1f}s", events,
-                 release_reason="node lost")
+            replicas.lose_on(session, job, node.name, f"node {node.name}{gang} missed heartbeats for {float(silent):.1f}s",
+                             events)
     return [node.name for node, _ in rows]
 
 

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 import signal
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry import propagate, trace
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 
+from rota.common import metrics
 from rota.common.auth import Identity, bearer, set_identity
 from rota.common.tls import TLSFiles, bind, certificate_identity
 from rota.common.wire import reject_nul
@@ -163,7 +165,10 @@ class RotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return self._tracer.start_as_current_span(method, context=parent, kind=trace.SpanKind.SERVER)
 
     def _wrap_unary(self, method: str, behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        counted = _RpcMetrics(method)
+
         async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            started = time.perf_counter()
             with self._span(method, context):
                 try:
                     await self._enter(context)
@@ -175,12 +180,17 @@ class RotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     raise
                 except BaseException as exc:  # noqa: BLE001 - every error gets a status code
                     await _abort_for(exc, context, method)
+                finally:
+                    counted.done(context, started)
 
         return wrapped
 
     def _wrap_stream(self, method: str, behavior: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
+        counted = _RpcMetrics(method)
+
         # Streams (watch, logs, heartbeats) live as long as the client's own deadline.
         async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            started = time.perf_counter()
             with self._span(method, context):
                 try:
                     await self._enter(context)
@@ -191,8 +201,36 @@ class RotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     raise
                 except BaseException as exc:  # noqa: BLE001
                     await _abort_for(exc, context, method)
+                finally:
+                    counted.done(context, started)
 
         return wrapped
+
+
+class _RpcMetrics:
+    """One method's RPC count (by status code) and latency: children bound once per method,
+    since a label lookup per call would cost a small handler a noticeable share."""
+
+    def __init__(self, method: str) -> None:
+        self.service, self.method = metrics.split_method(method)
+        self.seconds = metrics.RPC_SECONDS.labels(grpc_service=self.service, grpc_method=self.method)
+        self.ok = metrics.RPC_HANDLED.labels(grpc_service=self.service, grpc_method=self.method, grpc_code="OK")
+
+    def done(self, context: grpc.aio.ServicerContext, started: float) -> None:
+        self.seconds.observe(time.perf_counter() - started)
+        code = context.code()
+        if code is None or code == grpc.StatusCode.OK or code == 0:
+            self.ok.inc()
+            return
+        name = code.name if isinstance(code, grpc.StatusCode) else _code_name(code)
+        metrics.RPC_HANDLED.labels(grpc_service=self.service, grpc_method=self.method, grpc_code=name).inc()
+
+
+def _code_name(value: Any) -> str:
+    for code in grpc.StatusCode:
+        if code.value[0] == value:
+            return str(code.name)
+    return "UNKNOWN"
 
 
 def server_options(max_message_bytes: int, reuse_port: bool = False) -> list[tuple[str, int]]:

@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from rota.common import metrics
 from rota.common.jobs_repo import Events, get_job, lose, utcnow
 from rota.common.models import JobRow, NodeRow, PlacementRow
 from rota.core import jobstate
@@ -66,7 +67,10 @@ def record_verdict(session: Session, where: Placement, epoch: int, verdict: Verd
         ratio=verdict.ratio, node=where.node, gpu=where.gpu_of(verdict.rank), evidence={**verdict.evidence, **extra},
     ).on_conflict_do_nothing(index_elements=["key"]).returning(VerdictRow.id)
     new_id = session.execute(stmt).scalar()
-    return session.get(VerdictRow, new_id) if new_id is not None else None
+    if new_id is None:
+        return None
+    metrics.VERDICTS.labels(kind=verdict.kind).inc()  # a new verdict, not a repeated report
+    return session.get(VerdictRow, new_id)
 
 
 def rank_lost(session: Session, job_id: str, epoch: int, why: str, events: Events) -> bool:

@@ -15,6 +15,7 @@ import grpc
 from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
 from rota.ledger.collector import Collector
+from rota.ledger.metrics import register_fairness_metrics
 from rota.ledger.service import LedgerService
 from rota.v1 import ledger_pb2, ledger_pb2_grpc
 
@@ -22,6 +23,7 @@ from rota.v1 import ledger_pb2, ledger_pb2_grpc
 async def serve(settings: Settings) -> None:
     parts = ServiceParts("ledger", settings)
     collector = Collector(parts.db, settings.ledger_interval_s, settings.gpu_type_rates)
+    register_fairness_metrics(parts.db)  # tenants' F and GPU-time on /metrics, read at scrape time
 
     def register(server: grpc.aio.Server) -> list[str]:
         ledger_pb2_grpc.add_LedgerServiceServicer_to_server(LedgerService(parts.db, rates=settings.gpu_type_rates), server)

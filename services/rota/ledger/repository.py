@@ -304,8 +304,9 @@ def standings(session: Session, cfg: FairnessConfig | None = None, tenant: str =
     jobs = select(JobRow.tenant, JobRow.created_at, JobRow.finished_at, JobRow.gpus).where(
         JobRow.created_at < now, or_(JobRow.finished_at.is_(None), JobRow.finished_at > since)
     )
-    for name, created, finished, gpus in session.execute(jobs):
-        demand[name].append(Span(_ts(created), _ts(finished or now), gpus))
+    # `asked`, not `gpus`: `gpus` is G, returned below as the capacity.
+    for name, created, finished, asked in session.execute(jobs):
+        demand[name].append(Span(_ts(created), _ts(finished or now), asked))
     running: dict[str, list[Span]] = defaultdict(list)  # weighted GPUs: U is weighted service
     raw: dict[str, list[Span]] = defaultdict(list)
     usage = select(UsageRow.tenant, UsageRow.start_at, UsageRow.end_at, func.cardinality(UsageRow.gpu_indices),

@@ -84,5 +84,12 @@ class StartMasks:
         lo, hi = first // self.per_node, max(first // self.per_node + 1, (first + size) // self.per_node)
         return len({self.node_switches[i] for i in range(lo, hi)})
 
+    def rows_for(self, types: frozenset[str]) -> int:
+        """The rows of GPUs of the accepted `types` (every row when unconstrained): where a
+        realtime app's replicas, one GPU each, may go."""
+        if not types or not self.node_types:
+            return self.full
+        return self._rows_of([i for i, t in enumerate(self.node_types) if t in types])
+
     def is_allowed(self, j: BatchJob, first: int) -> bool:
         return bool(self.allowed(j) >> first & 1)

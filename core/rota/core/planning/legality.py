@@ -30,6 +30,10 @@ def violations(s: Scenario, grid: Grid) -> list[str]:
             moved = len(steps[t] ^ steps[t - 1])
             if moved > r.max_swap:
                 out.append(f"{r.id} changes {moved} GPUs between steps {t - 1} and {t}; max_swap is {r.max_swap}")
+        if r.gpu_types and s.node_types:
+            wrong = sorted({g for step in steps for g in step if s.node_types[g // s.gpus_per_node] not in r.gpu_types})
+            if wrong:
+                out.append(f"{r.id} has a replica on GPU {wrong[0]}, of a type it does not accept")
     return out
 
 

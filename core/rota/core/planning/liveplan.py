@@ -16,7 +16,10 @@ to no job until an operator clears it (a job still running on it keeps it until 
 
 What is planned, step by step (the rolling horizon):
 1. running batch-like jobs are pinned where they run, for their remaining duration;
-2. realtime apps keep the GPUs they hold and follow their demand within the swap cap;
+2. realtime apps keep the GPUs they hold and follow their demand within the swap cap:
+   each replica is one GPU, on any node of a type the app accepts, so an app grows past
+   one node (on the nodes it runs on first) and its replicas on a lost node are placed
+   again on the live ones;
 3. waiting jobs are placed by the policy; only step 0 is committed, the rest is the
    reason a waiting job can read ("planned at step 3, after ft-1 ends").
 """
@@ -74,22 +77,34 @@ class LiveJob:
     gang_nodes: tuple[str, ...] = ()
     gpu_types: tuple[str, ...] = ()  # accepted GPU types; empty = any
     same_switch: bool = False
+    # A placed realtime app: its replicas' GPUs on each node it runs on (`node` first);
+    # empty = all of them on `node` (`gpu_indices`).
+    replicas: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     @property
     def realtime(self) -> bool:
         return self.kind == "realtime"
 
     @property
+    def replica_sets(self) -> dict[str, tuple[int, ...]]:
+        """Node -> the GPUs of its replicas there, for a placed app ({} while waiting)."""
+        if self.node is None:
+            return {}
+        return dict(self.replicas) if self.replicas else {self.node: self.gpu_indices}
+
+    @property
     def held_gpus(self) -> int:
         """GPUs it holds now: its indices on each node it holds (0 while waiting)."""
+        if self.replicas and self.node is not None:
+            return sum(len(g) for _, g in self.replicas)
         return len(self.gpu_indices) * len(self.holding_nodes)
 
     @property
     def holding_nodes(self) -> tuple[str, ...]:
-        """The nodes it holds GPUs on now: a running gang's nodes, else its one node."""
+        """The nodes it holds GPUs on now: a running gang's nodes, a realtime app's, else its one node."""
         if self.node is None:
             return ()  # waiting (a paused gang may still name the nodes it ran on)
-        return self.gang_nodes or (self.node,)
+        return self.gang_nodes or tuple(self.replica_sets) or (self.node,)
 
 
 def gang_shape(job: LiveJob, slot: int) -> tuple[int, int]:
@@ -149,16 +164,21 @@ class LiveScenario:
 
 @dataclass(frozen=True)
 class Start:
+    """A start; as a resize, one node's new GPU set of a realtime app (empty: it leaves the node)."""
+
     job_id: str
     node: str
     gpus: tuple[int, ...]  # a gang: the indices it uses on each of its nodes, 0..m-1
     nodes: tuple[str, ...] = ()  # a gang: all its nodes in node-rank order (nodes[0] == node)
+    # A realtime app starting on several nodes: each node's GPUs, `node` (its home) first.
+    replicas: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass
 class StepDecision:
     starts: list[Start] = field(default_factory=list)
-    resizes: list[Start] = field(default_factory=list)  # realtime apps whose GPU set changes now
+    resizes: list[Start] = field(default_factory=list)  # realtime apps' nodes whose GPU set changes now
+    replica_sets: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)  # app -> node -> GPUs at step 0
     waiting: dict[str, str] = field(default_factory=dict)
     planned_start: dict[str, int] = field(default_factory=dict)  # waiting job -> step it is planned at
 
@@ -332,6 +352,8 @@ def _held_rows(j: LiveJob, layout: Layout) -> list[int]:
     """The rows a holding job keeps: its GPUs; a gang every GPU of its live nodes (it holds
     them whole, whatever it uses on each)."""
     offsets = layout.offsets
+    if j.realtime and j.node is not None:
+        return sorted(offsets[n] + g for n, gpus in j.replica_sets.items() if n in offsets for g in gpus)
     if j.gang_nodes and j.node is not None:
         size = {n.name: n.gpus for n in layout.nodes}
         return sorted(offsets[n] + g for n in j.gang_nodes if n in offsets for g in range(size[n]))
@@ -358,8 +380,9 @@ def _running(j: LiveJob, layout: Layout, horizon: Horizon) -> list[BatchJob]:
 
 
 def _realtime(j: LiveJob, layout: Layout, horizon: Horizon) -> RealtimeApp:
-    # A live app's replicas share one node, so it never asks for more than a node holds.
-    cap = min(layout.slot, max((n.gpus for n in layout.nodes), default=0))
+    # Its replicas go on any node of its types, so it asks for at most what those have.
+    types = set(j.gpu_types)
+    cap = sum(n.usable for n in layout.nodes if not types or n.gpu_type in types)
     if j.demand and j.demand_from_now:
         demand = tuple(min(cap, j.demand[min(t, len(j.demand) - 1)]) for t in range(horizon.steps))
     elif j.demand:
@@ -367,10 +390,11 @@ def _realtime(j: LiveJob, layout: Layout, horizon: Horizon) -> RealtimeApp:
         demand = tuple(min(cap, j.demand[(k + t) % len(j.demand)]) for t in range(horizon.steps))
     else:
         demand = (min(cap, j.gpus),) * horizon.steps
-    held = tuple(sorted(layout.flat(j.node, g) for g in j.gpu_indices)) if j.node else ()
+    held = tuple(_held_rows(j, layout))
     if held:  # a running app keeps one replica at least: scaling to zero would stop it
         demand = tuple(max(1, d) for d in demand)
-    return RealtimeApp(j.id, j.tenant, demand, j.max_swap or layout.rows, j.priority, held=held)
+    return RealtimeApp(j.id, j.tenant, demand, j.max_swap or layout.rows, j.priority, held=held,
+                       gpu_types=frozenset(j.gpu_types))
 
 
 def decide(ls: LiveScenario, grid: Grid) -> StepDecision:
@@ -407,19 +431,28 @@ def _start(layout: Layout, job: LiveJob, rows: list[int]) -> Start:
 
 
 def _decide_realtime(ls: LiveScenario, job: LiveJob, rows: set[int], out: StepDecision) -> None:
-    placed = [p for p in (ls.layout.where(g) for g in sorted(rows)) if p is not None]
-    home = job.node
-    if home is None:
-        if not placed:
+    """A new app's Start with its GPUs per node; a placed app's changes, one resize per node:
+    nodes it grows on first, then those it shrinks on, then those it leaves (a node it
+    holds that is no longer live among them: its replicas were placed again elsewhere)."""
+    planned: dict[str, list[int]] = {}
+    for node, index in (p for p in (ls.layout.where(g) for g in sorted(rows)) if p is not None):
+        planned.setdefault(node, []).append(index)
+    if not planned:
+        if job.node is None:
             out.waiting[job.id] = "waiting: no GPU free for its replicas in this step"
-            return
-        names = [n for n, _ in placed]
-        home = max(set(names), key=lambda n: (names.count(n), n))
-    gpus = tuple(sorted(i for n, i in placed if n == home))
+        return  # a placed app keeps what it has
+    new = {n: tuple(g) for n, g in planned.items()}
+    out.replica_sets[job.id] = new
     if job.node is None:
-        out.starts.append(Start(job.id, home, gpus))
-    elif gpus != tuple(sorted(job.gpu_indices)) and gpus:
-        out.resizes.append(Start(job.id, home, gpus))
+        home = max(new, key=lambda n: (len(new[n]), n))
+        spread = ((home, new[home]), *((n, new[n]) for n in sorted(new) if n != home))
+        out.starts.append(Start(job.id, home, new[home], replicas=spread if len(new) > 1 else ()))
+        return
+    held = {n: tuple(sorted(g)) for n, g in job.replica_sets.items()}
+    grows = [n for n in sorted(new) if len(new[n]) >= len(held.get(n, ())) and new[n] != held.get(n)]
+    shrinks = [n for n in sorted(new) if n in held and len(new[n]) < len(held[n])]
+    out.resizes += [Start(job.id, n, new[n]) for n in grows + shrinks]
+    out.resizes += [Start(job.id, n, ()) for n in sorted(held) if n not in new]
 
 
 def _planned_reason(ls: LiveScenario, grid: Grid, job: LiveJob, step: int) -> str:

@@ -95,7 +95,7 @@ def plan(
     """The `fair` grid. `standings`: per-tenant quota, held GPUs, U and W (the ledger's
     `tenant_states`); `jobs`: per-job U_j, D_j and pending_since (its `job_views`)."""
     b = pinned_board(s)
-    place_realtime(b, s.realtime)
+    place_realtime(b, s.realtime, StartMasks(s))
     placed = fair_order(s, b, standings, jobs, now, cfg)
     waiting = sum(1 for j in s.batch if j.running is None)
     return Plan(b.cells, {"placed": len(placed), "unplaced": waiting - len(placed)})

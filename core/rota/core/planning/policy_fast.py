@@ -60,14 +60,22 @@ def realtime_targets(r: RealtimeApp) -> list[int]:
     return need
 
 
-def place_realtime(b: Board, apps: Sequence[RealtimeApp]) -> None:
+def place_realtime(b: Board, apps: Sequence[RealtimeApp], masks: StartMasks | None = None) -> None:
+    """Each app's replicas, one GPU each, on any node (its GPU types only): it keeps what it
+    holds, sheds from the nodes where it has fewest replicas first, and grows on the highest
+    free GPUs. Those are on the node it runs on while that has room (an app starts at the
+    top and grows down), and taking them keeps the aligned blocks below whole for batch
+    jobs: preferring its own nodes anywhere cost the rolling plan of bench/fragmented a
+    fifth of its value (1852 -> 1492)."""
     targets = {r.id: realtime_targets(r) for r in apps}
+    allowed = {r.id: masks.rows_for(r.gpu_types) if masks else b.full for r in apps}
+    per_node = masks.per_node if masks else b.gpus
     # A live app starts from the GPUs it holds (those still free: nothing else claims them).
     held = {r.id: sum(1 << g for g in set(r.held)) & ~b.busy[0] if b.horizon else 0 for r in apps}
     for t in range(b.horizon):
         # Every app keeps what it held first, so growth never takes a neighbour's GPU.
         for r in apps:
-            held[r.id] = keep = highest_bits(held[r.id], targets[r.id][t])  # drop the lowest GPUs
+            held[r.id] = keep = keep_fullest(held[r.id], targets[r.id][t], per_node)
             b.place_mask(r.id, keep, t)
         for r in apps:
             have = held[r.id].bit_count()
@@ -76,9 +84,26 @@ def place_realtime(b: Board, apps: Sequence[RealtimeApp]) -> None:
                 room = min(room, r.max_swap)
             elif r.held:  # step 0 of a live app: the GPUs it shed already count as moves
                 room = min(room, r.max_swap - (len(r.held) - have))
-            take = highest_bits(b.full ^ b.busy[t], room)  # the highest free GPUs
+            take = highest_bits((b.full ^ b.busy[t]) & allowed[r.id], room)  # the highest free GPUs
             b.place_mask(r.id, take, t)
             held[r.id] |= take
+
+
+def keep_fullest(held: int, k: int, per_node: int) -> int:
+    """k of the GPUs in `held`: the nodes (slots of `per_node` rows) with the most of them
+    first, each node's highest; a shrinking app empties its emptiest nodes first."""
+    if held.bit_count() <= k:
+        return held
+    block = (1 << per_node) - 1
+    slots = [(held >> (i * per_node) & block, i) for i in range(-(-held.bit_length() // per_node))]
+    out = 0
+    for bits, i in sorted(slots, key=lambda x: (x[0].bit_count(), x[1]), reverse=True):
+        if k <= 0:
+            break
+        part = highest_bits(bits, k)
+        out |= part << (i * per_node)
+        k -= part.bit_count()
+    return out
 
 
 def _best_fit(b: Board, free: int, starts: int, size: int, tiers: Sequence[int] = ()) -> int:
@@ -264,7 +289,7 @@ class Packed:
 def pack(s: Scenario, masks: StartMasks | None = None) -> Packed:
     masks = masks or StartMasks(s)
     base = pinned_board(s)
-    place_realtime(base, s.realtime)
+    place_realtime(base, s.realtime, masks)
     waiting = [j for j in s.batch if j.running is None and j.arrival < s.horizon]
     q = Queue(s, waiting, masks)
     best: tuple[float, int, _Packer] | None = None

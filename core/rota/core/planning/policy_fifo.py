@@ -27,7 +27,7 @@ def plan(s: Scenario) -> Plan:
     for r in s.realtime:
         # The reservation takes the highest GPUs free for the whole horizon, so batch blocks
         # pack from GPU 0 upwards without straddling it; short of GPUs, it takes what there is.
-        taken = highest_bits(b.free_mask(0, s.horizon), max(r.demand, default=0))
+        taken = highest_bits(b.free_mask(0, s.horizon) & masks.rows_for(r.gpu_types), max(r.demand, default=0))
         for t in range(s.horizon):
             b.place_mask(r.id, taken, t)
     floor = 0

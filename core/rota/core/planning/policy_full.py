@@ -100,9 +100,10 @@ def _whole(s: Scenario, hint: Grid, deadline: float, workers: int, seed: int, st
     for r in s.realtime:
         have = held.get(r.id, [set() for _ in range(H)])
         z: dict[tuple[int, int], cp_model.IntVar] = {}
+        rows = masks.rows_for(r.gpu_types)  # its GPU types: no replica elsewhere
         for t in range(H):
             for g in range(G):
-                if base.busy[t] >> g & 1:
+                if base.busy[t] >> g & 1 or not rows >> g & 1:
                     continue
                 z[g, t] = v = m.new_bool_var(f"{r.id}_{g}_{t}")
                 m.add_hint(v, int(g in have[t]))

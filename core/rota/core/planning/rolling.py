@@ -39,7 +39,8 @@ def _step_scenario(s: Scenario, t: int, estimate: Mapping[str, int], started: Ma
                                   gpu_types=j.gpu_types, same_switch=j.same_switch))
     realtime = tuple(
         RealtimeApp(id=r.id, tenant=r.tenant, demand=r.demand[t:], max_swap=r.max_swap, priority=r.priority,
-                    held=tuple(g for g in range(s.gpus) if grid[g][t - 1] == r.id) if t else r.held)
+                    held=tuple(g for g in range(s.gpus) if grid[g][t - 1] == r.id) if t else r.held,
+                    gpu_types=r.gpu_types)
         for r in s.realtime)
     return Scenario(name=s.name, gpus=s.gpus, horizon=s.horizon - t, gpus_per_node=s.gpus_per_node,
                     step_seconds=s.step_seconds, decay=s.decay, realtime_penalty=s.realtime_penalty,

@@ -65,6 +65,7 @@ class RealtimeApp:
     kind: str = REALTIME
     # GPUs it holds now, before step 0 (a live app): the swap cap applies to step 0 too.
     held: tuple[int, ...] = ()
+    gpu_types: frozenset[str] = frozenset()  # the GPU types its replicas may use; empty = any
 
 
 @dataclass(frozen=True)

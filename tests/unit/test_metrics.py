@@ -1,0 +1,91 @@
+"""The metrics' pure pieces: bounded labels, the GPUs a plan holds back, a scrape-time
+collector that caches and survives a failed read, and the RPC counter's status codes."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from rota.allocator.metrics import held_back, trigger_kind
+from rota.common import metrics
+from rota.common.metrics import CachedCollector, gauge, split_method
+from rota.core.planning.liveplan import Layout, LiveNode, LiveScenario, StepDecision
+from rota.core.planning.scenario import Scenario
+
+
+@pytest.mark.parametrize(("trigger", "kind"), [
+    ("full re-plan (timer)", "timer"),
+    ("first plan of this leader", "leader"),
+    ("step 12 began", "step"),
+    ("j-1234 arrived; node-2 left", "change"),
+])
+def test_a_trigger_is_labelled_by_its_kind_never_by_the_jobs_it_names(trigger: str, kind: str) -> None:
+    assert trigger_kind(trigger) == kind
+
+
+@pytest.mark.parametrize(("method", "parts"), [
+    ("/rota.v1.JobService/SubmitJob", ("rota.v1.JobService", "SubmitJob")),
+    ("/grpc.health.v1.Health/Check", ("grpc.health.v1.Health", "Check")),
+    ("odd", ("odd", "unknown")),
+])
+def test_split_method(method: str, parts: tuple[str, str]) -> None:
+    assert split_method(method) == parts
+
+
+def _live(nodes: list[LiveNode]) -> LiveScenario:
+    scenario = Scenario(name="t", gpus=4, horizon=3, step_seconds=60, batch=(), realtime=(), order=())
+    return LiveScenario(scenario, Layout(2, tuple(nodes)), {})
+
+
+@pytest.mark.parametrize(("grid", "planned", "want"), [
+    # GPU rows x steps. Row 1 is free now and given to the waiting "w" at step 1: held back.
+    ([["a", "a", None], [None, "w", "w"], [None, None, None], [None, None, None]], {"w": 1}, {"n1": 1, "n2": 0}),
+    # Free now and later filled by a job that is not waiting (it runs already): not held back.
+    ([["a", "a", None], [None, "a", None], [None, None, None], [None, None, None]], {}, {"n1": 0, "n2": 0}),
+    # A reserved row (a bad GPU) is never counted; both rows of n2 kept for the gang "g".
+    ([["~bad-n1-0", "~bad-n1-0", "~bad-n1-0"], [None, None, None], [None, "g", "g"], [None, "g", "g"]], {"g": 1},
+     {"n1": 0, "n2": 2}),
+])
+def test_held_back_counts_free_gpus_kept_for_a_waiting_job(
+    grid: list[list[str | None]], planned: dict[str, int], want: dict[str, int],
+) -> None:
+    live = _live([LiveNode("n1", 2), LiveNode("n2", 2)])
+    assert held_back(live, grid, StepDecision(planned_start=planned)) == want
+
+
+def test_a_cached_collector_reads_once_per_ttl_and_a_failed_read_yields_nothing() -> None:
+    calls: list[int] = []
+
+    def read() -> list:  # type: ignore[type-arg]
+        calls.append(1)
+        if len(calls) == 2:
+            raise ConnectionError("database down")
+        return [gauge("rota_test_value", "a test gauge", ["x"], [(("a",), float(len(calls)))])]
+
+    registry = CollectorRegistry()
+    collector = CachedCollector(read, ttl_s=3600)
+    registry.register(collector)
+    first = generate_latest(registry).decode()
+    assert 'rota_test_value{x="a"} 1.0' in first
+    assert generate_latest(registry).decode() == first and len(calls) == 1  # cached
+    collector._ttl_s = 0  # expire at once: the next read fails
+    errors_before = metrics.POSTGRES_ERRORS.labels(kind="ConnectionError")._value.get()
+    failed = generate_latest(registry).decode()
+    assert "rota_test_value" not in failed
+    assert metrics.POSTGRES_ERRORS.labels(kind="ConnectionError")._value.get() == errors_before + 1
+    assert 'rota_test_value{x="a"} 3.0' in generate_latest(registry).decode()  # back once the store is
+
+
+def test_every_rota_counter_and_histogram_follows_the_naming_conventions() -> None:
+    families = list(text_string_to_metric_families(generate_latest(metrics.REGISTRY).decode()))
+    rota = [f for f in families if f.name.startswith("rota_")]
+    assert rota
+    for family in rota:
+        if family.type == "histogram":
+            assert family.name.endswith(("_seconds", "_bytes")), family.name
+        assert "job_id" not in {label for s in family.samples for label in s.labels}, family.name
+    counters = [f for f in rota if f.type == "counter"]
+    assert counters and all(not f.name.endswith("_total") for f in counters)  # the client adds _total
+    text = generate_latest(metrics.REGISTRY).decode()
+    assert "_created" not in text
