@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import subprocess
@@ -149,8 +150,14 @@ def test_a_tenant_sees_only_its_own_jobs_and_needs_a_token(cluster: RunningClust
         with pytest.raises(InvalidArgumentError) as bad:
             client.submit(spec=spec)
         assert bad.value.field == "tenant"
-    with cluster.client(token="rt_not-a-token") as client, pytest.raises(UnauthenticatedError):
-        client.list_jobs()
+        assert client.whoami() == (False, "other")
+    with cluster.client() as admin:
+        assert admin.whoami() == (True, "")
+    with cluster.client(token="rt_not-a-token") as client:
+        with pytest.raises(UnauthenticatedError):
+            client.list_jobs()
+        with pytest.raises(UnauthenticatedError):
+            client.whoami()
 
 
 def test_a_token_with_a_lifetime_expires_and_a_reissued_token_replaces_the_old_one(cluster: RunningCluster) -> None:
@@ -187,6 +194,36 @@ def test_a_retried_submission_with_the_same_request_id_creates_one_job(cluster: 
 
         with pytest.raises(AlreadyExistsError):
             client.submit(spec=spec, request_id="retry-1")
+
+
+def test_several_files_in_one_submit_are_all_submitted_or_none(cluster: RunningCluster, tmp_path: Path) -> None:
+    files = []
+    for k in range(3):
+        path = tmp_path / f"short-{k}.yaml"
+        path.write_text(f"name: short-{k}\ntenant: demo\ncommand: [python, examples/sleep_job.py, --seconds, '0.5']\n")
+        files.append(str(path))
+    submitted = cluster.cli_json("submit", *files)
+    assert [s["file"] for s in submitted] == files and len({s["id"] for s in submitted}) == 3
+    for s in submitted:
+        job = cluster.wait_job(s["id"])
+        assert job.state == "SUCCEEDED" and job.name == Path(s["file"]).stem, job
+    # A file that does not parse: nothing is sent. One the api refuses: the others go on,
+    # the refusal names its file, and the exit status says one failed (a loop of sbatch).
+    before = len(cluster.cli_json("jobs"))
+    unreadable = tmp_path / "unreadable.yaml"
+    unreadable.write_text("name: [unclosed\n")
+    result = cluster.cli("submit", files[0], str(unreadable), check=False)
+    assert result.returncode != 0 and "unreadable.yaml" in result.stderr, result.stderr
+    assert len(cluster.cli_json("jobs")) == before
+    refused = tmp_path / "refused.yaml"
+    refused.write_text("name: refused\ntenant: demo\ngpus: 3\ncommand: [python, examples/sleep_job.py]\n")
+    result = cluster.cli("submit", files[0], str(refused), "--json", check=False)
+    rows = json.loads(result.stdout)
+    assert result.returncode == 1 and "id" in rows[0] and "INVALID_ARGUMENT" in rows[1]["error"], rows
+    assert f"{refused}: INVALID_ARGUMENT" in result.stderr and "gpus" in result.stderr, result.stderr
+    assert len(cluster.cli_json("jobs")) == before + 1
+    refused = cluster.cli("submit", files[0], files[1], "--wait", check=False)
+    assert refused.returncode != 0 and "--wait: one FILE at a time" in refused.stderr, refused.stderr
 
 
 def test_nodes_lists_every_node_with_its_gpus_and_health(cluster: RunningCluster) -> None:

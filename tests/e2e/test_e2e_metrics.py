@@ -34,6 +34,13 @@ def scrape(url: str) -> Samples:
     return [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples]
 
 
+def _try_scrape(url: str) -> Samples | None:
+    try:
+        return scrape(url)
+    except OSError:  # connection refused: not listening yet
+        return None
+
+
 def total(samples: Samples, name: str, **labels: str) -> float:
     return sum(v for n, got, v in samples if n == name and all(got.get(k) == w for k, w in labels.items()))
 
@@ -60,11 +67,14 @@ def test_every_process_serves_the_named_series_with_values_that_agree_with_the_c
     endpoints: dict[str, str] = cluster.info["metrics"]
     assert {"api", "allocator", "ledger", "forecaster", "checkpoint", "detector", "node-1", "node-2"} <= set(endpoints)
     for process, url in endpoints.items():
-        samples = scrape(url)
+        # `rota up` returns once the api serves and the nodes registered; the other
+        # services may still be importing on a busy machine: their endpoint comes up soon.
+        samples = eventually(lambda u=url: _try_scrape(u), lambda got: got is not None, f"{process}'s /metrics", 60)
         assert total(samples, "rota_component_info") == 1, process
         assert "process_cpu_seconds_total" in names(samples), process
 
-    job_id = cluster.submit_job("metered", ["python", "examples/sleep_job.py", "--seconds", "8"], gpus=2)
+    # Long enough to be scraped while it runs on a busy machine; cancelled at the end.
+    job_id = cluster.submit_job("metered", ["python", "examples/sleep_job.py", "--seconds", "120"], gpus=2)
     cluster.wait_job(job_id, ("RUNNING",), timeout_s=60)
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\ntenant: demo\ngpus: 3\ncommand: [python, examples/sleep_job.py]\n")
@@ -79,7 +89,7 @@ def test_every_process_serves_the_named_series_with_values_that_agree_with_the_c
     assert held == 2 and total(running, "rota_node_gpus", state="allocated") == held
     assert total(running, "rota_node_gpus") == 4  # allocated + idle + bad: every GPU once
     ages = [v for n, _, v in running if n == "rota_node_heartbeat_age_seconds"]
-    assert len(ages) == 2 and all(0 <= a < 10 for a in ages), ages
+    assert len(ages) == 2 and all(0 <= a < 30 for a in ages), ages
     assert total(running, "rota_rpc_server_handled_total", grpc_method="SubmitJob", grpc_code="OK") >= 1
     assert total(running, "rota_rpc_server_handled_total", grpc_method="SubmitJob", grpc_code="INVALID_ARGUMENT") >= 1
     assert total(running, "rota_rpc_server_handling_seconds_count", grpc_method="SubmitJob") >= 2
@@ -102,18 +112,18 @@ def test_every_process_serves_the_named_series_with_values_that_agree_with_the_c
     assert any(lbl.get("tenant") == "demo" for n, lbl, _ in ledger if n == "rota_tenant_fairness_ratio")
 
     # 4. The agents: a utilisation and memory series per slot; the job's node shows it running.
-    job = cluster.wait_job(job_id, ("RUNNING", "SUCCEEDED"))
+    job = cluster.wait_job(job_id, ("RUNNING",))
     for node in ("node-1", "node-2"):
         samples = scrape(endpoints[node])
         slots = {lbl["gpu"] for n, lbl, _ in samples if n == "rota_gpu_utilization_ratio"}
         assert slots == {"0", "1"}, (node, slots)
         assert {lbl["gpu"] for n, lbl, _ in samples if n == "rota_gpu_memory_used_bytes"} == {"0", "1"}
-        if job.state == "RUNNING" and node == job.node:
+        if node == job.node:
             assert total(samples, "rota_agent_jobs_running") == 1
             assert total(samples, "rota_gpu_memory_used_bytes") > 0  # the sleeping job's resident memory
 
-    done = cluster.wait_job(job_id, timeout_s=60)
-    assert done.state == "SUCCEEDED"
-    finished = eventually(api, lambda s: total(s, "rota_jobs", state="SUCCEEDED") == 1, "the job in SUCCEEDED")
-    assert total(finished, "rota_node_gpus", state="allocated") == 0
+    cluster.cli("cancel", job_id)
+    assert cluster.wait_job(job_id, timeout_s=60).state == "CANCELLED"
+    ended = eventually(api, lambda s: total(s, "rota_jobs", state="CANCELLED") == 1, "the job in CANCELLED")
+    assert total(ended, "rota_node_gpus", state="allocated") == 0
     print(json.dumps({"scraped": endpoints}, indent=1))

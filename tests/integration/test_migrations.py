@@ -19,7 +19,7 @@ TABLES = {"tenants", "jobs", "job_transitions", "nodes", "gpus", "placements", "
           "ledger_usage", "ledger_collected", "forecast_completions", "forecast_traffic",
           "job_forecasts", "checkpoint_chunks", "checkpoint_images", "checkpoint_manifests",
           "checkpoint_image_chunks", "checkpoint_operations", "detector_verdicts",
-          "job_layouts", "device_health", "gang_exits"}
+          "job_layouts", "device_health", "gang_exits", "job_arrays"}
 
 
 def _tables(url: str) -> set[str]:

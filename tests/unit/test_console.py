@@ -251,3 +251,13 @@ def test_an_action_needs_the_sessions_form_token_and_shows_the_apis_refusal() ->
     gateway.refuse = PermissionDeniedError("this call needs the admin token")
     refused = app(gateway).handle("POST", "/jobs/j-aaa/pause", COOKIE, f"csrf={form_token('rt_demo')}".encode())
     assert refused.status == 403 and b"this call needs the admin token" in refused.body
+
+
+def test_console_times_carry_their_zone_as_the_cli_writes_them() -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from rota.console.views import when
+
+    assert when(datetime(2026, 12, 1, 16, 58, 54, tzinfo=UTC)) == "2026-12-01T16:58:54Z"
+    assert when(datetime(2026, 12, 1, 17, 58, 54, tzinfo=timezone(timedelta(hours=1)))) == "2026-12-01T16:58:54Z"
+    assert when(None) == "-"

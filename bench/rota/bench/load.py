@@ -1,4 +1,4 @@
-"""`rota bench load [--seconds S] [--processes P] [--threads T] [--rate R] [--api-workers W] [--json]`: submissions under load.
+"""`rota bench load [--seconds S] [--processes P] [--threads T] [--rate R] [--api-workers W] [--cli] [--array N] [--json]`: submissions under load.
 
 On a real local cluster with the live loop running, through the api with durable commits:
 1. sustained: T closed-loop client threads, spread over P client processes, submit as
@@ -6,7 +6,10 @@ On a real local cluster with the live loop running, through the api with durable
 2. paced: submissions at a fixed rate R (open loop, default 200/s); latency percentiles
    (a call that falls behind the pace still counts from its scheduled time);
 3. idle: one job at a time on an idle cluster (IDLE_SETTLE_S after the previous one
-   finished), from submit to RUNNING.
+   finished), from submit to RUNNING;
+4. with `--cli`: the same T loops over P processes, each running `rota submit FILE --json`
+   as a new process (the Slurm user's `sbatch` loop): rate, latency and CPU per call;
+5. with `--array N`: one array of N jobs, one call (rota.bench.load_cli).
 Every job is a short sleep (coreutils `sleep 1`: see JOB_COMMAND); what is still queued
 at the end is cancelled. The clients
 are separate processes because one Python process's threads share one interpreter lock:
@@ -30,6 +33,7 @@ from typing import Any
 
 import grpc
 
+from rota.bench import load_cli
 from rota.bench.fault_harness import TENANT, Harness, percentiles, sleep_spec
 from rota.client import Client
 from rota.client.client import _RETRY_CONFIG
@@ -208,12 +212,16 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--processes", type=int, default=2, help="client processes")
     ap.add_argument("--rate", type=float, default=200.0, help="paced phase: submissions per second")
     ap.add_argument("--api-workers", type=int, default=2, help="api processes sharing the api port")
+    ap.add_argument("--cli", action="store_true", help="also T loops of `rota submit FILE --json` processes")
+    ap.add_argument("--array", type=int, default=0, metavar="N", help="also one array of N jobs (one call)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--database-url", default="", help="default: an embedded PostgreSQL")
     ap.add_argument("--redis-url", default="", help="default: an embedded Redis")
     args = ap.parse_args(argv)
     if args.seconds <= 0 or args.threads < 1 or args.rate <= 0 or args.processes < 1 or args.api_workers < 1:
         ap.error("--seconds, --threads, --processes, --api-workers and --rate must be positive")
+    if args.array < 0:
+        ap.error("--array: a number of jobs, at least 1 (0: no array phase)")
     home = Path(tempfile.mkdtemp(prefix="rota-load-")) / "home"
     # No PostgreSQL proxy: nothing is cut off here, and a proxy would add a hop per query.
     h = Harness(home, args.database_url, args.redis_url, allocators=1, api_workers=args.api_workers,
@@ -227,6 +235,12 @@ def main(argv: list[str]) -> int:
         report["paced"] = paced(h, args.seconds, args.rate, args.threads, args.processes)
         with h.client() as client:
             report["cancelled_after"] = cancel_queued(client)
+        if args.cli:
+            report["cli"] = load_cli.cli(h, args.seconds, args.threads, args.processes, home.parent)
+            with h.client() as client:
+                report["cancelled_after"] += cancel_queued(client)
+        if args.array:
+            report["array"] = load_cli.array(h, args.array)
         report["api_workers"] = args.api_workers
         report["job_command"] = list(JOB_COMMAND)
         report["timers"] = "defaults"  # heartbeats, scheduling cycle, ledger period: as `rota up` sets them

@@ -14,24 +14,26 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-from rota.cli.localcluster import LocalCluster, run_down, run_up
 from rota.cli.node_layout import node_layout
 from rota.cli.output import LiveScreen, ago, fail, print_json, progress_text, shorten, table, ticks
 from rota.client import (
     Client,
     DeadlineExceededError,
-    Explanation,
     Job,
     RotaError,
     UnavailableError,
     UnimplementedError,
-    Verdict,
     load_job_file,
     parse_duration,
     spec_from_mapping,
 )
 from rota.client.client import iso_utc
+from rota.v1 import common_pb2
+
+if TYPE_CHECKING:  # loaded by the SDK when `rota job` asks for them, not by every command
+    from rota.client import Explanation, Verdict
 
 DEMO_JOBS = ("train-small.yaml", "train-2gpu.yaml", "batch-infer.yaml", "quantize-lite.yaml", "fail.yaml")
 
@@ -115,6 +117,8 @@ def up(args: argparse.Namespace) -> int:
         raise ValueError("--nodes, --gpus-per-node, --allocators and --api-workers must be at least 1")
     if not 0 <= args.console_port <= 65535:
         raise ValueError(f"--console-port: a port from 1 to 65535, or 0 for a free one (got {args.console_port})")
+    from rota.cli.localcluster import LocalCluster, run_up  # the cluster's machinery: only for `up`
+
     cluster = LocalCluster(
         home=Path(args.home), nodes=layout.count, gpus_per_node=args.gpus_per_node,
         database_url=args.database_url, redis_url=args.redis_url, tracing=args.tracing,
@@ -129,17 +133,29 @@ def down(args: argparse.Namespace) -> int:
     home = home_of(args)
     if home is None:
         raise ValueError("--home: which cluster? (or set ROTA_HOME)")
+    from rota.cli.localcluster import run_down
+
     run_down(home)
     print(f"cluster under {home} stopped")
     return 0
 
 
 # Jobs.
+SUBMIT_CONCURRENCY = 16  # calls in flight on the one channel: the api commits them as one batch
+
+
 def submit(args: argparse.Namespace) -> int:
-    data = load_job_file(args.file)
-    if args.tenant:
-        data["tenant"] = args.tenant
-    spec = spec_from_mapping(data, base_dir=Path.cwd())
+    # Every file is read and checked before anything is sent: a bad one submits nothing.
+    specs = [_spec_of(path, args.tenant) for path in args.files]
+    from rota.cli import array_commands  # --array and --after (the Slurm habits)
+
+    specs = [array_commands.with_after(spec, getattr(args, "after", None)) for spec in specs]
+    indices = array_commands.array_text(args)
+    if indices is not None:
+        return array_commands.submit_array(args, specs[0], indices, connect)
+    if len(specs) > 1:
+        return _submit_many(args, specs)
+    spec = specs[0]
     if args.what_if:
         with connect(args) as client:
             answer = client.what_if(spec=spec)
@@ -159,15 +175,55 @@ def submit(args: argparse.Namespace) -> int:
     return 0 if not args.wait or job.state == "SUCCEEDED" else 1
 
 
+def _spec_of(path: str, tenant: str | None) -> common_pb2.JobSpec:
+    data = load_job_file(path)
+    if tenant:
+        data["tenant"] = tenant
+    return spec_from_mapping(data, base_dir=Path.cwd())
+
+
+def _submit_many(args: argparse.Namespace, specs: list[common_pb2.JobSpec]) -> int:
+    """Several files over one channel, SUBMIT_CONCURRENCY at a time, so the api's batcher
+    commits them together (one fsync for the lot, not one per file). Each is a submission
+    of its own, as a loop of `sbatch` is: one the api refuses stops none of the others, and
+    the exit status is 1 when any was refused (each refusal names its file)."""
+    for flag, given in (("--what-if", args.what_if), ("--wait", args.wait), ("--request-id", args.request_id)):
+        if given:
+            raise ValueError(f"{flag}: one FILE at a time (got {len(specs)})")
+    from concurrent.futures import ThreadPoolExecutor
+
+    def send(spec: common_pb2.JobSpec) -> Job | RotaError:
+        try:
+            return client.submit(spec=spec)
+        except RotaError as exc:
+            return exc
+
+    with connect(args) as client, ThreadPoolExecutor(max_workers=min(SUBMIT_CONCURRENCY, len(specs))) as pool:
+        answers = list(pool.map(send, specs))
+    rows = [({"id": a.id, "state": a.state, "file": path} if isinstance(a, Job) else
+             {"file": path, "error": f"{a.code}: {a}"}) for a, path in zip(answers, args.files, strict=True)]
+    if args.json:
+        print_json(rows)
+    for row in rows:
+        if "error" in row:
+            print(f"rota: {row['file']}: {row['error']}", file=sys.stderr)
+        elif not args.json:
+            print(f"submitted {row['id']} ({row['state']}) from {row['file']}")
+    return 1 if any("error" in row for row in rows) else 0
+
+
 def jobs(args: argparse.Namespace) -> int:
     if getattr(args, "watch", False):
         return _watch_jobs(args)
     with connect(args) as client:
-        found = client.list_jobs(tenant=args.tenant, states=args.state, limit=args.limit)
-    if args.json:
-        print_json([j.to_dict() for j in found])
-        return 0
-    print(jobs_table(found))
+        if args.json:  # every task as a job of its own (with `array` and `array_index`)
+            found = client.list_jobs(tenant=args.tenant, states=args.state, limit=args.limit)
+            print_json([j.to_dict() for j in found])
+            return 0
+        found, arrays = client.list_jobs_and_arrays(tenant=args.tenant, states=args.state, limit=args.limit)
+    from rota.cli.array_commands import grouped_table  # an array's tasks as one row, unless --expand
+
+    print(jobs_table(found) if getattr(args, "expand", False) else grouped_table(found, arrays, jobs_table))
     return 0
 
 
@@ -269,13 +325,9 @@ def logs(args: argparse.Namespace) -> int:
 
 
 def cancel(args: argparse.Namespace) -> int:
-    with connect(args) as client:
-        found = client.cancel(args.id, reason=args.reason)
-    if args.json:
-        print_json(found.to_dict())
-    else:
-        print(f"{found.id} {found.state}")
-    return 0
+    from rota.cli import array_commands  # a job, or every task of an array
+
+    return array_commands.cancel(args, connect)
 
 
 def watch(args: argparse.Namespace) -> int:
@@ -404,6 +456,8 @@ def demo(args: argparse.Namespace) -> int:
     files = [examples / name for name in DEMO_JOBS if (examples / name).exists()]
     if not files:
         raise FileNotFoundError(f"no example job files in {examples}")
+    from rota.cli.localcluster import LocalCluster
+
     with tempfile.TemporaryDirectory(prefix="rota-demo-") as tmp:
         home = Path(args.home) if args.home else Path(tmp)
         cluster = LocalCluster(home=home, nodes=args.nodes, gpus_per_node=args.gpus_per_node,

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from rota.cli import probe
-from rota.cli.certs import LOCAL_HOSTS, issue_tenant, make_local_pki
 from rota.client.errors import InvalidArgumentError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -37,6 +36,8 @@ def add_parsers(sub: Any, handlers: dict[str, Handler]) -> None:
 
 
 def certs(args: argparse.Namespace) -> int:
+    from rota.cli.certs import LOCAL_HOSTS, issue_tenant, make_local_pki  # cryptography: only here
+
     hosts = [h.strip() for h in args.host]
     if any(not h or "," in h or " " in h for h in hosts):
         raise InvalidArgumentError("--host: one DNS name or IP address per flag, not empty", field="host")

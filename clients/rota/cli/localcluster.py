@@ -29,14 +29,12 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from rota.cli.components import CONSOLE, SERVICES
 from rota.client.home import CLUSTER_FILE, TOKEN_FILE, read_info
 from rota.common.auth import new_token
 from rota.common.tls import TLSFiles, open_channel
 from rota.core.nodelabels import SWITCH
 
-SERVICES = ("api", "allocator", "forecaster", "ledger", "checkpoint", "detector")
-# The web console: a client of the api over HTTP, not a gRPC service (not in cluster.json's "services").
-CONSOLE = "console"
 DEMO_PLAN_STEP_S = 30
 MAX_CRASHES, CRASH_WINDOW_S = 10, 60.0  # more crashes than this within the window: give up
 

@@ -17,17 +17,15 @@ from typing import Any, cast
 # platformdirs (pulled in by the embedded servers) warns on machines without a login session.
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
-from rota.cli import (  # noqa: E402
-    checkpoint_commands,
-    commands,
-    deploy_commands,
-    detector_commands,
-    forecast_commands,
-    ledger_commands,
-    plan_commands,
-)
-from rota.cli.localcluster import CONSOLE, SERVICES  # noqa: E402
-from rota.cli.output import fail  # noqa: E402
+from rota.cli.components import CONSOLE, SERVICES  # noqa: E402
+
+Handler = Callable[[argparse.Namespace], int]
+# The commands scripts call in loops (`for f in *.yaml; do rota submit $f; done`): parsed
+# with only their own subcommand, so a call imports the SDK and its one handler module, not
+# every command's (the others bring the local cluster, certificates, plots).
+SCRIPTED = ("submit", "jobs", "job", "logs", "cancel", "watch", "nodes", "explain")
+# Filled by build_parser(): each subcommand's handler (the command modules add theirs).
+HANDLERS: dict[str, Handler] = {}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,7 +40,9 @@ class _Parser(argparse.ArgumentParser):
     def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> tuple[Any, list[str]]:
         if not self.service:
             return super().parse_known_args(args, namespace)
-        own = commands.import_server(self.prog.removeprefix("rota "), self.service).build_parser()
+        from rota.cli.commands import import_server
+
+        own = import_server(self.prog.removeprefix("rota "), self.service).build_parser()
         return own.parse_args(args, namespace), []
 
 
@@ -53,12 +53,28 @@ def _connection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str = "") -> argparse.ArgumentParser:
+    """The whole CLI; with `only` one of SCRIPTED, that subcommand alone (fills HANDLERS)."""
+    from rota.cli import commands
+
     parser = _Parser(prog="rota", description="Rota: a control plane for shared GPU clusters.")
     # Every subcommand's parser is a _Parser; the command modules take them as plain ArgumentParsers.
     sub = cast("argparse._SubParsersAction[argparse.ArgumentParser]",
                parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser))
+    HANDLERS.update({name: getattr(commands, name) for name in SCRIPTED})
+    if only in SCRIPTED:
+        _scripted_parsers(sub, only)
+        return parser
+    HANDLERS.update({"up": commands.up, "down": commands.down, "demo": commands.demo, "tenants": commands.tenants,
+                     "serve": commands.serve, "agent": commands.agent, "migrate": commands.migrate,
+                     "bench": commands.bench, "sim": commands.sim})
+    _lifecycle_parsers(sub)
+    _scripted_parsers(sub)
+    _other_parsers(sub)
+    return parser
 
+
+def _lifecycle_parsers(sub: Any) -> None:
     up = sub.add_parser("up", help="start a local cluster in the foreground")
     up.add_argument("--home", default=os.environ.get("ROTA_HOME", ".rota"), help="cluster folder (default: .rota)")
     up.add_argument("--nodes", type=int, default=None, help="virtual nodes (default: as many as --gpu-types or "
@@ -90,15 +106,55 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--redis-url", default=os.environ.get("ROTA_REDIS_URL", ""))
     demo.add_argument("--timeout", type=float, default=600, help="give up after this many seconds")
 
-    submit = sub.add_parser("submit", help="submit a job file (YAML or JSON)")
-    submit.add_argument("file")
+
+def _scripted_parsers(sub: Any, only: str = "") -> None:
+    def wanted(name: str) -> bool:
+        return not only or name == only
+
+    if wanted("submit"):
+        _submit_parser(sub)
+    if wanted("jobs"):
+        _jobs_parser(sub)
+    for name, what in (("job", "show one job with its history and progress"),
+                       ("explain", "why a job waits or where it runs")):
+        if wanted(name):
+            one = sub.add_parser(name, help=what)
+            one.add_argument("id")
+            _connection_args(one)
+    if wanted("logs"):
+        logs = sub.add_parser("logs", help="print a job's log")
+        logs.add_argument("id")
+        logs.add_argument("-f", "--follow", action="store_true")
+        _connection_args(logs)
+    if wanted("cancel"):
+        cancel = sub.add_parser("cancel", help="cancel a job")
+        cancel.add_argument("id")
+        cancel.add_argument("--reason", default="")
+        _connection_args(cancel)
+    if wanted("watch"):
+        watch = sub.add_parser("watch", help="follow a job's events until it finishes")
+        watch.add_argument("id")
+        _connection_args(watch)
+    if wanted("nodes"):
+        _connection_args(sub.add_parser("nodes", help="list nodes with their GPUs and health"))
+
+
+def _submit_parser(sub: Any) -> None:
+    submit = sub.add_parser("submit", help="submit job files (YAML or JSON): one call, one connection")
+    submit.add_argument("files", nargs="+", metavar="FILE", help="a job file; several are sent together")
     submit.add_argument("--tenant", help="override the file's tenant")
     submit.add_argument("--request-id", help="idempotency key (default: a new one)")
     submit.add_argument("--wait", action="store_true", help="wait until the job finishes")
     submit.add_argument("--what-if", action="store_true",
                         help="submit nothing: say when the allocator would start it if submitted now")
+    submit.add_argument("--array", metavar="A-B[:STEP][%K]",
+                        help="one job per index (0-99, 1,3,5-9), at most K running at once (over the file's array:)")
+    submit.add_argument("--after", action="append", metavar="ID",
+                        help="start only after job or array ID succeeded (repeatable)")
     _connection_args(submit)
 
+
+def _jobs_parser(sub: Any) -> None:
     jobs = sub.add_parser("jobs", help="list jobs")
     jobs.add_argument("--tenant", default="")
     jobs.add_argument("--state", action="append", default=[], help="filter by state (repeatable)")
@@ -108,33 +164,21 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="with --watch (default: 2)")
     jobs.add_argument("--count", type=int, default=0, metavar="N",
                       help="with --watch: stop after N refreshes (default: 0, until Ctrl-C)")
+    jobs.add_argument("--expand", action="store_true", help="list each task of an array (default: one row per array)")
     _connection_args(jobs)
 
-    job = sub.add_parser("job", help="show one job with its history and progress")
-    job.add_argument("id")
-    _connection_args(job)
 
-    logs = sub.add_parser("logs", help="print a job's log")
-    logs.add_argument("id")
-    logs.add_argument("-f", "--follow", action="store_true")
-    _connection_args(logs)
+def _other_parsers(sub: Any) -> None:
+    from rota.cli import (
+        checkpoint_commands,
+        deploy_commands,
+        detector_commands,
+        forecast_commands,
+        ledger_commands,
+        plan_commands,
+    )
 
-    cancel = sub.add_parser("cancel", help="cancel a job")
-    cancel.add_argument("id")
-    cancel.add_argument("--reason", default="")
-    _connection_args(cancel)
-
-    watch = sub.add_parser("watch", help="follow a job's events until it finishes")
-    watch.add_argument("id")
-    _connection_args(watch)
-
-    nodes = sub.add_parser("nodes", help="list nodes with their GPUs and health")
-    _connection_args(nodes)
-
-    explain = sub.add_parser("explain", help="why a job waits or where it runs")
-    explain.add_argument("id")
-    _connection_args(explain)
-
+    HANDLERS.update({"plan": plan_commands.plan, **ledger_commands.HANDLERS})
     _connection_args(plan_commands.add_parser(sub))
     for ledger_parser in ledger_commands.add_parsers(sub):
         _connection_args(ledger_parser)
@@ -176,30 +220,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("sim", help="trace-driven simulator (see `rota sim --help`)", add_help=False)
     sim.add_argument("args", nargs=argparse.REMAINDER)
-    return parser
-
-
-HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "up": commands.up,
-    "down": commands.down,
-    "demo": commands.demo,
-    "submit": commands.submit,
-    "jobs": commands.jobs,
-    "job": commands.job,
-    "logs": commands.logs,
-    "cancel": commands.cancel,
-    "watch": commands.watch,
-    "nodes": commands.nodes,
-    "explain": commands.explain,
-    "plan": plan_commands.plan,
-    **ledger_commands.HANDLERS,
-    "tenants": commands.tenants,
-    "serve": commands.serve,
-    "agent": commands.agent,
-    "migrate": commands.migrate,
-    "bench": commands.bench,
-    "sim": commands.sim,
-}
 
 
 # A shell's status for a writer killed by SIGPIPE (128 + 13), as `yes | head` leaves.
@@ -223,13 +243,16 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str]) -> None:
+    from rota.cli import commands
+    from rota.cli.output import fail
+
     # `rota sim` and `rota bench TARGET` own their flags (help included): pass them through.
     if argv[:1] == ["sim"]:
         sys.exit(commands.run(commands.sim, argparse.Namespace(args=argv[1:])))
     if argv[:1] == ["bench"] and len(argv) > 1:
         sys.exit(commands.run(commands.bench, argparse.Namespace(target=argv[1], args=argv[2:])))
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(only=argv[0] if argv else "").parse_args(argv)
     except commands.ServerPackagesMissing as exc:  # `rota agent` on a client-only install
         sys.exit(fail(str(exc), 2))
     sys.exit(commands.run(HANDLERS[args.command], args))

@@ -14,48 +14,27 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from google.protobuf import duration_pb2, json_format
 
-from rota.client.checkpoint import (
-    RPC_MARGIN_S,
-    CheckpointResult,
-    JobImages,
-    MigrateResult,
-    PauseResult,
-    ResumeResult,
-)
-from rota.client.checkpoint import stub as checkpoint_stub
-from rota.client.detector import DeviceHealth, DrainResult, ReplanResult, Verdict, replan_request
-from rota.client.detector import stub as detector_stub
-from rota.client.errors import RotaError, from_rpc_error
-from rota.client.forecast import (
-    DemandForecast,
-    Forecast,
-    TrafficSample,
-    demand_request,
-    predict_request,
-    traffic_requests,
-)
-from rota.client.forecast import stub as forecast_stub
+from rota.client.arrays import JobArray, array_request
+from rota.client.errors import NotFoundError, RotaError, from_rpc_error
 from rota.client.home import ClusterHome, resolve_connection
 from rota.client.jobspec import JobSpec, spec_proto
-from rota.client.ledger import JobFairness, Standings, UsageEntry, to_unix
-from rota.client.plan import CurrentPlan, Explanation, ScenarioPlan, WhatIf
 from rota.client.tls import TLS
-from rota.v1 import (
-    allocator_pb2,
-    allocator_pb2_grpc,
-    api_pb2,
-    api_pb2_grpc,
-    checkpoint_pb2,
-    common_pb2,
-    detector_pb2,
-    ledger_pb2,
-    ledger_pb2_grpc,
-)
+from rota.v1 import api_pb2, api_pb2_grpc, common_pb2
+
+# The other services' messages and stubs are imported by the methods that call them: a
+# script's `rota submit` loads the job API alone (SDK import: a third of its CPU before).
+if TYPE_CHECKING:
+    from rota.client.checkpoint import CheckpointResult, JobImages, MigrateResult, PauseResult, ResumeResult
+    from rota.client.detector import DeviceHealth, DrainResult, ReplanResult, Verdict
+    from rota.client.forecast import DemandForecast, Forecast, TrafficSample
+    from rota.client.ledger import JobFairness, Standings, UsageEntry
+    from rota.client.plan import CurrentPlan, Explanation, ScenarioPlan, WhatIf
+    from rota.v1 import allocator_pb2_grpc, ledger_pb2_grpc
 
 T = TypeVar("T")
 
@@ -71,6 +50,9 @@ _RETRY_CONFIG = json.dumps({
         },
     }]
 })
+
+
+_CONDITIONS = {1: "succeeded", 2: "finished", 3: "failed"}  # DependencyCondition, as job files name them
 
 
 def state_name(value: int) -> str:
@@ -155,6 +137,9 @@ class Job:
     nodes: list[str] = field(default_factory=list)
     # A realtime app: each node's replica GPUs, its home node first ({} otherwise).
     replicas: dict[str, list[int]] = field(default_factory=dict)
+    # A task of a job array: the array's id ("" otherwise) and the task's index.
+    array_id: str = ""
+    array_index: int = 0
 
     @staticmethod
     def from_proto(job: common_pb2.Job) -> Job:
@@ -180,6 +165,8 @@ class Job:
             spec=job.spec,
             nodes=list(job.gang.nodes),
             replicas={r.node: list(r.gpus) for r in job.replicas},
+            array_id=job.array_id,
+            array_index=job.array_index,
         )
 
     @property
@@ -200,6 +187,9 @@ class Job:
             "started_at": iso_utc(self.started_at),
             "finished_at": iso_utc(self.finished_at),
             "command": list(self.spec.command),
+            "array": self.array_id or None,
+            "array_index": self.array_index if self.array_id else None,
+            "depends_on": [{"job": d.job, "when": _CONDITIONS.get(d.when, "succeeded")} for d in self.spec.depends_on],
         }
 
 
@@ -270,8 +260,6 @@ class Client:
         self._jobs = api_pb2_grpc.JobServiceStub(channel)
         self._tenants = api_pb2_grpc.TenantServiceStub(channel)
         self._cluster = api_pb2_grpc.ClusterServiceStub(channel)
-        # The api forwards the other services' RPCs: one endpoint, one token.
-        self._allocator = allocator_pb2_grpc.AllocatorServiceStub(channel)
 
     @classmethod
     def connect(
@@ -334,6 +322,36 @@ class Client:
     def get_job(self, job_id: str) -> Job:
         return Job.from_proto(self._call(self._jobs.GetJob, api_pb2.GetJobRequest(id=job_id)).job)
 
+    def submit_array(
+        self, *, spec: JobSpec | common_pb2.JobSpec, indices: range | Sequence[int] | str,
+        max_running: int | None = None, request_id: str | None = None, timeout: timedelta | None = None,
+    ) -> JobArray:
+        """One job per index (`range(100)`, `[1, 3, 5]`, or the text "0-99%4"), in one call and
+        one commit; at most `max_running` tasks SCHEDULED or RUNNING at once (None: no cap).
+        Safe to retry with the same request_id. The array's `job_ids` are in index order."""
+        request = array_request(spec, indices, max_running, request_id)
+        return JobArray.from_proto(self._call(self._jobs.SubmitJobArray, request, timeout).array)
+
+    def cancel_array(self, array_id: str, *, reason: str = "") -> JobArray:
+        """Cancels every unfinished task of the array (`cancel` does too, answering an empty Job)."""
+        found = self.cancel_job_or_array(array_id, reason=reason)
+        if not isinstance(found, JobArray):
+            raise NotFoundError(f"{array_id} is a job, not an array (the job is cancelled)")
+        return found
+
+    def cancel_job_or_array(self, id: str, *, reason: str = "") -> Job | JobArray:
+        """`rota cancel ID`: a job, or every unfinished task of an array; what it cancelled."""
+        reply = self._call(self._jobs.CancelJob, api_pb2.CancelJobRequest(id=id, reason=reason))
+        return JobArray.from_proto(reply.array) if reply.HasField("array") else Job.from_proto(reply.job)
+
+    def list_jobs_and_arrays(
+        self, *, tenant: str = "", states: list[str] | None = None, limit: int = 0,
+    ) -> tuple[list[Job], list[JobArray]]:
+        """As `list_jobs`, with the arrays of the listed tasks, every task of each counted by state."""
+        values = [common_pb2.JobState.Value("JOB_STATE_" + s.upper()) for s in states or []]
+        reply = self._call(self._jobs.ListJobs, api_pb2.ListJobsRequest(tenant=tenant, states=values, limit=limit))
+        return [Job.from_proto(j) for j in reply.jobs], [JobArray.from_proto(a) for a in reply.arrays]
+
     def list_jobs(self, *, tenant: str = "", states: list[str] | None = None, limit: int = 0) -> list[Job]:
         values = [common_pb2.JobState.Value("JOB_STATE_" + s.upper()) for s in states or []]
         reply = self._call(self._jobs.ListJobs, api_pb2.ListJobsRequest(tenant=tenant, states=values, limit=limit))
@@ -376,17 +394,33 @@ class Client:
         return self.get_job(job_id)
 
     # Plans.
+    @property
+    def _allocator(self) -> allocator_pb2_grpc.AllocatorServiceStub:
+        # The api forwards the other services' RPCs: one endpoint, one token, one channel.
+        from rota.v1 import allocator_pb2_grpc
+
+        return allocator_pb2_grpc.AllocatorServiceStub(self._channel)
+
     def explain(self, job_id: str) -> Explanation:
         """Why the job waits (e.g. "planned at step 3, after ft-1 ends") or where it runs, and
         the duration it was planned on (forecast or declared) beside how long it ran."""
+        from rota.client.plan import Explanation
+        from rota.v1 import allocator_pb2
+
         return Explanation.from_proto(self._call(self._allocator.Explain, allocator_pb2.ExplainRequest(job_id=job_id)))
 
     def current_plan(self) -> CurrentPlan:
         """The live cluster's latest committed plan step. NotFoundError before the first plan."""
+        from rota.client.plan import CurrentPlan
+        from rota.v1 import allocator_pb2
+
         return CurrentPlan.from_proto(self._call(self._allocator.CurrentPlan, allocator_pb2.CurrentPlanRequest()))
 
     def what_if(self, *, spec: JobSpec | common_pb2.JobSpec) -> WhatIf:
         """When the job would start if submitted now; INVALID_ARGUMENT for a bad spec, as submit."""
+        from rota.client.plan import WhatIf
+        from rota.v1 import allocator_pb2
+
         reply = self._call(self._allocator.WhatIf, allocator_pb2.WhatIfRequest(spec=spec_proto(spec)))
         return WhatIf(reply.start_step, reply.expected_start_seconds, reply.reason)
 
@@ -394,6 +428,9 @@ class Client:
         self, *, scenario: dict[str, Any], policy: str = "fast", time_limit: timedelta = timedelta(seconds=2)
     ) -> ScenarioPlan:
         """Plans a SPEC §3 scenario with a policy (fifo, fast, full) without touching the cluster."""
+        from rota.client.plan import ScenarioPlan
+        from rota.v1 import allocator_pb2
+
         request = allocator_pb2.PlanRequest(
             scenario_json=json.dumps(scenario), policy=policy, time_limit_seconds=time_limit.total_seconds()
         )
@@ -403,6 +440,10 @@ class Client:
     def checkpoint(self, job_id: str, *, timeout: timedelta | None = None, operation_id: str | None = None) -> CheckpointResult:
         """Copies the running job's state into a new image (its ranks have `timeout` to reach a
         safe point) and waits until the image is written."""
+        from rota.client.checkpoint import CheckpointResult
+        from rota.client.checkpoint import stub as checkpoint_stub
+        from rota.v1 import checkpoint_pb2
+
         seconds = timeout.total_seconds() if timeout else 0.0
         request = checkpoint_pb2.CheckpointRequest(job_id=job_id, operation_id=operation_id or str(uuid.uuid4()),
                                                    timeout_seconds=seconds)
@@ -411,6 +452,10 @@ class Client:
 
     def pause(self, job_id: str, *, timeout: timedelta | None = None, operation_id: str | None = None) -> PauseResult:
         """Checkpoints the job and stops it: PAUSED, holding no GPU, once this returns."""
+        from rota.client.checkpoint import PauseResult
+        from rota.client.checkpoint import stub as checkpoint_stub
+        from rota.v1 import checkpoint_pb2
+
         seconds = timeout.total_seconds() if timeout else 0.0
         request = checkpoint_pb2.PauseRequest(job_id=job_id, operation_id=operation_id or str(uuid.uuid4()),
                                               timeout_seconds=seconds)
@@ -420,6 +465,10 @@ class Client:
                operation_id: str | None = None) -> ResumeResult:
         """A paused job back in the queue with its last image; `node` is a preference. Waits up
         to `wait` for the allocator to place it."""
+        from rota.client.checkpoint import ResumeResult
+        from rota.client.checkpoint import stub as checkpoint_stub
+        from rota.v1 import checkpoint_pb2
+
         request = checkpoint_pb2.ResumeRequest(job_id=job_id, operation_id=operation_id or str(uuid.uuid4()), node=node,
                                                wait_seconds=wait.total_seconds())
         reply = self._call(checkpoint_stub(self._channel).Resume, request, self._op_deadline(0, wait.total_seconds()))
@@ -428,6 +477,10 @@ class Client:
     def migrate(self, job_id: str, *, node: str = "", timeout: timedelta | None = None,
                 wait: timedelta = timedelta(seconds=60), operation_id: str | None = None) -> MigrateResult:
         """Pause, wait for the image, resume (preferring `node`); waits up to `wait` for the placement."""
+        from rota.client.checkpoint import MigrateResult
+        from rota.client.checkpoint import stub as checkpoint_stub
+        from rota.v1 import checkpoint_pb2
+
         seconds = timeout.total_seconds() if timeout else 0.0
         request = checkpoint_pb2.MigrateRequest(job_id=job_id, operation_id=operation_id or str(uuid.uuid4()),
                                                 target_node=node, timeout_seconds=seconds, wait_seconds=wait.total_seconds())
@@ -436,21 +489,35 @@ class Client:
 
     def checkpoints(self, job_id: str) -> JobImages:
         """The job's images (size, what each added to the store, dedup, durations) and operations."""
+        from rota.client.checkpoint import JobImages
+        from rota.client.checkpoint import stub as checkpoint_stub
+        from rota.v1 import checkpoint_pb2
+
         reply = self._call(checkpoint_stub(self._channel).ListImages, checkpoint_pb2.ListImagesRequest(job_id=job_id))
         return JobImages.from_proto(job_id, reply)
 
     def _op_deadline(self, timeout_s: float, wait_s: float) -> timedelta:
         # The ranks' bounded wait (the coordinator's default when 0), then any placement wait.
+        from rota.client.checkpoint import RPC_MARGIN_S
+
         return timedelta(seconds=self._timeout + max(timeout_s, 30.0) + wait_s + RPC_MARGIN_S)
 
     # Health.
     def verdicts(self, *, job_id: str = "", limit: int = 100) -> list[Verdict]:
         """The failure detector's verdicts, newest first: one job's, or all the caller may see."""
+        from rota.client.detector import Verdict
+        from rota.client.detector import stub as detector_stub
+        from rota.v1 import detector_pb2
+
         reply = self._call(detector_stub(self._channel).Verdicts, detector_pb2.VerdictsRequest(job_id=job_id, limit=limit))
         return [Verdict.from_proto(v) for v in reply.verdicts]
 
     def drain(self, node: str, *, undo: bool = False, reason: str = "") -> DrainResult:
         """Places nothing new on `node` (admin); running jobs go on. `undo` makes it ALIVE again."""
+        from rota.client.detector import DrainResult
+        from rota.client.detector import stub as detector_stub
+        from rota.v1 import detector_pb2
+
         reply = self._call(detector_stub(self._channel).Drain, detector_pb2.DrainRequest(node=node, undo=undo, reason=reason))
         return DrainResult.from_proto(reply)
 
@@ -465,6 +532,9 @@ class Client:
         `apply` (a job submitted with accepts_layout_changes): checkpoint the job and restart it
         with the new layout (ROTA_LAYOUT), waiting up to `wait` for its placement; safe to
         retry with the same `operation_id` (one is made if not given)."""
+        from rota.client.detector import ReplanResult, replan_request
+        from rota.client.detector import stub as detector_stub
+
         request = replan_request(
             job_id=job_id, tp=tp, pp=pp, dp=dp, speeds=speeds, layers=layers, microbatches=microbatches, apply=apply,
             wait_s=wait.total_seconds(), operation_id=(operation_id or f"replan-{uuid.uuid4()}") if apply else "",
@@ -474,27 +544,44 @@ class Client:
 
     def devices(self, *, include_cleared: bool = False) -> list[DeviceHealth]:
         """GPUs the failure detector took out of the plan (and, with `include_cleared`, those put back)."""
+        from rota.client.detector import DeviceHealth
+        from rota.client.detector import stub as detector_stub
+        from rota.v1 import detector_pb2
+
         reply = self._call(detector_stub(self._channel).Devices, detector_pb2.DevicesRequest(include_cleared=include_cleared))
         return [DeviceHealth.from_proto(d) for d in reply.devices]
 
     def clear_devices(self, node: str, gpus: Sequence[int] = (), *, reason: str = "") -> list[DeviceHealth]:
         """Puts `node`'s bad GPUs (all, or those in `gpus`) back into the plan (admin)."""
+        from rota.client.detector import DeviceHealth
+        from rota.client.detector import stub as detector_stub
+        from rota.v1 import detector_pb2
+
         request = detector_pb2.ClearDevicesRequest(node=node, gpus=list(gpus), reason=reason)
         return [DeviceHealth.from_proto(d) for d in self._call(detector_stub(self._channel).ClearDevices, request).cleared]
 
     # Forecasts.
     def forecast(self, *, spec: JobSpec | common_pb2.JobSpec, quantile: float = 0.5) -> Forecast:
         """The job's predicted duration and GPU-hours (P50, P90, interval P10..P90), before submitting it."""
+        from rota.client.forecast import Forecast, predict_request
+        from rota.client.forecast import stub as forecast_stub
+
         reply = self._call(forecast_stub(self._channel).PredictJob, predict_request(spec_proto(spec), quantile))
         return Forecast.from_proto(reply, quantile)
 
     def push_traffic(self, *, app: str, samples: Sequence[TrafficSample]) -> int:
         """Records an app's hourly request counts; returns how many were new (a re-push changes nothing)."""
+        from rota.client.forecast import stub as forecast_stub
+        from rota.client.forecast import traffic_requests
+
         forecaster = forecast_stub(self._channel)
         return sum(self._call(forecaster.Observe, r).recorded for r in traffic_requests(app, samples))
 
     def demand_curve(self, *, app: str, horizon: int = 24, capacity: float = 0.0, max_swap: int = 0) -> DemandForecast:
         """The app's forecast GPUs per hour (capacity: requests per hour one replica serves)."""
+        from rota.client.forecast import DemandForecast, demand_request
+        from rota.client.forecast import stub as forecast_stub
+
         request = demand_request(app, horizon, capacity, max_swap)
         return DemandForecast.from_proto(self._call(forecast_stub(self._channel).DemandCurve, request))
 
@@ -512,6 +599,12 @@ class Client:
         request = api_pb2.IssueTenantTokenRequest(name=name, token_ttl=_duration(ttl))
         reply = self._call(self._tenants.IssueTenantToken, request)
         return _tenant(reply.tenant), reply.token
+
+    def whoami(self) -> tuple[bool, str]:
+        """(admin, tenant) of this client's token: (True, "") for the admin, (False, NAME) for
+        a tenant. UnauthenticatedError for a token the api refuses."""
+        reply = self._call(self._tenants.WhoAmI, api_pb2.WhoAmIRequest())
+        return reply.admin, reply.tenant
 
     def list_tenants(self) -> list[Tenant]:
         reply = self._call(self._tenants.ListTenants, api_pb2.ListTenantsRequest())
@@ -536,20 +629,31 @@ class Client:
     @property
     def _ledger(self) -> ledger_pb2_grpc.LedgerServiceStub:
         # The api forwards rota.v1.LedgerService to the ledger, so it rides the same channel.
+        from rota.v1 import ledger_pb2_grpc
+
         return ledger_pb2_grpc.LedgerServiceStub(self._channel)
 
     def usage(self, *, tenant: str = "", since: datetime | None = None, by: str = "tenant") -> list[UsageEntry]:
         """GPU-hours grouped `by` job, tenant, day (UTC) or gpu, since `since` (naive = UTC).
         A tenant token sees only its own tenant."""
+        from rota.client.ledger import UsageEntry, to_unix
+        from rota.v1 import ledger_pb2
+
         request = ledger_pb2.UsageRequest(tenant=tenant, since_unix=to_unix(since), by=by)
         return [UsageEntry.from_proto(r) for r in self._call(self._ledger.Usage, request).rows]
 
     def standings(self) -> Standings:
         """Per tenant over the last 24 hourly buckets: quota, entitled, deserved, used, F."""
+        from rota.client.ledger import Standings
+        from rota.v1 import ledger_pb2
+
         return Standings.from_proto(self._call(self._ledger.Standings, ledger_pb2.StandingsRequest()))
 
     def job_fairness(self, *, tenant: str = "") -> list[JobFairness]:
         """Per-job F = used / deserved of active jobs and those finished within the window."""
+        from rota.client.ledger import JobFairness
+        from rota.v1 import ledger_pb2
+
         reply = self._call(self._ledger.FairnessIndex, ledger_pb2.FairnessIndexRequest(tenant=tenant))
         return [JobFairness.from_proto(j) for j in reply.jobs]
 

@@ -14,13 +14,13 @@ from typing import Any
 import yaml
 
 from rota.client.errors import InvalidArgumentError
-from rota.client.jobspec import KINDS, RESTARTS, JobSpec
+from rota.client.jobspec import CONDITIONS, KINDS, RESTARTS, Dependency, JobSpec
 from rota.v1 import common_pb2
 
 FIELDS = {
     "name", "tenant", "kind", "priority", "gpus", "command", "workdir", "env", "duration",
     "preemptible", "restart", "max_retries", "features", "demand", "max_swap", "accepts_layout_changes",
-    "nodes", "gpus_per_node", "gpu_types", "gpu_type", "same_switch",
+    "nodes", "gpus_per_node", "gpu_types", "gpu_type", "same_switch", "depends_on", "array",
 }
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
 
@@ -153,7 +153,44 @@ def job_spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None)
         if not all(isinstance(d, int) and not isinstance(d, bool) for d in demand):
             raise _bad("demand", "must be a list of integers")
         fields["demand"] = tuple(demand)
+    if "depends_on" in data:
+        fields["depends_on"] = _dependencies(data["depends_on"])
+    array_of(data)  # checked here; `rota submit` and Client.submit_array send it
     return JobSpec(**fields)
+
+
+def _dependencies(value: Any) -> tuple[Dependency, ...]:
+    """`[{job: ID, when: succeeded}, ID, ...]` (a bare id waits for its success)."""
+    items = value if isinstance(value, list) else [value]
+    out: list[Dependency] = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            item = {"job": item}
+        if not isinstance(item, dict) or not isinstance(item.get("job"), str) or not item["job"]:
+            raise _bad(f"depends_on[{i}].job", "each dependency needs a job id: {job: ID, when: succeeded}")
+        unknown = sorted(set(item) - {"job", "when"})
+        if unknown:
+            raise _bad(f"depends_on[{i}].{unknown[0]}", "unknown field (known: job, when)")
+        when = item.get("when", "succeeded")
+        if when not in CONDITIONS:
+            raise _bad(f"depends_on[{i}].when", f"one of {', '.join(CONDITIONS)} (got {when!r})")
+        out.append(Dependency(item["job"], when))
+    return tuple(out)
+
+
+def array_of(data: dict[str, Any]) -> str | None:
+    """A job file's `array:` (`0-99%4`, `1,3,5-9`, or a list of indices) as the wire's text;
+    None when it has none. The server checks the indices."""
+    if "array" not in data:
+        return None
+    value = data["array"]
+    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return ",".join(str(i) for i in value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str):
+        raise _bad("array", "a range such as 0-99 (optionally %K), a list such as 1,3,5-9, or a list of integers")
+    return value
 
 
 def load_job_spec(path: str | os.PathLike[str], *, base_dir: Path | None = None) -> JobSpec:

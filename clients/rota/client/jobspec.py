@@ -29,6 +29,19 @@ KINDS = {
     "trial": common_pb2.JOB_KIND_TRIAL,
 }
 RESTARTS = {"never": common_pb2.RESTART_POLICY_NEVER, "on-failure": common_pb2.RESTART_POLICY_ON_FAILURE}
+CONDITIONS = {
+    "succeeded": common_pb2.DEPENDENCY_CONDITION_SUCCEEDED,  # sbatch --dependency=afterok
+    "finished": common_pb2.DEPENDENCY_CONDITION_FINISHED,  # afterany
+    "failed": common_pb2.DEPENDENCY_CONDITION_FAILED,  # afternotok (FAILED or CANCELLED)
+}
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """A parent (a job's or an array's id) and what the dependent waits for."""
+
+    job: str
+    when: str = "succeeded"  # succeeded | finished | failed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +74,8 @@ class JobSpec:
     gpus_per_node: int = 0
     gpu_types: Sequence[str] = ()  # the GPU types it may run on (empty: any)
     same_switch: bool = False  # a gang whose nodes must hang off one switch
+    # Waits until each holds; fails once one cannot (a plain id: `succeeded`).
+    depends_on: Sequence[Dependency | str] = ()
 
     def to_proto(self, *, base_dir: Path | None = None) -> common_pb2.JobSpec:
         """The wire message; a relative workdir is resolved against `base_dir` (default: the
@@ -84,6 +99,12 @@ class JobSpec:
         )
         if self.nodes and self.gpus_per_node and self.gpus == 1:
             spec.gpus = 0  # the default: the server sets nodes x gpus_per_node
+        for i, dep in enumerate(self.depends_on):
+            dep = Dependency(dep) if isinstance(dep, str) else dep
+            if dep.when not in CONDITIONS:
+                raise InvalidArgumentError(f"depends_on[{i}].when: one of {', '.join(CONDITIONS)} (got {dep.when!r})",
+                                           field=f"depends_on[{i}].when")
+            spec.depends_on.add(job=dep.job, when=CONDITIONS[dep.when])
         if self.duration is not None:
             spec.duration_seconds = self.duration.total_seconds()
         if self.features:
@@ -101,4 +122,4 @@ def spec_proto(spec: JobSpec | common_pb2.JobSpec) -> common_pb2.JobSpec:
     return spec.to_proto() if isinstance(spec, JobSpec) else spec
 
 
-__all__ = ["JobSpec", "KINDS", "RESTARTS", "spec_proto"]
+__all__ = ["CONDITIONS", "Dependency", "JobSpec", "KINDS", "RESTARTS", "spec_proto"]

@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rota.core import dependencies
 from rota.core.errors import InvalidArgument
 
 KINDS = ("training", "batch_inference", "quantization", "realtime", "trial")
@@ -56,6 +57,9 @@ class JobSpecData:
     gpus_per_node: int = 0
     gpu_types: list[str] = field(default_factory=list)  # empty: any type
     same_switch: bool = False
+    # Parents and conditions ({"job": id, "when": succeeded|finished|failed}): the job waits
+    # until each holds (rota.core.dependencies); the api checks that every parent exists.
+    depends_on: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,6 +138,7 @@ def validate(
         spec.max_retries = DEFAULT_MAX_RETRIES
     _require(len(spec.features) <= MAX_FEATURES, "features", f"more than {MAX_FEATURES} entries")
     _require(len(json.dumps(spec.features)) <= 16 * 1024, "features", "larger than 16 KiB")
+    spec.depends_on = dependencies.validate(spec.depends_on)
     return spec
 
 

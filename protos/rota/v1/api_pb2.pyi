@@ -14,6 +14,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from rota.v1 import common_pb2 as _common_pb2
 from rota.v1 import detector_pb2 as _detector_pb2
@@ -79,6 +80,137 @@ class SubmitJobResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SubmitJobResponse: _TypeAlias = SubmitJobResponse  # noqa: Y015
+
+@_typing.final
+class SubmitJobArrayRequest(_message.Message):
+    """One spec for every task; each task's process reads ROTA_ARRAY_ID and ROTA_ARRAY_INDEX
+    (and Slurm's SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPEC_FIELD_NUMBER: _builtins.int
+    INDICES_FIELD_NUMBER: _builtins.int
+    MAX_RUNNING_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    indices: _builtins.str
+    """"0-99", "0-99:5", "1,3,5-9"; may end in "%K" (then as max_running)"""
+    max_running: _builtins.int
+    """at most this many tasks SCHEDULED or RUNNING at once; 0 = no cap"""
+    request_id: _builtins.str
+    """as SubmitJobRequest's"""
+    @_builtins.property
+    def spec(self) -> _common_pb2.JobSpec: ...
+    def __init__(
+        self,
+        *,
+        spec: _common_pb2.JobSpec | None = ...,
+        indices: _builtins.str = ...,
+        max_running: _builtins.int = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["indices", b"indices", "max_running", b"max_running", "request_id", b"request_id", "spec", b"spec"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitJobArrayRequest: _TypeAlias = SubmitJobArrayRequest  # noqa: Y015
+
+@_typing.final
+class SubmitJobArrayResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARRAY_FIELD_NUMBER: _builtins.int
+    CREATED_FIELD_NUMBER: _builtins.int
+    created: _builtins.bool
+    @_builtins.property
+    def array(self) -> Global___JobArray: ...
+    def __init__(
+        self,
+        *,
+        array: Global___JobArray | None = ...,
+        created: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["array", b"array"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array", b"array", "created", b"created"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitJobArrayResponse: _TypeAlias = SubmitJobArrayResponse  # noqa: Y015
+
+@_typing.final
+class JobArray(_message.Message):
+    """A job array: its tasks are jobs `<id>_<index>`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    MAX_RUNNING_FIELD_NUMBER: _builtins.int
+    JOB_IDS_FIELD_NUMBER: _builtins.int
+    STATES_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    tenant: _builtins.str
+    name: _builtins.str
+    count: _builtins.int
+    max_running: _builtins.int
+    """0 = no cap"""
+    @_builtins.property
+    def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """in index order (SubmitJobArray, CancelJob); else empty"""
+
+    @_builtins.property
+    def states(self) -> _containers.RepeatedCompositeFieldContainer[Global___StateCount]:
+        """tasks in each state"""
+
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        tenant: _builtins.str = ...,
+        name: _builtins.str = ...,
+        count: _builtins.int = ...,
+        max_running: _builtins.int = ...,
+        job_ids: _abc.Iterable[_builtins.str] | None = ...,
+        states: _abc.Iterable[Global___StateCount] | None = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "created_at", b"created_at", "id", b"id", "job_ids", b"job_ids", "max_running", b"max_running", "name", b"name", "states", b"states", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobArray: _TypeAlias = JobArray  # noqa: Y015
+
+@_typing.final
+class StateCount(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    state: _common_pb2.JobState.ValueType
+    count: _builtins.int
+    def __init__(
+        self,
+        *,
+        state: _common_pb2.JobState.ValueType = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StateCount: _TypeAlias = StateCount  # noqa: Y015
 
 @_typing.final
 class GetJobRequest(_message.Message):
@@ -154,16 +286,22 @@ class ListJobsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     JOBS_FIELD_NUMBER: _builtins.int
+    ARRAYS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Job]: ...
+    @_builtins.property
+    def arrays(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobArray]:
+        """the arrays of the listed tasks, with every task counted"""
+
     def __init__(
         self,
         *,
         jobs: _abc.Iterable[_common_pb2.Job] | None = ...,
+        arrays: _abc.Iterable[Global___JobArray] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrays", b"arrays", "jobs", b"jobs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -196,16 +334,24 @@ class CancelJobResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_FIELD_NUMBER: _builtins.int
+    ARRAY_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def job(self) -> _common_pb2.Job: ...
+    def job(self) -> _common_pb2.Job:
+        """unset when `id` named an array"""
+
+    @_builtins.property
+    def array(self) -> Global___JobArray:
+        """the cancelled array, its tasks counted after the cancel"""
+
     def __init__(
         self,
         *,
         job: _common_pb2.Job | None = ...,
+        array: Global___JobArray | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["array", b"array", "job", b"job"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array", b"array", "job", b"job"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -302,6 +448,44 @@ class StreamLogsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StreamLogsResponse: _TypeAlias = StreamLogsResponse  # noqa: Y015
+
+@_typing.final
+class WhoAmIRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WhoAmIRequest: _TypeAlias = WhoAmIRequest  # noqa: Y015
+
+@_typing.final
+class WhoAmIResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADMIN_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    admin: _builtins.bool
+    tenant: _builtins.str
+    """"" for the admin"""
+    def __init__(
+        self,
+        *,
+        admin: _builtins.bool = ...,
+        tenant: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admin", b"admin", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WhoAmIResponse: _TypeAlias = WhoAmIResponse  # noqa: Y015
 
 @_typing.final
 class CreateTenantRequest(_message.Message):

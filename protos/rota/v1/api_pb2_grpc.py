@@ -39,6 +39,11 @@ class JobServiceStub:
                 request_serializer=rota_dot_v1_dot_api__pb2.SubmitJobRequest.SerializeToString,
                 response_deserializer=rota_dot_v1_dot_api__pb2.SubmitJobResponse.FromString,
                 _registered_method=True)
+        self.SubmitJobArray = channel.unary_unary(
+                '/rota.v1.JobService/SubmitJobArray',
+                request_serializer=rota_dot_v1_dot_api__pb2.SubmitJobArrayRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_api__pb2.SubmitJobArrayResponse.FromString,
+                _registered_method=True)
         self.GetJob = channel.unary_unary(
                 '/rota.v1.JobService/GetJob',
                 request_serializer=rota_dot_v1_dot_api__pb2.GetJobRequest.SerializeToString,
@@ -78,6 +83,15 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitJobArray(self, request, context):
+        """Validates and stores a job array: one PENDING job (a task) per index, in one
+        transaction. Idempotent by request_id as SubmitJob. INVALID_ARGUMENT naming `array` for
+        an empty, reversed or repeated index set, or one above the server's cap (ROTA_MAX_ARRAY).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetJob(self, request, context):
         """NOT_FOUND for an unknown id (or one of another tenant's jobs, for a tenant token).
         """
@@ -94,7 +108,8 @@ class JobServiceServicer:
 
     def CancelJob(self, request, context):
         """Cancels a job that has not finished; its processes are stopped. Cancelling a finished
-        job changes nothing and returns it (idempotent).
+        job changes nothing and returns it (idempotent). An array's id cancels every unfinished
+        task of it (the response's `array`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -123,6 +138,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.SubmitJob,
                     request_deserializer=rota_dot_v1_dot_api__pb2.SubmitJobRequest.FromString,
                     response_serializer=rota_dot_v1_dot_api__pb2.SubmitJobResponse.SerializeToString,
+            ),
+            'SubmitJobArray': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitJobArray,
+                    request_deserializer=rota_dot_v1_dot_api__pb2.SubmitJobArrayRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_api__pb2.SubmitJobArrayResponse.SerializeToString,
             ),
             'GetJob': grpc.unary_unary_rpc_method_handler(
                     servicer.GetJob,
@@ -177,6 +197,33 @@ class JobService:
             '/rota.v1.JobService/SubmitJob',
             rota_dot_v1_dot_api__pb2.SubmitJobRequest.SerializeToString,
             rota_dot_v1_dot_api__pb2.SubmitJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitJobArray(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.JobService/SubmitJobArray',
+            rota_dot_v1_dot_api__pb2.SubmitJobArrayRequest.SerializeToString,
+            rota_dot_v1_dot_api__pb2.SubmitJobArrayResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -347,6 +394,11 @@ class TenantServiceStub:
                 request_serializer=rota_dot_v1_dot_api__pb2.IssueTenantTokenRequest.SerializeToString,
                 response_deserializer=rota_dot_v1_dot_api__pb2.IssueTenantTokenResponse.FromString,
                 _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/rota.v1.TenantService/WhoAmI',
+                request_serializer=rota_dot_v1_dot_api__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_api__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
 
 
 class TenantServiceServicer:
@@ -375,6 +427,14 @@ class TenantServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WhoAmI(self, request, context):
+        """Who the caller's token (or client certificate) is: the admin, or which tenant. Any
+        valid token; UNAUTHENTICATED otherwise. What a console shows, and which buttons.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TenantServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -392,6 +452,11 @@ def add_TenantServiceServicer_to_server(servicer, server):
                     servicer.IssueTenantToken,
                     request_deserializer=rota_dot_v1_dot_api__pb2.IssueTenantTokenRequest.FromString,
                     response_serializer=rota_dot_v1_dot_api__pb2.IssueTenantTokenResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=rota_dot_v1_dot_api__pb2.WhoAmIRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_api__pb2.WhoAmIResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -475,6 +540,33 @@ class TenantService:
             '/rota.v1.TenantService/IssueTenantToken',
             rota_dot_v1_dot_api__pb2.IssueTenantTokenRequest.SerializeToString,
             rota_dot_v1_dot_api__pb2.IssueTenantTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.TenantService/WhoAmI',
+            rota_dot_v1_dot_api__pb2.WhoAmIRequest.SerializeToString,
+            rota_dot_v1_dot_api__pb2.WhoAmIResponse.FromString,
             options,
             channel_credentials,
             insecure,

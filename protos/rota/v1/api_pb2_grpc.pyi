@@ -49,13 +49,19 @@ class JobServiceStub:
     same spec returns the first job; with a different spec, ALREADY_EXISTS.
     Errors: INVALID_ARGUMENT (field named; nothing stored), UNAVAILABLE (database down).
     """
+    SubmitJobArray: _grpc.UnaryUnaryMultiCallable[_api_pb2.SubmitJobArrayRequest, _api_pb2.SubmitJobArrayResponse]
+    """Validates and stores a job array: one PENDING job (a task) per index, in one
+    transaction. Idempotent by request_id as SubmitJob. INVALID_ARGUMENT naming `array` for
+    an empty, reversed or repeated index set, or one above the server's cap (ROTA_MAX_ARRAY).
+    """
     GetJob: _grpc.UnaryUnaryMultiCallable[_api_pb2.GetJobRequest, _api_pb2.GetJobResponse]
     """NOT_FOUND for an unknown id (or one of another tenant's jobs, for a tenant token)."""
     ListJobs: _grpc.UnaryUnaryMultiCallable[_api_pb2.ListJobsRequest, _api_pb2.ListJobsResponse]
     """Jobs newest first, optionally filtered by tenant and states."""
     CancelJob: _grpc.UnaryUnaryMultiCallable[_api_pb2.CancelJobRequest, _api_pb2.CancelJobResponse]
     """Cancels a job that has not finished; its processes are stopped. Cancelling a finished
-    job changes nothing and returns it (idempotent).
+    job changes nothing and returns it (idempotent). An array's id cancels every unfinished
+    task of it (the response's `array`).
     """
     WatchJob: _grpc.UnaryStreamMultiCallable[_api_pb2.WatchJobRequest, _api_pb2.WatchJobResponse]
     """Streams the job's events (state changes, progress) from the Redis event stream, first
@@ -74,13 +80,19 @@ class JobServiceAsyncStub(JobServiceStub):
     same spec returns the first job; with a different spec, ALREADY_EXISTS.
     Errors: INVALID_ARGUMENT (field named; nothing stored), UNAVAILABLE (database down).
     """
+    SubmitJobArray: _aio.UnaryUnaryMultiCallable[_api_pb2.SubmitJobArrayRequest, _api_pb2.SubmitJobArrayResponse]  # type: ignore[assignment]
+    """Validates and stores a job array: one PENDING job (a task) per index, in one
+    transaction. Idempotent by request_id as SubmitJob. INVALID_ARGUMENT naming `array` for
+    an empty, reversed or repeated index set, or one above the server's cap (ROTA_MAX_ARRAY).
+    """
     GetJob: _aio.UnaryUnaryMultiCallable[_api_pb2.GetJobRequest, _api_pb2.GetJobResponse]  # type: ignore[assignment]
     """NOT_FOUND for an unknown id (or one of another tenant's jobs, for a tenant token)."""
     ListJobs: _aio.UnaryUnaryMultiCallable[_api_pb2.ListJobsRequest, _api_pb2.ListJobsResponse]  # type: ignore[assignment]
     """Jobs newest first, optionally filtered by tenant and states."""
     CancelJob: _aio.UnaryUnaryMultiCallable[_api_pb2.CancelJobRequest, _api_pb2.CancelJobResponse]  # type: ignore[assignment]
     """Cancels a job that has not finished; its processes are stopped. Cancelling a finished
-    job changes nothing and returns it (idempotent).
+    job changes nothing and returns it (idempotent). An array's id cancels every unfinished
+    task of it (the response's `array`).
     """
     WatchJob: _aio.UnaryStreamMultiCallable[_api_pb2.WatchJobRequest, _api_pb2.WatchJobResponse]  # type: ignore[assignment]
     """Streams the job's events (state changes, progress) from the Redis event stream, first
@@ -101,6 +113,17 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         """Validates and stores a job as PENDING. Idempotent by request_id: the same id with the
         same spec returns the first job; with a different spec, ALREADY_EXISTS.
         Errors: INVALID_ARGUMENT (field named; nothing stored), UNAVAILABLE (database down).
+        """
+
+    @_abc_1.abstractmethod
+    def SubmitJobArray(
+        self,
+        request: _api_pb2.SubmitJobArrayRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.SubmitJobArrayResponse, _abc.Awaitable[_api_pb2.SubmitJobArrayResponse]]:
+        """Validates and stores a job array: one PENDING job (a task) per index, in one
+        transaction. Idempotent by request_id as SubmitJob. INVALID_ARGUMENT naming `array` for
+        an empty, reversed or repeated index set, or one above the server's cap (ROTA_MAX_ARRAY).
         """
 
     @_abc_1.abstractmethod
@@ -126,7 +149,8 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_api_pb2.CancelJobResponse, _abc.Awaitable[_api_pb2.CancelJobResponse]]:
         """Cancels a job that has not finished; its processes are stopped. Cancelling a finished
-        job changes nothing and returns it (idempotent).
+        job changes nothing and returns it (idempotent). An array's id cancels every unfinished
+        task of it (the response's `array`).
         """
 
     @_abc_1.abstractmethod
@@ -166,6 +190,10 @@ class TenantServiceStub:
     one, which is refused from then on (UNAUTHENTICATED, within the services' few seconds
     of token caching). NOT_FOUND for an unknown tenant.
     """
+    WhoAmI: _grpc.UnaryUnaryMultiCallable[_api_pb2.WhoAmIRequest, _api_pb2.WhoAmIResponse]
+    """Who the caller's token (or client certificate) is: the admin, or which tenant. Any
+    valid token; UNAUTHENTICATED otherwise. What a console shows, and which buttons.
+    """
 
 @_typing.type_check_only
 class TenantServiceAsyncStub(TenantServiceStub):
@@ -179,6 +207,10 @@ class TenantServiceAsyncStub(TenantServiceStub):
     """Admin only. A new bearer token for the tenant (returned once), replacing its current
     one, which is refused from then on (UNAUTHENTICATED, within the services' few seconds
     of token caching). NOT_FOUND for an unknown tenant.
+    """
+    WhoAmI: _aio.UnaryUnaryMultiCallable[_api_pb2.WhoAmIRequest, _api_pb2.WhoAmIResponse]  # type: ignore[assignment]
+    """Who the caller's token (or client certificate) is: the admin, or which tenant. Any
+    valid token; UNAUTHENTICATED otherwise. What a console shows, and which buttons.
     """
 
 class TenantServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -208,6 +240,16 @@ class TenantServiceServicer(metaclass=_abc_1.ABCMeta):
         """Admin only. A new bearer token for the tenant (returned once), replacing its current
         one, which is refused from then on (UNAUTHENTICATED, within the services' few seconds
         of token caching). NOT_FOUND for an unknown tenant.
+        """
+
+    @_abc_1.abstractmethod
+    def WhoAmI(
+        self,
+        request: _api_pb2.WhoAmIRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.WhoAmIResponse, _abc.Awaitable[_api_pb2.WhoAmIResponse]]:
+        """Who the caller's token (or client certificate) is: the admin, or which tenant. Any
+        valid token; UNAUTHENTICATED otherwise. What a console shows, and which buttons.
         """
 
 def add_TenantServiceServicer_to_server(servicer: TenantServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

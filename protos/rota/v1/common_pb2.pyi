@@ -101,6 +101,34 @@ RESTART_POLICY_ON_FAILURE: RestartPolicy.ValueType  # 2
 """requeue after a failure or a lost node, up to max_retries"""
 Global___RestartPolicy: _TypeAlias = RestartPolicy  # noqa: Y015
 
+class _DependencyCondition:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _DependencyConditionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DependencyCondition.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    DEPENDENCY_CONDITION_UNSPECIFIED: _DependencyCondition.ValueType  # 0
+    """treated as SUCCEEDED"""
+    DEPENDENCY_CONDITION_SUCCEEDED: _DependencyCondition.ValueType  # 1
+    """the parent ended SUCCEEDED"""
+    DEPENDENCY_CONDITION_FINISHED: _DependencyCondition.ValueType  # 2
+    """the parent ended, however"""
+    DEPENDENCY_CONDITION_FAILED: _DependencyCondition.ValueType  # 3
+    """the parent ended FAILED or CANCELLED"""
+
+class DependencyCondition(_DependencyCondition, metaclass=_DependencyConditionEnumTypeWrapper):
+    """What a dependent job waits for (Slurm's afterok, afterany, afternotok)."""
+
+DEPENDENCY_CONDITION_UNSPECIFIED: DependencyCondition.ValueType  # 0
+"""treated as SUCCEEDED"""
+DEPENDENCY_CONDITION_SUCCEEDED: DependencyCondition.ValueType  # 1
+"""the parent ended SUCCEEDED"""
+DEPENDENCY_CONDITION_FINISHED: DependencyCondition.ValueType  # 2
+"""the parent ended, however"""
+DEPENDENCY_CONDITION_FAILED: DependencyCondition.ValueType  # 3
+"""the parent ended FAILED or CANCELLED"""
+Global___DependencyCondition: _TypeAlias = DependencyCondition  # noqa: Y015
+
 class _NodeHealth:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -123,6 +151,30 @@ NODE_HEALTH_DEAD: NodeHealth.ValueType  # 2
 NODE_HEALTH_DRAINING: NodeHealth.ValueType  # 3
 """alive, takes no new jobs"""
 Global___NodeHealth: _TypeAlias = NodeHealth  # noqa: Y015
+
+@_typing.final
+class Dependency(_message.Message):
+    """A parent of a job: a job id, or an array id (then every task of the array counts)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    WHEN_FIELD_NUMBER: _builtins.int
+    job: _builtins.str
+    when: Global___DependencyCondition.ValueType
+    def __init__(
+        self,
+        *,
+        job: _builtins.str = ...,
+        when: Global___DependencyCondition.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "when", b"when"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Dependency: _TypeAlias = Dependency  # noqa: Y015
 
 @_typing.final
 class JobSpec(_message.Message):
@@ -170,6 +222,7 @@ class JobSpec(_message.Message):
     GPUS_PER_NODE_FIELD_NUMBER: _builtins.int
     GPU_TYPES_FIELD_NUMBER: _builtins.int
     SAME_SWITCH_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     tenant: _builtins.str
     """The owning tenant. Ignored for tenant tokens (the token decides); required for admin."""
@@ -218,6 +271,12 @@ class JobSpec(_message.Message):
     def gpu_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """GPU types it may run on (e.g. "a100", "h100"); empty: any"""
 
+    @_builtins.property
+    def depends_on(self) -> _containers.RepeatedCompositeFieldContainer[Global___Dependency]:
+        """The job waits until every condition holds, and fails when one can no longer hold.
+        Every parent must exist and be the submitter's tenant's.
+        """
+
     def __init__(
         self,
         *,
@@ -241,10 +300,11 @@ class JobSpec(_message.Message):
         gpus_per_node: _builtins.int = ...,
         gpu_types: _abc.Iterable[_builtins.str] | None = ...,
         same_switch: _builtins.bool = ...,
+        depends_on: _abc.Iterable[Global___Dependency] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "duration_seconds", b"duration_seconds", "features", b"features"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "accepts_layout_changes", b"accepts_layout_changes", "command", b"command", "demand", b"demand", "duration_seconds", b"duration_seconds", "env", b"env", "features", b"features", "gpu_types", b"gpu_types", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "kind", b"kind", "max_retries", b"max_retries", "max_swap", b"max_swap", "name", b"name", "nodes", b"nodes", "preemptible", b"preemptible", "priority", b"priority", "restart", b"restart", "same_switch", b"same_switch", "tenant", b"tenant", "workdir", b"workdir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "accepts_layout_changes", b"accepts_layout_changes", "command", b"command", "demand", b"demand", "depends_on", b"depends_on", "duration_seconds", b"duration_seconds", "env", b"env", "features", b"features", "gpu_types", b"gpu_types", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "kind", b"kind", "max_retries", b"max_retries", "max_swap", b"max_swap", "name", b"name", "nodes", b"nodes", "preemptible", b"preemptible", "priority", b"priority", "restart", b"restart", "same_switch", b"same_switch", "tenant", b"tenant", "workdir", b"workdir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__duration_seconds: _TypeAlias = _typing.Literal["duration_seconds"]  # noqa: Y015
     _WhichOneofArgType__duration_seconds: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds"]  # noqa: Y015
@@ -302,6 +362,8 @@ class Job(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     GANG_FIELD_NUMBER: _builtins.int
     REPLICAS_FIELD_NUMBER: _builtins.int
+    ARRAY_ID_FIELD_NUMBER: _builtins.int
+    ARRAY_INDEX_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     state: Global___JobState.ValueType
     node: _builtins.str
@@ -315,6 +377,9 @@ class Job(_message.Message):
     """how many times it was launched"""
     reason: _builtins.str
     """why it is in its current state (e.g. why it waits)"""
+    array_id: _builtins.str
+    """A task of a job array: the array's id (empty otherwise) and the task's index."""
+    array_index: _builtins.int
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -364,10 +429,12 @@ class Job(_message.Message):
         reason: _builtins.str = ...,
         gang: Global___Gang | None = ...,
         replicas: _abc.Iterable[Global___NodeReplicas] | None = ...,
+        array_id: _builtins.str = ...,
+        array_index: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "gang", b"gang", "progress", b"progress", "spec", b"spec", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "epoch", b"epoch", "error", b"error", "exit_code", b"exit_code", "finished_at", b"finished_at", "gang", b"gang", "gpus", b"gpus", "history", b"history", "id", b"id", "node", b"node", "progress", b"progress", "reason", b"reason", "replicas", b"replicas", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_id", b"array_id", "array_index", b"array_index", "attempts", b"attempts", "created_at", b"created_at", "epoch", b"epoch", "error", b"error", "exit_code", b"exit_code", "finished_at", b"finished_at", "gang", b"gang", "gpus", b"gpus", "history", b"history", "id", b"id", "node", b"node", "progress", b"progress", "reason", b"reason", "replicas", b"replicas", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

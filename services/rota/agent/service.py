@@ -12,6 +12,7 @@ from rota.agent.checkpoints import COMPLETE, FAILED, WRITING, AgentCheckpoints, 
 from rota.agent.processes import GangLaunch, LocalJob, ProcessTable
 from rota.common.auth import current_identity
 from rota.common.layouts import layout_text
+from rota.core.arrays import task_environment
 from rota.core.errors import InvalidArgument, NotFound
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, checkpoint_pb2, common_pb2
 
@@ -62,6 +63,12 @@ def check_layout(layout: str) -> None:
         raise InvalidArgument("layout", "must be a JSON object")
 
 
+def array_env(job: common_pb2.Job) -> dict[str, str]:
+    """A job array's task learns its array and index (and Slurm's names of them); the
+    validation keeps a job's own env free of ROTA_ names, so nothing is overridden."""
+    return task_environment(job.array_id, job.array_index) if job.array_id else {}
+
+
 class AgentRuntime:
     """The agent's state shared by the gRPC handlers and the heartbeat loop."""
 
@@ -88,7 +95,7 @@ class AgentRuntime:
             fresh = current is None or current.epoch != epoch
             local = await asyncio.to_thread(
                 self.table.launch, job.id, epoch, list(job.gpus), list(spec.command), spec.workdir,
-                dict(spec.env), self.virtual, restore, layout, gang,
+                {**spec.env, **array_env(job)}, self.virtual, restore, layout, gang,
                 replicas=spec.kind == common_pb2.JOB_KIND_REALTIME,  # one process per replica (rota.agent.replicaset)
             )
         if restore is not None and fresh:

@@ -206,7 +206,12 @@ class SchedulingLoop:
         jobs, forecasts = await self.forecasts.apply(view.jobs, view.specs, horizon)
         fair = await self.peers.ledger.fair_inputs(self._fairness_config(), _held_by_tenant(view.jobs)) \
             if policy == "fair" else None
-        held_back = self._held_back(view)
+        # Array caps (%K) and dependencies hold jobs back, each with its reason; a job whose
+        # dependency can no longer hold fails here, the one writer of what the plan decides.
+        gate = view.gate()
+        if gate.doomed:
+            await asyncio.to_thread(self.db.run, lambda s: repository.fail_unsatisfiable(s, gate.doomed, events))
+        held_back = {**self._held_back(view), **gate.held_back, **gate.doomed}
         moves = await asyncio.to_thread(self.db.run, lambda s: self._move_inputs(s, view))
         outcome = await asyncio.to_thread(
             plan_live, view.nodes, jobs, horizon, policy, self.settings.full_time_limit_s, fair, held_back, moves

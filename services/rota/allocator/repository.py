@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 from rota.allocator.models import JobForecastRow, PlanStepRow
 from rota.common import read_models, replicas
 from rota.common.jobs_repo import Events, get_job, nodes_of, release, transition, unplace, utcnow
-from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
-from rota.core import jobstate, nodestate
+from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuRow, JobArrayRow, JobRow, NodeRow, PlacementRow
+from rota.core import dependencies, jobstate, nodestate
 from rota.core.jobspec import JobSpecData, gpus_to_hold
 from rota.core.planning.liveplan import LiveJob, LiveNode, Start
 from rota.core.planning.moves import MoveCost, MoveInputs
@@ -110,6 +110,15 @@ class LiveView:
     jobs: list[LiveJob]
     addresses: dict[str, str]
     specs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # What rota.core.dependencies.gate reads: the queue with each job's array and
+    # parents, the parents' states, each array's tasks holding GPUs and its cap.
+    queue: list[dependencies.Queued] = field(default_factory=list)
+    parent_states: dict[str, str] = field(default_factory=dict)
+    array_running: dict[str, int] = field(default_factory=dict)
+    array_caps: dict[str, int] = field(default_factory=dict)
+
+    def gate(self) -> dependencies.Gate:
+        return dependencies.gate(self.queue, self.parent_states, self.array_running, self.array_caps)
 
     def fingerprint(self) -> tuple[frozenset[tuple[str, int, tuple[int, ...], str, str]], frozenset[tuple[str, str | None]]]:
         """Changes exactly on an arrival, a completion, a placement or a node change (a GPU
@@ -160,30 +169,78 @@ def live_view(session: Session, specs: SpecCache | None = None) -> LiveView:
     now = utcnow()
     jobs: list[LiveJob] = []
     mappings: dict[str, dict[str, Any]] = {}
+    running: dict[str, int] = {}
     for row in holding_jobs(session):
+        if row.array_id:
+            running[row.array_id] = running.get(row.array_id, 0) + 1
         spec, mappings[row.id] = specs.get(row.spec_hash, row.spec)
         jobs.append(live_job(row.id, row.tenant, row.kind, row.priority, spec, row.node, tuple(row.gpu_indices),
                              max(0.0, (now - (row.started_at or row.created_at)).total_seconds()),
                              tuple(row.gang_nodes), _replica_sets(row)))
     # The queue in arrival order, as plain columns (no ORM objects, no specs) ...
+    # (An array's tasks share one creation time: they queue in index order.)
     queued = session.execute(
-        select(JobRow.id, JobRow.tenant, JobRow.kind, JobRow.priority, JobRow.spec_hash)
-        .where(JobRow.state == jobstate.PENDING).order_by(JobRow.created_at, JobRow.id)
+        select(JobRow.id, JobRow.tenant, JobRow.kind, JobRow.priority, JobRow.spec_hash, JobRow.array_id)
+        .where(JobRow.state == jobstate.PENDING).order_by(JobRow.created_at, JobRow.array_index, JobRow.id)
     ).all()
     # ... and the spec of each digest not seen before, from one job that has it.
-    unseen = {digest: job_id for job_id, _, _, _, digest in queued if digest not in specs}
+    unseen = {digest: job_id for job_id, _, _, _, digest, _ in queued if digest not in specs}
     if unseen:
         for digest, raw in session.execute(select(JobRow.spec_hash, JobRow.spec).where(JobRow.id.in_(list(unseen.values())))):
             specs.get(digest, raw)
-    for job_id, tenant, kind, priority, digest in queued:
+    queue: list[dependencies.Queued] = []
+    for job_id, tenant, kind, priority, digest, array_id in queued:
         spec, mappings[job_id] = specs.get(digest)
         jobs.append(live_job(job_id, tenant, kind, priority, spec, None, (), 0.0))
+        if array_id or spec.depends_on:
+            queue.append(dependencies.Queued(job_id, array_id or "", tuple((d["job"], d["when"]) for d in spec.depends_on)))
     bad = read_models.bad_gpus(session)
     return LiveView(
         [LiveNode(n.name, gpu_counts.get(n.name, 0), bad.get(n.name, ()), gpu_type=_node_type(types.get(n.name, {})),
                   switch=str((n.labels or {}).get("switch", ""))) for n in nodes],
         jobs, {n.name: n.address for n in nodes}, mappings,
+        queue, parent_states(session, {p for q in queue for p, _ in q.depends_on}), running,
+        array_caps(session, {q.array_id for q in queue if q.array_id}),
     )
+
+
+def parent_states(session: Session, parents: set[str]) -> dict[str, str]:
+    """Each parent's state: a job's own, an array's from its tasks (dependencies.array_state);
+    a parent that is gone is absent."""
+    if not parents:
+        return {}
+    wanted = sorted(parents)
+    states = dict(session.execute(select(JobRow.id, JobRow.state).where(JobRow.id.in_(wanted))).all())
+    counts: dict[str, dict[str, int]] = {}
+    stmt = (select(JobRow.array_id, JobRow.state, func.count()).where(JobRow.array_id.in_(wanted))
+            .group_by(JobRow.array_id, JobRow.state))
+    for array_id, state, n in session.execute(stmt):
+        counts.setdefault(str(array_id), {})[state] = int(n)
+    states.update({a: dependencies.array_state(c) for a, c in counts.items()})
+    return states
+
+
+def array_caps(session: Session, array_ids: set[str]) -> dict[str, int]:
+    """The cap (%K) of each capped array among `array_ids`."""
+    if not array_ids:
+        return {}
+    stmt = select(JobArrayRow.id, JobArrayRow.max_running).where(
+        JobArrayRow.id.in_(sorted(array_ids)), JobArrayRow.max_running > 0)
+    return dict(session.execute(stmt).all())
+
+
+def fail_unsatisfiable(session: Session, doomed: dict[str, str], events: Events) -> list[str]:
+    """Waiting jobs whose dependency can no longer hold go FAILED with the reason; a job no
+    longer PENDING is left as it is, so a repeated call (or a second leader's) changes nothing."""
+    failed: list[str] = []
+    for job_id in sorted(doomed):
+        job = get_job(session, job_id, lock=True)
+        if job is None or job.state != jobstate.PENDING:
+            continue
+        job.error = doomed[job_id]
+        transition(session, job, jobstate.FAILED, doomed[job_id], events)
+        failed.append(job_id)
+    return failed
 
 
 def _node_type(counts: dict[str, int]) -> str:

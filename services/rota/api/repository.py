@@ -219,7 +219,7 @@ def submit_job(
 
 
 def list_jobs(session: Session, tenant: str, states: Sequence[str], limit: int) -> Sequence[JobRow]:
-    stmt = select(JobRow).order_by(JobRow.created_at.desc(), JobRow.id).limit(limit)
+    stmt = select(JobRow).order_by(JobRow.created_at.desc(), JobRow.array_index, JobRow.id).limit(limit)
     if tenant:
         stmt = stmt.where(JobRow.tenant == tenant)
     if states:
@@ -233,13 +233,18 @@ def cancel_job(session: Session, job_id: str, reason: str, events: Events) -> tu
     job = get_job(session, job_id, lock=True)
     if job is None:
         raise NotFound(f"job {job_id} not found")
+    return job, cancel_row(session, job, reason, events)
+
+
+def cancel_row(session: Session, job: JobRow, reason: str, events: Events) -> list[str]:
+    """cancel_job of a row its caller has locked (an array's tasks, read in one statement)."""
     if job.state in jobstate.FINAL_STATES:
-        return job, []
+        return []
     nodes = nodes_of(job) if job.state in jobstate.HOLDING_STATES else []
     if nodes:
         release(session, job, "cancelled")
     transition(session, job, jobstate.CANCELLED, reason or "cancelled by user", events)
-    return job, nodes
+    return nodes
 
 
 # Nodes.

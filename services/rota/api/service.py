@@ -17,7 +17,7 @@ import grpc
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rota.api import repository
+from rota.api import arrays, repository
 from rota.api.batcher import SubmitBatcher
 from rota.common import convert, nodes_repo, read_models
 from rota.common.agents import AgentClients
@@ -26,9 +26,10 @@ from rota.common.config import Settings
 from rota.common.db import Database
 from rota.common.jobs_repo import Events, get_job, history, utcnow
 from rota.common.live import LiveState
-from rota.common.models import GpuRow, JobRow, NodeRow
+from rota.common.models import GpuRow, JobArrayRow, JobRow, NodeRow
 from rota.common.refresh import RefreshAhead
 from rota.core import jobstate
+from rota.core.arrays import parse_array
 from rota.core.errors import FailedPrecondition, InvalidArgument, NotFound
 from rota.core.jobspec import JobSpecData, validate
 from rota.core.nodelabels import labels_problem, type_problem
@@ -79,6 +80,13 @@ class ApiContext:
         except Exception as exc:  # noqa: BLE001
             log.warning("could not publish %d job events: %s", len(events.items), exc)
 
+    async def publish_wake(self) -> None:
+        """Wakes the allocator without per-job events (an array's thousands of tasks)."""
+        try:
+            await asyncio.to_thread(self.live.publish_job_events, [], wake=True)
+        except Exception as exc:  # noqa: BLE001 - a cache; the allocator's interval finds them
+            log.warning("could not wake the allocator: %s", exc)
+
     async def node_shape(self, *, refresh: bool = False) -> repository.NodeShape:
         """The largest node's GPUs and the GPU types present, at most a second old: every
         submission is validated against them, and nodes come and go far more rarely than
@@ -114,6 +122,27 @@ class ApiContext:
                 return
 
 
+def _owned_spec(message: common_pb2.JobSpec, request_id: str) -> JobSpecData:
+    """The submitted spec with its tenant: a tenant's token submits for its own tenant only."""
+    identity = current_identity()
+    spec = convert.spec_from_proto(message)
+    if not identity.is_admin:
+        if spec.tenant and spec.tenant != identity.tenant:
+            raise InvalidArgument("tenant", f"a token of tenant {identity.tenant!r} cannot submit for {spec.tenant!r}")
+        spec.tenant = identity.tenant
+    if len(request_id) > 128:
+        raise InvalidArgument("request_id", "longer than 128 characters")
+    return spec
+
+
+def _array_proto(session: Session, row: JobArrayRow, job_ids: Sequence[str] = ()) -> api_pb2.JobArray:
+    counts = arrays.state_counts(session, [row.id])[row.id]
+    return api_pb2.JobArray(
+        id=row.id, tenant=row.tenant, name=row.name, count=row.count, max_running=row.max_running,
+        job_ids=list(job_ids), created_at=convert.timestamp(row.created_at),
+        states=[api_pb2.StateCount(state=convert.state_value(st), count=n) for st, n in sorted(counts.items())])
+
+
 def _new_job_proto(stored: repository.Stored, spec: JobSpecData) -> common_pb2.Job:
     """A just-stored job as convert.job_to_proto renders its row."""
     return common_pb2.Job(
@@ -135,6 +164,14 @@ def _job_proto(session: Session, job_id: str) -> common_pb2.Job:
     return convert.job_to_proto(job, history(session, job.id))
 
 
+def _stops(session: Session, cancelled: Sequence[tuple[JobRow, list[str]]]) -> list[tuple[str, int, str]]:
+    """(job, epoch, agent address) of each node whose agent must stop a cancelled job."""
+    nodes = sorted({n for _, held in cancelled for n in held})
+    rows = session.scalars(select(NodeRow).where(NodeRow.name.in_(nodes))).all() if nodes else []
+    address = {r.name: r.address for r in rows}
+    return [(job.id, job.epoch, address[n]) for job, held in cancelled for n in held if n in address]
+
+
 def _visible_job(session: Session, job_id: str, identity: Identity) -> JobRow:
     job = get_job(session, job_id)
     # Another tenant's job reads as missing, so ids cannot be probed.
@@ -148,21 +185,34 @@ class JobService(api_pb2_grpc.JobServiceServicer):
         self.ctx = ctx
 
     async def SubmitJob(self, request: api_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext) -> api_pb2.SubmitJobResponse:
-        identity = current_identity()
-        spec = convert.spec_from_proto(request.spec)
-        if not identity.is_admin:
-            if spec.tenant and spec.tenant != identity.tenant:
-                raise InvalidArgument("tenant", f"a token of tenant {identity.tenant!r} cannot submit for {spec.tenant!r}")
-            spec.tenant = identity.tenant
-        if len(request.request_id) > 128:
-            raise InvalidArgument("request_id", "longer than 128 characters")
-        spec = await self._validated(spec)
-        stored = await self.ctx.submissions.submit(repository.Submission(spec, request.request_id))
+        spec = await self._validated(_owned_spec(request.spec, request.request_id))
+        item = repository.Submission(spec, request.request_id)
+        if spec.depends_on:
+            # Its parents are read in the transaction that stores it: not the batcher's statement.
+            events = Events()
+            stored = await self.ctx.tx(lambda s: arrays.submit_dependent(s, item, events))
+            await self.ctx.publish(events)
+        else:
+            stored = await self.ctx.submissions.submit(item)
         if stored.created:
             # Every field of a new job is known: nothing to read back, no history yet.
             return api_pb2.SubmitJobResponse(job=_new_job_proto(stored, spec), created=True)
         # A retry of an earlier submission: the job as it stands now.
         return api_pb2.SubmitJobResponse(job=await self.ctx.tx(lambda s: _job_proto(s, stored.job_id)), created=False)
+
+    async def SubmitJobArray(
+        self, request: api_pb2.SubmitJobArrayRequest, context: grpc.aio.ServicerContext,
+    ) -> api_pb2.SubmitJobArrayResponse:
+        spec = _owned_spec(request.spec, request.request_id)
+        array = parse_array(request.indices, cap=self.ctx.settings.max_array, max_running=request.max_running)
+        item = arrays.ArraySubmission(await self._validated(spec), array, request.request_id)
+        stored = await self.ctx.tx(lambda s: arrays.submit_array(s, item))
+        if stored.created:  # one wake-up for the lot; each task's watcher reads Postgres
+            await self.ctx.publish_wake()
+        message = api_pb2.JobArray(
+            id=stored.array_id, tenant=spec.tenant, name=spec.name, count=stored.count, max_running=stored.max_running,
+            job_ids=stored.job_ids, created_at=convert.timestamp(stored.created_at))
+        return api_pb2.SubmitJobArrayResponse(array=message, created=stored.created)
 
     async def _validated(self, spec: JobSpecData) -> JobSpecData:
         shape = await self.ctx.node_shape()
@@ -191,34 +241,43 @@ class JobService(api_pb2_grpc.JobServiceServicer):
         states = [convert.state_name(s, f"states[{i}]") for i, s in enumerate(request.states)]
         limit = request.limit if 0 < request.limit <= MAX_LIST else MAX_LIST
 
-        def read(session: Session) -> list[common_pb2.Job]:
-            return [convert.job_to_proto(j) for j in repository.list_jobs(session, tenant, states, limit)]
+        def read(session: Session) -> api_pb2.ListJobsResponse:
+            jobs = repository.list_jobs(session, tenant, states, limit)
+            listed = sorted({j.array_id for j in jobs if j.array_id})  # their arrays, every task counted
+            return api_pb2.ListJobsResponse(jobs=[convert.job_to_proto(j) for j in jobs],
+                                            arrays=[_array_proto(session, a) for a in arrays.arrays_of(session, listed)])
 
-        return api_pb2.ListJobsResponse(jobs=await self.ctx.tx(read))
+        return await self.ctx.tx(read)
 
     async def CancelJob(self, request: api_pb2.CancelJobRequest, context: grpc.aio.ServicerContext) -> api_pb2.CancelJobResponse:
         identity = current_identity()
         events = Events()
 
-        def cancel(session: Session) -> tuple[common_pb2.Job, dict[str, str], int]:
+        def cancel(session: Session) -> tuple[api_pb2.CancelJobResponse, list[tuple[str, int, str]]]:
+            row = arrays.get_array(session, request.id) if get_job(session, request.id) is None else None
+            if row is not None and identity.may_access(row.tenant):  # an array: every unfinished task
+                done = arrays.cancel_array(session, row.id, request.reason, events)
+                session.flush()
+                stops = _stops(session, [(job, nodes) for job, nodes in done])
+                return api_pb2.CancelJobResponse(array=_array_proto(session, row, [j.id for j, _ in done])), stops
             _visible_job(session, request.id, identity)
             job, nodes = repository.cancel_job(session, request.id, request.reason, events)
-            rows = session.scalars(select(NodeRow).where(NodeRow.name.in_(nodes))).all() if nodes else []
-            return convert.job_to_proto(job, history(session, job.id)), {r.name: r.address for r in rows}, job.epoch
+            reply = api_pb2.CancelJobResponse(job=convert.job_to_proto(job, history(session, job.id)))
+            return reply, _stops(session, [(job, nodes)])
 
-        job, addresses, epoch = await self.ctx.tx(cancel)
+        reply, stops = await self.ctx.tx(cancel)
         await self.ctx.publish(events)
-        for node, address in addresses.items():
+        for job_id, epoch, address in stops:
             # After the commit: stop the processes now (a gang's on every node); if an agent
             # is unreachable, its next heartbeat's reconciliation stops them.
             try:
                 await self.ctx.agents.stub(address).Stop(
-                    agent_pb2.StopRequest(job_id=job.id, epoch=epoch, reason="cancelled", grace_seconds=5), timeout=15, metadata=self.ctx.agents.metadata
+                    agent_pb2.StopRequest(job_id=job_id, epoch=epoch, reason="cancelled", grace_seconds=5), timeout=15, metadata=self.ctx.agents.metadata
                 )
             except grpc.aio.AioRpcError as exc:
-                log.warning("stop of %s on %s failed (%s); reconciliation will stop it", job.id, node, exc.code(),
-                            extra={"job_id": job.id})
-        return api_pb2.CancelJobResponse(job=job)
+                log.warning("stop of %s at %s failed (%s); reconciliation will stop it", job_id, address, exc.code(),
+                            extra={"job_id": job_id})
+        return reply
 
     async def WatchJob(self, request: api_pb2.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[api_pb2.WatchJobResponse]:
         identity = current_identity()
@@ -308,6 +367,10 @@ def _token_expiry(request: api_pb2.CreateTenantRequest | api_pb2.IssueTenantToke
 class TenantService(api_pb2_grpc.TenantServiceServicer):
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
+
+    async def WhoAmI(self, request: api_pb2.WhoAmIRequest, context: grpc.aio.ServicerContext) -> api_pb2.WhoAmIResponse:
+        identity = current_identity()  # the interceptor refused an unknown token already
+        return api_pb2.WhoAmIResponse(admin=identity.is_admin, tenant="" if identity.is_admin else identity.tenant)
 
     async def CreateTenant(self, request: api_pb2.CreateTenantRequest, context: grpc.aio.ServicerContext) -> api_pb2.CreateTenantResponse:
         current_identity().require_admin()

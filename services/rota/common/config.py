@@ -169,6 +169,7 @@ class Settings:
     schedule_interval_s: float = 0.5
     home: Path = field(default_factory=lambda: Path.cwd() / ".rota")
     max_message_bytes: int = 4 * 1024 * 1024
+    max_array: int = 100_000  # tasks in one job array (ROTA_MAX_ARRAY)
     # The allocator's rolling horizon (SPEC §3): an hour a step in production, seconds in a demo.
     policy: str = "fast"  # fifo | fast | fair: what re-plans on every arrival, completion, node change
     plan_step_s: float = 3600.0
@@ -241,6 +242,7 @@ class Settings:
             default_deadline_s=_env_float("ROTA_DEFAULT_DEADLINE", 30.0),
             schedule_interval_s=_env_float("ROTA_SCHEDULE_INTERVAL", 0.5),
             home=home,
+            max_array=int(_env_positive("ROTA_MAX_ARRAY", 100_000)),
             policy=_env_choice("ROTA_POLICY", "fast", ("fifo", "fast", "fair")),
             plan_step_s=_env_positive("ROTA_PLAN_STEP", 3600.0),
             plan_horizon=int(_env_positive("ROTA_PLAN_HORIZON", 24)),

@@ -33,6 +33,13 @@ RESTART_NAMES = {
     common_pb2.RESTART_POLICY_ON_FAILURE: "on-failure",
 }
 RESTART_VALUES = {"never": common_pb2.RESTART_POLICY_NEVER, "on-failure": common_pb2.RESTART_POLICY_ON_FAILURE}
+CONDITION_NAMES = {
+    common_pb2.DEPENDENCY_CONDITION_UNSPECIFIED: "succeeded",
+    common_pb2.DEPENDENCY_CONDITION_SUCCEEDED: "succeeded",
+    common_pb2.DEPENDENCY_CONDITION_FINISHED: "finished",
+    common_pb2.DEPENDENCY_CONDITION_FAILED: "failed",
+}
+CONDITION_VALUES = {name: value for value, name in CONDITION_NAMES.items() if value}
 
 
 def state_value(state: str) -> common_pb2.JobState.ValueType:
@@ -97,6 +104,8 @@ def spec_from_proto(spec: common_pb2.JobSpec) -> JobSpecData:
         gpus_per_node=spec.gpus_per_node,
         gpu_types=list(spec.gpu_types),
         same_switch=spec.same_switch,
+        # An unknown condition number reads as a name validation refuses, naming the field.
+        depends_on=[{"job": d.job, "when": CONDITION_NAMES.get(d.when, f"<{d.when}>")} for d in spec.depends_on],
     )
 
 
@@ -120,6 +129,7 @@ def spec_to_proto(spec: JobSpecData) -> common_pb2.JobSpec:
         gpus_per_node=spec.gpus_per_node,
         gpu_types=spec.gpu_types,
         same_switch=spec.same_switch,
+        depends_on=[common_pb2.Dependency(job=d["job"], when=CONDITION_VALUES.get(d["when"], common_pb2.DEPENDENCY_CONDITION_UNSPECIFIED)) for d in spec.depends_on],
     )
     if spec.duration_seconds is not None:
         message.duration_seconds = spec.duration_seconds
@@ -155,6 +165,8 @@ def job_to_proto(job: JobRow, transitions: Sequence[JobTransitionRow] = ()) -> c
         message.replicas.extend(
             common_pb2.NodeReplicas(node=n, gpus=list(job.replicas[n]["gpus"]), epoch=int(job.replicas[n]["epoch"]))
             for n in sorted(job.replicas, key=lambda n: (n != job.node, n)))
+    if job.array_id:
+        message.array_id, message.array_index = job.array_id, job.array_index or 0
     if job.gang_nodes:
         host, _, port = job.gang_master.rpartition(":")
         message.gang.CopyFrom(common_pb2.Gang(

@@ -23,6 +23,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -50,6 +51,7 @@ class JobRow(Base):
         UniqueConstraint("tenant", "request_id", name="uq_jobs_tenant_request_id"),
         Index("ix_jobs_state_created", "state", "created_at"),
         Index("ix_jobs_node", "node"),
+        Index("ix_jobs_array_state", "array_id", "state", postgresql_where=text("array_id IS NOT NULL")),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -79,6 +81,25 @@ class JobRow(Base):
     # A placed realtime app: {node: {"gpus": [...], "epoch": N}}, a lease per node (`node`
     # first); rota.common.replicas reads and writes it. {} for every other job.
     replicas: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default="{}")
+    # A task of a job array (rota.core.arrays): its array and index; None for any other job.
+    array_id: Mapped[str | None] = mapped_column(ForeignKey("job_arrays.id"))
+    array_index: Mapped[int | None] = mapped_column(Integer)
+
+
+class JobArrayRow(Base):
+    """One array submission; its tasks are jobs whose array_id is its id."""
+
+    __tablename__ = "job_arrays"
+    __table_args__ = (UniqueConstraint("tenant", "request_id", name="uq_job_arrays_tenant_request_id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"), nullable=False)
+    name: Mapped[str] = mapped_column(String(128), nullable=False)
+    count: Mapped[int] = mapped_column(Integer, nullable=False)
+    max_running: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")  # 0: no cap
+    request_id: Mapped[str | None] = mapped_column(String(128))
+    spec_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 class JobTransitionRow(Base):

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from rota.client import Client, InvalidArgumentError, NotFoundError, PermissionDeniedError, RotaError
+from rota.client import Client, NotFoundError, RotaError
 from rota.console.grid import NodeRow, PlanGrid, node_rows, plan_grid, progress_fraction
 from rota.console.params import JobFilters
 
@@ -103,25 +103,15 @@ class Gateway:
     def viewer(self, token: str) -> Viewer:
         """The token's identity, from the api. UnauthenticatedError for a token it refuses.
 
-        The api has no "who am I" call, so two read-only questions tell: IssueTenantToken
-        with no name is refused for a tenant's token (PERMISSION_DENIED) before it is
-        refused for the missing name (INVALID_ARGUMENT, the admin's answer), and changes
-        nothing either way; a tenant's ListTenants lists only itself."""
+        Asked once a VIEWER_TTL_S per token (WhoAmI), so a page costs no extra call."""
         key = hashlib.sha256(token.encode()).hexdigest()
         now = time.monotonic()
         with self._lock:
             cached = self._viewers.get(key)
         if cached is not None and now - cached[0] < VIEWER_TTL_S:
             return cached[1]
-        client = self.client(token)
-        tenants = client.list_tenants()  # UNAUTHENTICATED for an unknown or expired token
-        try:
-            client.issue_token("")
-            raise RotaError("the api issued a token without a name")  # not reached: name is required
-        except InvalidArgumentError:
-            viewer = Viewer(admin=True)
-        except PermissionDeniedError:
-            viewer = Viewer(admin=False, tenant=tenants[0].name if tenants else "")
+        admin, tenant = self.client(token).whoami()  # UNAUTHENTICATED for an unknown or expired token
+        viewer = Viewer(admin=admin, tenant=tenant)
         with self._lock:
             self._viewers = {k: v for k, v in self._viewers.items() if now - v[0] < VIEWER_TTL_S}
             self._viewers[key] = (now, viewer)

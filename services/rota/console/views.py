@@ -35,10 +35,10 @@ def ago(value: datetime | str | None) -> str:
 
 
 def when(value: datetime | None) -> str:
-    """A UTC time to the second, as the CLI's JSON writes it."""
+    """A UTC time to the second with its zone, as the CLI writes it (2026-12-01T16:58:54Z)."""
     if value is None:
         return "-"
-    return (value.astimezone(UTC) if value.tzinfo else value).strftime("%Y-%m-%d %H:%M:%S")
+    return (value.astimezone(UTC) if value.tzinfo else value).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def seconds(value: float | None) -> str:

@@ -1,0 +1,91 @@
+"""The Slurm habits of `rota submit` and `rota jobs`: `--array A-B[:S][%K]` (or a job file's
+`array:`) submits one job per index in one call; `--after ID` (repeatable) makes the job
+wait for each parent's success; `rota jobs` shows an array as one row with its tasks
+counted by state (`--expand` lists the tasks)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rota.cli.output import ago, print_json, table
+from rota.client import Client, Job, JobArray, load_job_file
+from rota.client.jobfile import array_of
+from rota.v1 import common_pb2
+
+STATE_ORDER = ("RUNNING", "SCHEDULED", "PENDING", "PAUSED", "LOST", "SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def array_text(args: argparse.Namespace) -> str | None:
+    """The array to submit: `--array` over the file's `array:`; None: a single job."""
+    flag = getattr(args, "array", None)
+    if flag:
+        return str(flag)
+    if len(args.files) != 1:
+        return None
+    return array_of(load_job_file(args.files[0]))
+
+
+def with_after(spec: common_pb2.JobSpec, after: Sequence[str] | None) -> common_pb2.JobSpec:
+    """`--after ID`: each parent must succeed first (Slurm's --dependency=afterok:ID)."""
+    for parent in after or ():
+        if all(d.job != parent for d in spec.depends_on):
+            spec.depends_on.add(job=parent, when=common_pb2.DEPENDENCY_CONDITION_SUCCEEDED)
+    return spec
+
+
+def submit_array(args: argparse.Namespace, spec: common_pb2.JobSpec, indices: str,
+                 connect: Callable[[argparse.Namespace], Client]) -> int:
+    for flag, given in (("--what-if", args.what_if), ("--wait", args.wait)):
+        if given:
+            raise ValueError(f"{flag}: not with an array (submit it, then `rota jobs`)")
+    if len(args.files) != 1:
+        raise ValueError(f"--array: one FILE at a time (got {len(args.files)})")
+    with connect(args) as client:
+        submitted = client.submit_array(spec=spec, indices=indices, request_id=args.request_id)
+    if args.json:
+        print_json({"array": submitted.id, "jobs": submitted.job_ids, "count": submitted.count})
+    else:
+        cap = f", at most {submitted.max_running} at once" if submitted.max_running else ""
+        first, last = (submitted.job_ids[0], submitted.job_ids[-1]) if submitted.job_ids else ("-", "-")
+        print(f"submitted array {submitted.id} ({submitted.name}: {submitted.count} tasks {first} .. {last}{cap})"
+              f" from {Path(args.files[0]).name}")
+    return 0
+
+
+def grouped_table(found: Sequence[Job], arrays: Sequence[JobArray], job_rows: Callable[[Sequence[Job]], str]) -> str:
+    """Jobs as `job_rows` shows them, each array's tasks folded into one row (its position:
+    its newest listed task's) whose state column counts every task by state."""
+    by_id = {a.id: a for a in arrays}
+    singles = [j for j in found if not j.array_id or j.array_id not in by_id]
+    text = job_rows(singles) if singles else ""
+    shown = [by_id[i] for i in dict.fromkeys(j.array_id for j in found if j.array_id in by_id)]
+    if not shown:
+        return text or job_rows([])
+    rows = [(a.id, a.name, a.tenant, a.count, a.max_running or "-", _counts(a.states), ago(a.created_at))
+            for a in shown]
+    arrays_text = table(("ARRAY", "NAME", "TENANT", "TASKS", "AT ONCE", "STATES", "SUBMITTED"), rows)
+    return f"{text}\n\n{arrays_text}" if text else arrays_text
+
+
+def _counts(states: dict[str, int]) -> str:
+    order = {s: i for i, s in enumerate(STATE_ORDER)}
+    return " ".join(f"{s.lower()}={n}" for s, n in sorted(states.items(), key=lambda kv: order.get(kv[0], 99)) if n)
+
+
+def cancel(args: argparse.Namespace, connect: Callable[[argparse.Namespace], Client]) -> int:
+    """`rota cancel ID`: a job, or every unfinished task of an array."""
+    with connect(args) as client:
+        found = client.cancel_job_or_array(args.id, reason=args.reason)
+    if isinstance(found, JobArray):
+        if args.json:
+            print_json(found.to_dict())
+        else:
+            print(f"{found.id} cancelled: {len(found.job_ids)} tasks stopped ({_counts(found.states)})")
+        return 0
+    if args.json:
+        print_json(found.to_dict())
+    else:
+        print(f"{found.id} {found.state}")
+    return 0
