@@ -117,6 +117,17 @@ def start_cluster(
     return cluster
 
 
+def wait_until(condition: Any, timeout_s: float, what: str) -> Any:
+    """The condition's first truthy value, polled every 0.2 s; AssertionError naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def process_environments() -> dict[str, dict[str, str]]:
     """Live processes started for jobs, by pid: their whole environment."""
     found: dict[str, dict[str, str]] = {}

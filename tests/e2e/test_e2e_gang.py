@@ -16,13 +16,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import REPO, RunningCluster, own_cluster, process_environments
+from cluster import REPO, RunningCluster, own_cluster, process_environments, wait_until
 
 STEPS = 40
 
@@ -44,16 +43,6 @@ def _last_run(path: Path) -> list[float]:
     lines = path.read_text().splitlines()
     starts = [i for i, line in enumerate(lines) if line.split()[0] == "1"]
     return [float(line.split()[1]) for line in lines[starts[-1]:]]
-
-
-def _wait(condition: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _reference(tmp_path: Path, args: list[str]) -> list[float]:
@@ -80,7 +69,7 @@ def test_a_ddp_gang_pauses_as_one_resumes_and_migrates_with_the_reference_losses
         gpus=0, nodes=2, gpus_per_node=2, restart="never",
     )
     first = cluster.wait_job(job_id, ("RUNNING",), timeout_s=120)
-    _wait(lambda: _lines(losses) >= 5, 120, "five steps")
+    wait_until(lambda: _lines(losses) >= 5, 120, "five steps")
     # 1. Paused: all four ranks copied their state and exited; no GPU of either node is held.
     paused = cluster.cli_json("pause", job_id, "--timeout", "20")
     assert paused["ranks"] == 4 and paused["step"] >= 5, paused
@@ -88,12 +77,12 @@ def test_a_ddp_gang_pauses_as_one_resumes_and_migrates_with_the_reference_losses
     assert job.nodes == [] and job.gpus == [] and "paused at step" in job.reason, job
     holders = {g["job"] for n in cluster.cli_json("nodes") for g in n["gpus"]}
     assert job_id not in holders
-    _wait(lambda: not _rank_envs(job_id), 20, "the paused ranks to exit")
+    wait_until(lambda: not _rank_envs(job_id), 20, "the paused ranks to exit")
     # 2. Resumed from the one image, on two nodes the plan chose; it carries on from its step.
     cluster.cli_json("resume", job_id, "--wait", "60")
     resumed = cluster.wait_job(job_id, ("RUNNING",), timeout_s=60)
     assert len(resumed.nodes) == 2 and resumed.epoch != first.epoch
-    _wait(lambda: _lines(losses) >= paused["step"] + 5, 120, "five steps after the resume")
+    wait_until(lambda: _lines(losses) >= paused["step"] + 5, 120, "five steps after the resume")
     # 3. Migrated: pause, write, resume in one call.
     moved = cluster.cli_json("migrate", job_id, "--wait", "60")
     assert moved["step"] > paused["step"], moved
@@ -131,13 +120,13 @@ def test_a_ddp_gang_on_two_nodes_matches_the_reference_and_survives_losing_a_nod
         found = _rank_envs(job_id)
         return found if len(found) == 4 else None
 
-    ranks = _wait(four_ranks, 60, "four rank processes")
+    ranks = wait_until(four_ranks, 60, "four rank processes")
     assert sorted(int(e["RANK"]) for e in ranks.values()) == [0, 1, 2, 3]
     assert {e["WORLD_SIZE"] for e in ranks.values()} == {"4"}
     assert {(e["ROTA_NODE"], e["NODE_RANK"]) for e in ranks.values()} == {(running.nodes[0], "0"), (running.nodes[1], "1")}
     assert len({(e["MASTER_ADDR"], e["MASTER_PORT"], e["ROTA_EPOCH"]) for e in ranks.values()}) == 1
     # 2. Mid-run, the agent of node rank 0 dies: the whole gang stops, on both nodes.
-    _wait(lambda: losses.exists() and len(losses.read_text().splitlines()) >= 5, 120, "five steps")
+    wait_until(lambda: losses.exists() and len(losses.read_text().splitlines()) >= 5, 120, "five steps")
     dead = running.nodes[0]
     os.kill(cluster.info["pids"][dead], signal.SIGKILL)
     again = cluster.wait_job(job_id, ("RUNNING",), timeout_s=90, reason="started as a gang")
@@ -148,7 +137,7 @@ def test_a_ddp_gang_on_two_nodes_matches_the_reference_and_survives_losing_a_nod
     assert dead not in again.nodes and len(again.nodes) == 2 and again.attempts == 2
     # The old epoch's ranks are gone everywhere (the survivor's stopped by its agent, the
     # dead node's fenced by the launcher once the agent's lease lapsed).
-    _wait(lambda: all(e["ROTA_EPOCH"] == str(again.epoch) for e in _rank_envs(job_id).values()), 60,
+    wait_until(lambda: all(e["ROTA_EPOCH"] == str(again.epoch) for e in _rank_envs(job_id).values()), 60,
           "the old attempt's ranks to stop")
     # 3. The restarted gang runs to the end; its losses equal the reference's.
     done = cluster.wait_job(job_id, timeout_s=300)

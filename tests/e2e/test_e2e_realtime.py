@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import RunningCluster, own_cluster, process_environments
+from cluster import RunningCluster, own_cluster, process_environments, wait_until
 
 # One replica: reports a cumulative `served` five times a second (stdlib and rota.runtime only).
 REPLICA = """\
@@ -47,25 +46,15 @@ def replica_processes(job_id: str) -> dict[str, tuple[str, str]]:
             if env.get("ROTA_JOB_ID") == job_id and "ROTA_REPLICA_GPU" in env}
 
 
-def _wait(condition: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_an_app_grows_past_a_node_survives_losing_one_and_grows_again(three_nodes: RunningCluster, tmp_path: Path) -> None:
     cluster = three_nodes
     script = tmp_path / "replica.py"
     script.write_text(REPLICA)
     app = cluster.submit_job("serve-wide", ["python", str(script)], kind="realtime", gpus=0, demand=[4], max_swap=0)
     # 1. Four replicas on two nodes, one process each, on its own GPU.
-    spread = _wait(lambda: (h := held(cluster, app)) and sum(map(len, h.values())) == 4 and len(h) == 2 and h,
+    spread = wait_until(lambda: (h := held(cluster, app)) and sum(map(len, h.values())) == 4 and len(h) == 2 and h,
                    60, "four replicas on two nodes")
-    procs = _wait(lambda: (p := replica_processes(app)) and len(p) == 4 and p, 30, "four replica processes")
+    procs = wait_until(lambda: (p := replica_processes(app)) and len(p) == 4 and p, 30, "four replica processes")
     assert sorted(procs.values()) == sorted((n, str(g)) for n, gpus in spread.items() for g in gpus)
     job = cluster.wait_job(app, ("RUNNING",), timeout_s=30)
     home = job.node
@@ -80,17 +69,17 @@ def test_an_app_grows_past_a_node_survives_losing_one_and_grows_again(three_node
     kept = {pid for pid, (n, _g) in procs.items() if n == survivor}
     os.kill(cluster.info["pids"][home], signal.SIGKILL)
     # 3. It grows again on the third node, back to four, never having left RUNNING.
-    again = _wait(lambda: (h := held(cluster, app)) and home not in h and sum(map(len, h.values())) == 4 and h,
+    again = wait_until(lambda: (h := held(cluster, app)) and home not in h and sum(map(len, h.values())) == 4 and h,
                   60, "four replicas again, on the live nodes")
     assert survivor in again and len(again) == 2, again
     job = cluster.wait_job(app, ("RUNNING",), timeout_s=10)
     assert job.node == survivor and not [h for h in job.history if h.to_state == "LOST"], job.history
     assert f"node {home} missed heartbeats" in job.reason and "replicas there were lost" in job.reason, job.reason
-    live = _wait(lambda: (p := replica_processes(app)) and len(p) == 4 and p, 30, "four replica processes again")
+    live = wait_until(lambda: (p := replica_processes(app)) and len(p) == 4 and p, 30, "four replica processes again")
     assert kept <= set(live), "the survivor's replicas were restarted"
     assert home not in {n for n, _g in live.values()}  # the dead node's replicas were fenced
     served = int(job.progress.get("served", 0))
-    _wait(lambda: int(cluster.wait_job(app, ("RUNNING",)).progress.get("served", 0)) > served, 20, "serving on")
+    wait_until(lambda: int(cluster.wait_job(app, ("RUNNING",)).progress.get("served", 0)) > served, 20, "serving on")
     cluster.cli("cancel", app)
     cluster.wait_job(app, ("CANCELLED",), timeout_s=30)
-    _wait(lambda: not replica_processes(app), 30, "the replicas to stop")
+    wait_until(lambda: not replica_processes(app), 30, "the replicas to stop")

@@ -9,7 +9,9 @@ On a real local cluster with the live loop running, through the api with durable
    finished), from submit to RUNNING;
 4. with `--cli`: the same T loops over P processes, each running `rota submit FILE --json`
    as a new process (the Slurm user's `sbatch` loop): rate, latency and CPU per call;
-5. with `--array N`: one array of N jobs, one call (rota.bench.load_cli).
+5. with `--array N`: one array of N jobs, one call (rota.bench.load_cli);
+6. with `--breakdown`: one call at a time, the RPC alone, a read, a submit and the stores
+   alone (rota.bench.load_breakdown).
 Every job is a short sleep (coreutils `sleep 1`: see JOB_COMMAND); what is still queued
 at the end is cancelled. The clients
 are separate processes because one Python process's threads share one interpreter lock:
@@ -33,7 +35,7 @@ from typing import Any
 
 import grpc
 
-from rota.bench import load_cli
+from rota.bench import load_breakdown, load_cli
 from rota.bench.fault_harness import TENANT, Harness, percentiles, sleep_spec
 from rota.client import Client
 from rota.client.client import _RETRY_CONFIG
@@ -214,6 +216,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--api-workers", type=int, default=2, help="api processes sharing the api port")
     ap.add_argument("--cli", action="store_true", help="also T loops of `rota submit FILE --json` processes")
     ap.add_argument("--array", type=int, default=0, metavar="N", help="also one array of N jobs (one call)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also where one submission's time goes: the RPC alone, a read, a submit, the stores alone")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--database-url", default="", help="default: an embedded PostgreSQL")
     ap.add_argument("--redis-url", default="", help="default: an embedded Redis")
@@ -241,6 +245,10 @@ def main(argv: list[str]) -> int:
                 report["cancelled_after"] += cancel_queued(client)
         if args.array:
             report["array"] = load_cli.array(h, args.array)
+        if args.breakdown:
+            report["breakdown"] = load_breakdown.breakdown(h, _spec())
+            with h.client() as client:
+                report["cancelled_after"] += cancel_queued(client)
         report["api_workers"] = args.api_workers
         report["job_command"] = list(JOB_COMMAND)
         report["timers"] = "defaults"  # heartbeats, scheduling cycle, ledger period: as `rota up` sets them

@@ -93,7 +93,7 @@ class LocalJob:
         return "SUCCEEDED" if code == 0 and not self.stopped_reason else "FAILED"
 
     def progress_json(self) -> str:
-        return _last_line(self.folder / "progress.jsonl")
+        return replicaset_module.last_line(str(self.folder / "progress.jsonl"))
 
     def error(self) -> str:
         if self.stopped_reason:
@@ -113,20 +113,6 @@ def _group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-
-
-def _last_line(path: Path, max_bytes: int = 65536) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read().decode(errors="replace")
-    except FileNotFoundError:
-        return ""
-    complete = data.rsplit("\n", 1)[0] if not data.endswith("\n") else data
-    lines = [line for line in complete.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
 
 
 class ProcessTable:

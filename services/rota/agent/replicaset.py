@@ -111,7 +111,7 @@ class ReplicaSet:
         return 0
 
     def report_of(self, gpu: int) -> dict[str, object]:
-        line = _last_line(self.replica_progress(gpu)) if self.progress else ""
+        line = last_line(self.replica_progress(gpu)) if self.progress else ""
         try:
             value = json.loads(line) if line else {}
         except ValueError:
@@ -186,7 +186,9 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
-def _last_line(path: str, max_bytes: int = 65536) -> str:
+def last_line(path: str, max_bytes: int = 65536) -> str:
+    """The last complete, non-blank line of a file ('' if none): a progress report being
+    written is not read half-way. Shared with the agent (rota.agent.processes)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
