@@ -62,7 +62,23 @@ def _cli_client(argv: list[str], env: dict[str, str], threads: int, start_at: fl
     return [x for per in latencies for x in per], cpu, sum(failures)
 
 
+def precompile() -> str:
+    """Writes the bytecode of Rota's own modules, as `pip install .` does at install time.
+    An editable install otherwise compiles them on every call wherever PYTHONDONTWRITEBYTECODE
+    is set (these machines set it): about 0.08 s of CPU per `rota` call, measured here."""
+    import compileall
+    import importlib
+
+    # `rota` is a namespace package over clients/, core/, services/ and protos/: one module
+    # of each says where its folder is.
+    for name in ("rota.client", "rota.core", "rota.v1", "rota.common"):
+        module = importlib.import_module(name)
+        compileall.compile_dir(Path(str(module.__file__)).parent.parent, quiet=1)
+    return "precompiled"
+
+
 def cli(h: Harness, seconds: float, threads: int, processes: int, work: Path) -> dict[str, Any]:
+    bytecode = precompile()
     job_file = work / "cli-load.yaml"
     job_file.write_text(yaml.safe_dump(CLI_JOB))
     rota = str(Path(sys.executable).with_name("rota"))
@@ -82,7 +98,7 @@ def cli(h: Harness, seconds: float, threads: int, processes: int, work: Path) ->
     calls = len(latencies) + sum(f for _lat, _c, f in results)
     return {"threads": threads, "processes": parts, "submissions": len(latencies),
             "failed": calls - len(latencies), "per_second": round(len(latencies) / elapsed, 1),
-            "latency_ms": _ms(latencies), "cpu_ms_per_call": round(cpu / max(1, calls) * 1000, 1),
+            "latency_ms": _ms(latencies), "cpu_ms_per_call": round(cpu / max(1, calls) * 1000, 1), "bytecode": bytecode,
             "command": " ".join(["rota", "submit", job_file.name, "--json"])}
 
 
