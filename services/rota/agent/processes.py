@@ -85,7 +85,12 @@ class LocalJob:
         return 255  # adopted after a restart, gone without an exit record
 
     def state(self) -> str:
-        code = self.exit_code()
+        return self.state_for(self.exit_code())
+
+    def state_for(self, code: int | None) -> str:
+        """The state that goes with one read of the exit code. A report reads the code once
+        and derives the state from it: the process may exit between two reads, and a
+        report must not pair a running job's code (0) with a finished job's FAILED."""
         if code is None:
             return "RUNNING"
         if (self.folder / PAUSED_MARKER).exists():

@@ -26,7 +26,7 @@ IMAGE_STATES = {
 
 def report_of(job: LocalJob) -> api_pb2.AgentJobReport:
     code = job.exit_code()
-    state = job.state()
+    state = job.state_for(code)  # one read of the exit: see LocalJob.state_for
     return api_pb2.AgentJobReport(
         job_id=job.job_id,
         epoch=job.epoch,
