@@ -27,7 +27,22 @@ def test_a_scripted_command_parses_without_the_heavy_modules(command: str) -> No
     loaded = _loaded_after(f"from rota.cli.main import build_parser\nbuild_parser(only={command!r}).parse_args({argv!r})")
     heavy = sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY))
     assert heavy == [], heavy
-    assert "rota.client.client" in loaded and "grpc" in loaded  # what it does need
+    assert "grpc" not in loaded  # parsing needs no handler: `rota submit` over HTTP none at all
+
+
+def test_the_scripted_commands_handlers_bring_the_grpc_client_and_nothing_heavy() -> None:
+    loaded = _loaded_after("import rota.cli.commands")
+    heavy = sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY))
+    assert heavy == [], heavy
+    assert "rota.client.client" in loaded and "grpc" in loaded  # what the gRPC path needs
+
+
+def test_submit_over_http_imports_no_grpc() -> None:
+    loaded = _loaded_after("import rota.cli.http_submit, rota.cli.array_commands\n"
+                           "from rota.cli.main import build_parser\nbuild_parser(only='submit').parse_args(['submit', 'a.yaml'])")
+    assert "grpc" not in loaded and "rota.client.client" not in loaded
+    heavy = sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY))
+    assert heavy == [], heavy
 
 
 def test_the_whole_cli_still_lists_every_command() -> None:

@@ -242,6 +242,11 @@ def main(argv: list[str]) -> int:
         if args.cli:
             report["cli"] = load_cli.cli(h, args.seconds, args.threads, args.processes, home.parent)
             with h.client() as client:
+                cancel_queued(client)
+            # The same loops through the gRPC client: what the HTTP gateway saves a script.
+            report["cli_grpc"] = load_cli.cli(h, args.seconds, args.threads, args.processes, home.parent, grpc_only=True)
+            report["cli"]["vs_grpc"] = round(report["cli"]["per_second"] / max(0.1, report["cli_grpc"]["per_second"]), 2)
+            with h.client() as client:
                 report["cancelled_after"] += cancel_queued(client)
         if args.array:
             report["array"] = load_cli.array(h, args.array)

@@ -77,7 +77,10 @@ def precompile() -> str:
     return "precompiled"
 
 
-def cli(h: Harness, seconds: float, threads: int, processes: int, work: Path) -> dict[str, Any]:
+def cli(h: Harness, seconds: float, threads: int, processes: int, work: Path, *, grpc_only: bool = False) -> dict[str, Any]:
+    """The loops; `rota submit` takes the api's HTTP gateway as a user's would (the cluster
+    folder names it), or, with `grpc_only`, the gRPC client (ROTA_HTTP_ENDPOINT=none): the
+    baseline of the same run."""
     bytecode = precompile()
     job_file = work / "cli-load.yaml"
     job_file.write_text(yaml.safe_dump(CLI_JOB))
@@ -86,6 +89,8 @@ def cli(h: Harness, seconds: float, threads: int, processes: int, work: Path) ->
         [sys.executable, "-m", "rota.cli.main", "submit", str(job_file), "--json"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
     env.update(ROTA_HOME=str(h.home), ROTA_TOKEN=h.token)
+    if grpc_only:
+        env["ROTA_HTTP_ENDPOINT"] = "none"
     parts = max(1, min(processes, threads))
     shares = [threads // parts + (1 if k < threads % parts else 0) for k in range(parts)]
     with ProcessPoolExecutor(parts, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -99,6 +104,7 @@ def cli(h: Harness, seconds: float, threads: int, processes: int, work: Path) ->
     return {"threads": threads, "processes": parts, "submissions": len(latencies),
             "failed": calls - len(latencies), "per_second": round(len(latencies) / elapsed, 1),
             "latency_ms": _ms(latencies), "cpu_ms_per_call": round(cpu / max(1, calls) * 1000, 1), "bytecode": bytecode,
+            "transport": "grpc" if grpc_only else "http",
             "command": " ".join(["rota", "submit", job_file.name, "--json"])}
 
 

@@ -8,11 +8,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rota.cli.output import ago, print_json, table
-from rota.client import Client, Job, JobArray, load_job_file
-from rota.client.jobfile import array_of
+from rota.client.arrays import JobArray
+from rota.client.jobfile import array_of, load_job_file
 from rota.v1 import common_pb2
+
+if TYPE_CHECKING:  # the gRPC client: `rota submit` over HTTP imports this module without it
+    from rota.client import Client, Job
 
 STATE_ORDER = ("RUNNING", "SCHEDULED", "PENDING", "PAUSED", "LOST", "SUCCEEDED", "FAILED", "CANCELLED")
 
@@ -35,15 +39,24 @@ def with_after(spec: common_pb2.JobSpec, after: Sequence[str] | None) -> common_
     return spec
 
 
-def submit_array(args: argparse.Namespace, spec: common_pb2.JobSpec, indices: str,
-                 connect: Callable[[argparse.Namespace], Client]) -> int:
+def check_array_flags(args: argparse.Namespace) -> None:
     for flag, given in (("--what-if", args.what_if), ("--wait", args.wait)):
         if given:
             raise ValueError(f"{flag}: not with an array (submit it, then `rota jobs`)")
     if len(args.files) != 1:
         raise ValueError(f"--array: one FILE at a time (got {len(args.files)})")
+
+
+def submit_array(args: argparse.Namespace, spec: common_pb2.JobSpec, indices: str,
+                 connect: Callable[[argparse.Namespace], Client]) -> int:
+    check_array_flags(args)
     with connect(args) as client:
         submitted = client.submit_array(spec=spec, indices=indices, request_id=args.request_id)
+    return print_array(args, submitted)
+
+
+def print_array(args: argparse.Namespace, submitted: JobArray) -> int:
+    """What `rota submit --array` prints, over gRPC or HTTP alike."""
     if args.json:
         print_json({"array": submitted.id, "jobs": submitted.job_ids, "count": submitted.count})
     else:

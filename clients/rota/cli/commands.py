@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from rota.cli import http_submit
 from rota.cli.node_layout import node_layout
 from rota.cli.output import LiveScreen, ago, fail, print_json, progress_text, shorten, table, ticks
 from rota.client import (
@@ -146,7 +147,7 @@ SUBMIT_CONCURRENCY = 16  # calls in flight on the one channel: the api commits t
 
 def submit(args: argparse.Namespace) -> int:
     # Every file is read and checked before anything is sent: a bad one submits nothing.
-    specs = [_spec_of(path, args.tenant) for path in args.files]
+    specs = [http_submit.spec_of(path, args.tenant) for path in args.files]
     from rota.cli import array_commands  # --array and --after (the Slurm habits)
 
     specs = [array_commands.with_after(spec, getattr(args, "after", None)) for spec in specs]
@@ -175,13 +176,6 @@ def submit(args: argparse.Namespace) -> int:
     return 0 if not args.wait or job.state == "SUCCEEDED" else 1
 
 
-def _spec_of(path: str, tenant: str | None) -> common_pb2.JobSpec:
-    data = load_job_file(path)
-    if tenant:
-        data["tenant"] = tenant
-    return spec_from_mapping(data, base_dir=Path.cwd())
-
-
 def _submit_many(args: argparse.Namespace, specs: list[common_pb2.JobSpec]) -> int:
     """Several files over one channel, SUBMIT_CONCURRENCY at a time, so the api's batcher
     commits them together (one fsync for the lot, not one per file). Each is a submission
@@ -200,16 +194,7 @@ def _submit_many(args: argparse.Namespace, specs: list[common_pb2.JobSpec]) -> i
 
     with connect(args) as client, ThreadPoolExecutor(max_workers=min(SUBMIT_CONCURRENCY, len(specs))) as pool:
         answers = list(pool.map(send, specs))
-    rows = [({"id": a.id, "state": a.state, "file": path} if isinstance(a, Job) else
-             {"file": path, "error": f"{a.code}: {a}"}) for a, path in zip(answers, args.files, strict=True)]
-    if args.json:
-        print_json(rows)
-    for row in rows:
-        if "error" in row:
-            print(f"rota: {row['file']}: {row['error']}", file=sys.stderr)
-        elif not args.json:
-            print(f"submitted {row['id']} ({row['state']}) from {row['file']}")
-    return 1 if any("error" in row for row in rows) else 0
+    return http_submit.print_rows(args, [(a.id, a.state) if isinstance(a, Job) else a for a in answers])
 
 
 def jobs(args: argparse.Namespace) -> int:

@@ -202,6 +202,9 @@ class LocalCluster:
         port_pool = distinct_free_ports()
         ports = {name: next(port_pool) for name in SERVICES}
         node_port = next(port_pool)  # the api's NodeService, for the agents only
+        # The api's JSON over HTTP (rota.api.http_gateway), which `rota submit` uses: plain
+        # HTTP only, so not with --tls.
+        http_port = None if self.tls else next(port_pool)
         tls_env, client_tls = self.make_tls()
         env = {
             **os.environ,
@@ -239,6 +242,8 @@ class LocalCluster:
             child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{ports[name]}", "ROTA_METRICS_LISTEN": metrics_at(name)}
             if name == "api" and self.api_workers > 1:
                 child_env["ROTA_REUSE_PORT"] = "1"
+            if name == "api" and http_port is not None:
+                child_env["ROTA_HTTP_LISTEN"] = f"127.0.0.1:{http_port}"
             self.children.append(Child(name, [*rota, "serve", name], child_env, logs / f"{name}.log", restart=True))
         console_port = self.console_port or next(port_pool)
         self.children.append(Child(CONSOLE, [*rota, "serve", CONSOLE], {**env, "ROTA_LISTEN": f"127.0.0.1:{console_port}"},
@@ -247,6 +252,8 @@ class LocalCluster:
             worker = f"api-{k}"
             child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{ports['api']}", "ROTA_REUSE_PORT": "1",
                          "ROTA_METRICS_LISTEN": metrics_at(worker)}
+            if http_port is not None:
+                child_env["ROTA_HTTP_LISTEN"] = f"127.0.0.1:{http_port}"
             self.children.append(Child(worker, [*rota, "serve", "api"], child_env, logs / f"{worker}.log", restart=True))
         for k in range(2, self.allocators + 1):
             replica = f"allocator-{k}"
@@ -266,6 +273,7 @@ class LocalCluster:
         info: dict[str, Any] = {
             "endpoint": f"127.0.0.1:{ports['api']}",
             "node_endpoint": f"127.0.0.1:{node_port}",
+            **({"http_endpoint": f"http://127.0.0.1:{http_port}"} if http_port is not None else {}),
             "services": {name: f"127.0.0.1:{port}" for name, port in ports.items()},
             "console": f"http://127.0.0.1:{console_port}",
             "agents": agents,
@@ -420,6 +428,8 @@ def run_up(cluster: LocalCluster, *, quiet: bool = False) -> int:
                 print("  nodes: " + ", ".join(
                     " ".join([name, a["gpu_type"] or "-", a["labels"].get(SWITCH, "-")]) for name, a in info["agents"].items()))
             print(f"  console: {info['console']}   # log in with a token")
+            if "http_endpoint" in info:
+                print(f"  JSON over HTTP: {info['http_endpoint']}/rota.v1.JobService/SubmitJob   # and every unary RPC")
             print(f"  export ROTA_HOME={cluster.home.resolve()}   # admin token in {cluster.home / TOKEN_FILE}")
             print("  metrics: " + ", ".join(f"{name} {url}" for name, url in info.get("metrics", {}).items()))
             if cluster.tls:

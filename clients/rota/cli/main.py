@@ -54,17 +54,18 @@ def _connection_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser(only: str = "") -> argparse.ArgumentParser:
-    """The whole CLI; with `only` one of SCRIPTED, that subcommand alone (fills HANDLERS)."""
-    from rota.cli import commands
-
+    """The whole CLI (fills HANDLERS); with `only` one of SCRIPTED, that subcommand alone,
+    built without importing any handler (`rota submit` over HTTP needs no gRPC client)."""
     parser = _Parser(prog="rota", description="Rota: a control plane for shared GPU clusters.")
     # Every subcommand's parser is a _Parser; the command modules take them as plain ArgumentParsers.
     sub = cast("argparse._SubParsersAction[argparse.ArgumentParser]",
                parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser))
-    HANDLERS.update({name: getattr(commands, name) for name in SCRIPTED})
     if only in SCRIPTED:
         _scripted_parsers(sub, only)
         return parser
+    from rota.cli import commands
+
+    HANDLERS.update({name: getattr(commands, name) for name in SCRIPTED})
     HANDLERS.update({"up": commands.up, "down": commands.down, "demo": commands.demo, "tenants": commands.tenants,
                      "serve": commands.serve, "agent": commands.agent, "migrate": commands.migrate,
                      "bench": commands.bench, "sim": commands.sim})
@@ -243,6 +244,13 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str]) -> None:
+    if argv[:1] == ["submit"]:
+        # Over the api's JSON gateway when the cluster has one: no gRPC to import.
+        from rota.cli import http_submit
+
+        status = http_submit.main(build_parser(only="submit").parse_args(argv))
+        if status is not None:
+            sys.exit(status)
     from rota.cli import commands
     from rota.cli.output import fail
 
@@ -255,7 +263,7 @@ def _main(argv: list[str]) -> None:
         args = build_parser(only=argv[0] if argv else "").parse_args(argv)
     except commands.ServerPackagesMissing as exc:  # `rota agent` on a client-only install
         sys.exit(fail(str(exc), 2))
-    sys.exit(commands.run(HANDLERS[args.command], args))
+    sys.exit(commands.run(HANDLERS.get(args.command) or getattr(commands, args.command), args))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 `Client.from_env()` (the CLI's variables) or `Client.connect(target, token=..., timeout=...)`
 is the entry point.
 
-The jobs' API loads at import; the results of the other services' calls (checkpoints,
+The job files' API loads at import, the client (and grpc) on first use of `Client`; the results of the other services' calls (checkpoints,
 health, forecasts, the ledger, plans) load on first use (`rota.client.Verdict` imports
 `rota.client.detector` then), so a script's `rota submit` pays for the job API alone."""
 
@@ -12,7 +12,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from rota.client.arrays import JobArray
-from rota.client.client import Client, Gpu, Job, JobEvent, Node, StateChange, Tenant
 from rota.client.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
@@ -46,11 +45,15 @@ if TYPE_CHECKING:
         PauseResult,
         ResumeResult,
     )
+    from rota.client.client import Client, Gpu, Job, JobEvent, Node, StateChange, Tenant
     from rota.client.detector import DeviceHealth, DrainResult, ReplanResult, Verdict
     from rota.client.ledger import JobFairness, Standings, TenantFairness, UsageEntry
     from rota.client.plan import CurrentPlan, Explanation, PlannedJob, ScenarioPlan, WhatIf
 
 _LAZY = {
+    # The client itself (it brings grpc): `rota submit` over HTTP reads job files with
+    # this package and never dials gRPC (rota.cli.http_submit).
+    **dict.fromkeys(("Client", "Gpu", "Job", "JobEvent", "Node", "StateChange", "Tenant"), "rota.client.client"),
     **dict.fromkeys(("CheckpointImage", "CheckpointOperation", "CheckpointResult", "JobImages", "MigrateResult",
                      "PauseResult", "ResumeResult"), "rota.client.checkpoint"),
     **dict.fromkeys(("DeviceHealth", "DrainResult", "ReplanResult", "Verdict"), "rota.client.detector"),

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import grpc
+if TYPE_CHECKING:
+    import grpc
 
 
 class RotaError(Exception):
@@ -57,17 +58,20 @@ class UnimplementedError(RotaError):
     code = "UNIMPLEMENTED"
 
 
-_BY_CODE: dict[grpc.StatusCode, type[RotaError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
-    grpc.StatusCode.NOT_FOUND: NotFoundError,
-    grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
-    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
-    grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
-    grpc.StatusCode.UNAVAILABLE: UnavailableError,
-    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
-    grpc.StatusCode.UNIMPLEMENTED: UnimplementedError,
-}
+# By status code name: the HTTP client (rota.cli.http_submit) has names, not grpc's enum.
+BY_CODE: dict[str, type[RotaError]] = {cls.code: cls for cls in (
+    InvalidArgumentError, NotFoundError, AlreadyExistsError, PermissionDeniedError, UnauthenticatedError,
+    FailedPreconditionError, UnavailableError, DeadlineExceededError, UnimplementedError,
+)}
+
+
+def error_of(code_name: str, message: str, field: str = "") -> RotaError:
+    """The SDK's exception for a status code's name ("INVALID_ARGUMENT") and its message."""
+    cls = BY_CODE.get(code_name, RotaError)
+    error = cls(message or code_name, field=field)
+    if cls is RotaError:
+        error.code = code_name
+    return error
 
 
 def from_rpc_error(exc: grpc.RpcError) -> RotaError:
@@ -78,8 +82,4 @@ def from_rpc_error(exc: grpc.RpcError) -> RotaError:
     for key, value in metadata:
         if key == "rota-field":
             field = str(value)
-    cls = _BY_CODE.get(code, RotaError)
-    error = cls(details, field=field)
-    if cls is RotaError:
-        error.code = code.name
-    return error
+    return error_of(code.name, details, field)

@@ -20,6 +20,7 @@ from rota.client.tls import TLS
 HOME_VARIABLE = "ROTA_HOME"
 ENDPOINT_VARIABLE = "ROTA_ENDPOINT"
 TOKEN_VARIABLE = "ROTA_TOKEN"
+HTTP_ENDPOINT_VARIABLE = "ROTA_HTTP_ENDPOINT"
 CLUSTER_FILE = "cluster.json"
 TOKEN_FILE = "admin.token"
 
@@ -44,6 +45,7 @@ class ClusterHome:
     path: Path
     endpoint: str
     tls: TLS | None
+    http_endpoint: str = ""  # the api's JSON over HTTP (rota.api.http_gateway); "" when it has none
 
     @staticmethod
     def read(home: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> ClusterHome:
@@ -58,7 +60,9 @@ class ClusterHome:
         if not isinstance(endpoint, str) or not endpoint:
             raise NoClusterError(f"{HOME_VARIABLE}={path}: {CLUSTER_FILE} holds no endpoint")
         recorded = info.get("tls")
-        return ClusterHome(path=path, endpoint=endpoint, tls=TLS.from_dict(recorded) if recorded else None)
+        http = info.get("http_endpoint")
+        return ClusterHome(path=path, endpoint=endpoint, tls=TLS.from_dict(recorded) if recorded else None,
+                           http_endpoint=http if isinstance(http, str) else "")
 
     def admin_token(self) -> str:
         """The cluster's admin token (`rota up` writes it once, readable by its owner only)."""
@@ -96,6 +100,10 @@ class Connection:
     endpoint: str
     token: str  # "" only with TLS: a tenant's client certificate stands in for a token
     tls: TLS | None
+    # The same api's JSON over HTTP: ROTA_HTTP_ENDPOINT, else the cluster folder's when the
+    # gRPC endpoint is the folder's too; "" when none is known or ROTA_HTTP_ENDPOINT=none
+    # (then gRPC only).
+    http_endpoint: str = ""
 
 
 def resolve_connection(
@@ -113,18 +121,24 @@ def resolve_connection(
     # The folder is read once, and only when it is needed: for what the arguments and the
     # variables leave out, or for the certificate `rota up --tls` recorded.
     need_folder = not endpoint or not token
+    http_endpoint = env.get(HTTP_ENDPOINT_VARIABLE, "")
+    http_off = http_endpoint == "none"  # ROTA_HTTP_ENDPOINT=none: gRPC only
     if path is not None and (need_folder or (tls is None and (path / CLUSTER_FILE).exists())):
         found = ClusterHome.read(path)
         tls = tls or found.tls
         if need_folder:
             endpoint = endpoint or found.endpoint
             token = token or found.admin_token()
+        if not http_endpoint and endpoint == found.endpoint:
+            http_endpoint = found.http_endpoint
+    if http_off:
+        http_endpoint = ""
     if not endpoint:
         raise NoClusterError(f"no cluster: set {HOME_VARIABLE} (the folder `rota up --home DIR` writes), "
                              f"or {ENDPOINT_VARIABLE} and {TOKEN_VARIABLE}")
     if not token and tls is None:  # with TLS a tenant's client certificate may stand in for a token
         raise NoClusterError(f"no token: set {TOKEN_VARIABLE} (or {HOME_VARIABLE} for the admin token)")
-    return Connection(endpoint=endpoint, token=token or "", tls=tls)
+    return Connection(endpoint=endpoint, token=token or "", tls=tls, http_endpoint=http_endpoint)
 
 
 __all__ = ["ClusterHome", "Connection", "NoClusterError", "home_path", "read_info", "resolve_connection",

@@ -6,8 +6,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import grpc
+if TYPE_CHECKING:
+    import grpc
 
 ENV_VARIABLES = ("ROTA_TLS_CA", "ROTA_TLS_CERT", "ROTA_TLS_KEY")
 
@@ -31,6 +33,8 @@ class TLS:
             except OSError as exc:
                 raise ValueError(f"tls.{name}: cannot read {path}: {exc.strerror or exc}") from exc
         ca, cert, key = data
+        import grpc  # here: reading job files and the cluster folder needs no gRPC
+
         return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
     def as_dict(self) -> dict[str, str]:

@@ -61,6 +61,10 @@ class Forwarder:
             out.append(grpc.method_handlers_generic_handler(full, methods))
         return out
 
+    def services(self) -> list[tuple[FileDescriptor, str]]:
+        """The forwarded services (file, service name): those with an address."""
+        return [SERVICES[name] for name in self.addresses]
+
     def _call_options(self, context: grpc.aio.ServicerContext) -> dict[str, Any]:
         metadata = tuple((k, v) for k, v in context.invocation_metadata() or () if k in PASSED_METADATA)
         if self.tls is not None and not bearer(metadata):

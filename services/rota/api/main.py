@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+from collections.abc import Awaitable, Callable
 
 import grpc
 
 from rota.api.forward import Forwarder
+from rota.api.http_gateway import HttpGateway, unary_methods
 from rota.api.metrics import register_cluster_metrics
 from rota.api.service import ApiContext, ClusterService, JobService, NodeService, TenantService
 from rota.common import nodes_repo
@@ -47,7 +49,25 @@ async def serve(settings: Settings) -> None:
     # made since, a millisecond's work instead of a pause of tens of milliseconds that
     # every call in flight would wait out.
     gc.freeze()
-    await parts.serve(register, internal=(settings.node_listen, register_nodes))
+    background: list[Callable[[], Awaitable[None]]] = [http_gateway(settings, forwarder).run] if settings.http_listen else []
+    await parts.serve(register, background=background, internal=(settings.node_listen, register_nodes))
+
+
+def http_gateway(settings: Settings, forwarder: Forwarder) -> HttpGateway:
+    """JSON over HTTP for the api's unary RPCs and the ones it forwards, passed to its own
+    gRPC port (ROTA_LISTEN) on loopback."""
+    if settings.tls_cert:
+        raise ValueError("ROTA_HTTP_LISTEN: the JSON gateway speaks plain HTTP; not with mutual TLS")
+    host, _, port = settings.listen.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        raise ValueError(f"ROTA_HTTP_LISTEN needs ROTA_LISTEN with a fixed port (got {settings.listen!r})")
+    _, _, http_port = settings.http_listen.rpartition(":")
+    if not http_port.isdigit():
+        raise ValueError(f"ROTA_HTTP_LISTEN: host:port (got {settings.http_listen!r})")
+    local = "127.0.0.1" if host in ("", "0.0.0.0", "[::]", "::") else host
+    files = [(api_pb2.DESCRIPTOR, n) for n in ("JobService", "TenantService", "ClusterService")]
+    return HttpGateway(settings.http_listen, f"{local}:{port}", unary_methods([*files, *forwarder.services()]),
+                       default_deadline_s=settings.default_deadline_s, reuse_port=settings.reuse_port)
 
 
 def main() -> None:

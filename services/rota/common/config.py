@@ -203,6 +203,9 @@ class Settings:
     # Several processes of one service share its port (SO_REUSEPORT; the kernel spreads the
     # connections): `rota up --api-workers N` runs N api processes on the api's address.
     reuse_port: bool = False
+    # The api's unary RPCs as JSON over HTTP/1.1 as well (rota.api.http_gateway), on this
+    # address (ROTA_HTTP_LISTEN, host:port); empty: gRPC only.
+    http_listen: str = ""
     # The detector's verdict rules (ROTA_DETECTOR_THRESHOLD, _CONSECUTIVE, _WARMUP) and the
     # slow ratio at which a verdict takes its device out of the plan (ROTA_DETECTOR_BAD_RATIO).
     detector: DetectorConfig = field(default_factory=_default_detector)
@@ -265,6 +268,7 @@ class Settings:
             tls_ca=tls_ca,
             tls_server_name=os.environ.get("ROTA_TLS_SERVER_NAME", "").strip(),
             reuse_port=_env_flag("ROTA_REUSE_PORT"),
+            http_listen=os.environ.get("ROTA_HTTP_LISTEN", "").strip(),
             detector=_env_detector(),
             detector_bad_ratio=_env_positive("ROTA_DETECTOR_BAD_RATIO", _beyond_repair_ratio()),
             checkpoint=CheckpointSettings.from_env(home),
