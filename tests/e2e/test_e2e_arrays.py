@@ -57,6 +57,11 @@ def test_an_array_runs_at_most_k_at_once_and_each_task_sees_its_index(cluster: R
     assert {t["state"] for t in tasks_of(cluster, array_id)} == {"SUCCEEDED"}
     for i in range(6):
         assert (out / str(i)).read_text().split() == [array_id, str(i), array_id, str(i)]
+    shown = cluster.cli_json("job", array_id)  # `rota job ARRAY`, as Slurm's `squeue -j ARRAY`
+    assert (shown["count"], shown["states"], shown["jobs"]) == (6, {"SUCCEEDED": 6}, submitted["jobs"])
+    assert f"{array_id}  array arr" in cluster.cli("job", array_id).stdout
+    missing = cluster.cli("job", "j-nosucharray", check=False)
+    assert missing.returncode == 1 and "NOT_FOUND: job j-nosucharray not found" in missing.stderr
     table = cluster.cli("jobs").stdout
     assert array_id in table and "succeeded=6" in table  # one row for the array
     assert f"{array_id}_3" not in table and f"{array_id}_3" in cluster.cli("jobs", "--expand").stdout

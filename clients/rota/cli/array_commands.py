@@ -102,3 +102,25 @@ def cancel(args: argparse.Namespace, connect: Callable[[argparse.Namespace], Cli
     else:
         print(f"{found.id} {found.state}")
     return 0
+
+
+def show_array(args: argparse.Namespace, client: Client, array_id: str) -> int:
+    """`rota job ARRAY`: the array, its tasks counted by state, and the ids of its tasks.
+    NOT_FOUND (the job's message) when the id names neither a job nor an array."""
+    from rota.client.errors import NotFoundError
+
+    try:
+        found = client.get_array(array_id)
+    except NotFoundError:
+        raise NotFoundError(f"job {array_id} not found (nor an array of that id)") from None
+    if args.json:
+        print_json(found.to_dict())
+        return 0
+    cap = found.max_running or "no cap"
+    print(f"{found.id}  array {found.name}  tenant {found.tenant}  {found.count} tasks, at most {cap} at once"
+          f"  submitted {ago(found.created_at)}")
+    print(f"  states: {_counts(found.states) or '-'}")
+    ids = found.job_ids
+    shown = ids if len(ids) <= 8 else [*ids[:3], "...", *ids[-3:]]
+    print(f"  tasks: {' '.join(shown)}   (rota jobs --expand lists them)")
+    return 0

@@ -23,6 +23,7 @@ from rota.client import (
     Client,
     DeadlineExceededError,
     Job,
+    NotFoundError,
     RotaError,
     UnavailableError,
     UnimplementedError,
@@ -266,7 +267,12 @@ def _print_job(job: Job) -> None:
 
 def job(args: argparse.Namespace) -> int:
     with connect(args) as client:
-        found = client.get_job(args.id)
+        try:
+            found = client.get_job(args.id)
+        except NotFoundError:
+            from rota.cli.array_commands import show_array  # `rota job ARRAY`, as `squeue -j` takes one
+
+            return show_array(args, client, args.id)
         explained = _explanation(client, args.id)
         verdicts = _verdicts(client, args.id)
     if args.json:

@@ -322,6 +322,11 @@ class Client:
     def get_job(self, job_id: str) -> Job:
         return Job.from_proto(self._call(self._jobs.GetJob, api_pb2.GetJobRequest(id=job_id)).job)
 
+    def get_array(self, array_id: str) -> JobArray:
+        """A job array: its tasks' ids in index order and how many are in each state."""
+        reply = self._call(self._jobs.GetJobArray, api_pb2.GetJobArrayRequest(id=array_id))
+        return JobArray.from_proto(reply.array)
+
     def submit_array(
         self, *, spec: JobSpec | common_pb2.JobSpec, indices: range | Sequence[int] | str,
         max_running: int | None = None, request_id: str | None = None, timeout: timedelta | None = None,

@@ -162,7 +162,7 @@ class JobArray(_message.Message):
     """0 = no cap"""
     @_builtins.property
     def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """in index order (SubmitJobArray, CancelJob); else empty"""
+        """in index order (SubmitJobArray, GetJobArray, CancelJob); else empty"""
 
     @_builtins.property
     def states(self) -> _containers.RepeatedCompositeFieldContainer[Global___StateCount]:
@@ -250,6 +250,45 @@ class GetJobResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetJobResponse: _TypeAlias = GetJobResponse  # noqa: Y015
+
+@_typing.final
+class GetJobArrayRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetJobArrayRequest: _TypeAlias = GetJobArrayRequest  # noqa: Y015
+
+@_typing.final
+class GetJobArrayResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARRAY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def array(self) -> Global___JobArray: ...
+    def __init__(
+        self,
+        *,
+        array: Global___JobArray | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["array", b"array"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array", b"array"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetJobArrayResponse: _TypeAlias = GetJobArrayResponse  # noqa: Y015
 
 @_typing.final
 class ListJobsRequest(_message.Message):

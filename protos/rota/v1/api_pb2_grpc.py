@@ -49,6 +49,11 @@ class JobServiceStub:
                 request_serializer=rota_dot_v1_dot_api__pb2.GetJobRequest.SerializeToString,
                 response_deserializer=rota_dot_v1_dot_api__pb2.GetJobResponse.FromString,
                 _registered_method=True)
+        self.GetJobArray = channel.unary_unary(
+                '/rota.v1.JobService/GetJobArray',
+                request_serializer=rota_dot_v1_dot_api__pb2.GetJobArrayRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_api__pb2.GetJobArrayResponse.FromString,
+                _registered_method=True)
         self.ListJobs = channel.unary_unary(
                 '/rota.v1.JobService/ListJobs',
                 request_serializer=rota_dot_v1_dot_api__pb2.ListJobsRequest.SerializeToString,
@@ -94,6 +99,14 @@ class JobServiceServicer:
 
     def GetJob(self, request, context):
         """NOT_FOUND for an unknown id (or one of another tenant's jobs, for a tenant token).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetJobArray(self, request, context):
+        """A job array with its tasks counted by state and their ids in index order. NOT_FOUND
+        for an unknown id (or another tenant's array, for a tenant token).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -148,6 +161,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.GetJob,
                     request_deserializer=rota_dot_v1_dot_api__pb2.GetJobRequest.FromString,
                     response_serializer=rota_dot_v1_dot_api__pb2.GetJobResponse.SerializeToString,
+            ),
+            'GetJobArray': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJobArray,
+                    request_deserializer=rota_dot_v1_dot_api__pb2.GetJobArrayRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_api__pb2.GetJobArrayResponse.SerializeToString,
             ),
             'ListJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.ListJobs,
@@ -251,6 +269,33 @@ class JobService:
             '/rota.v1.JobService/GetJob',
             rota_dot_v1_dot_api__pb2.GetJobRequest.SerializeToString,
             rota_dot_v1_dot_api__pb2.GetJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJobArray(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.JobService/GetJobArray',
+            rota_dot_v1_dot_api__pb2.GetJobArrayRequest.SerializeToString,
+            rota_dot_v1_dot_api__pb2.GetJobArrayResponse.FromString,
             options,
             channel_credentials,
             insecure,

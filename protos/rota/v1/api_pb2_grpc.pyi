@@ -56,6 +56,10 @@ class JobServiceStub:
     """
     GetJob: _grpc.UnaryUnaryMultiCallable[_api_pb2.GetJobRequest, _api_pb2.GetJobResponse]
     """NOT_FOUND for an unknown id (or one of another tenant's jobs, for a tenant token)."""
+    GetJobArray: _grpc.UnaryUnaryMultiCallable[_api_pb2.GetJobArrayRequest, _api_pb2.GetJobArrayResponse]
+    """A job array with its tasks counted by state and their ids in index order. NOT_FOUND
+    for an unknown id (or another tenant's array, for a tenant token).
+    """
     ListJobs: _grpc.UnaryUnaryMultiCallable[_api_pb2.ListJobsRequest, _api_pb2.ListJobsResponse]
     """Jobs newest first, optionally filtered by tenant and states."""
     CancelJob: _grpc.UnaryUnaryMultiCallable[_api_pb2.CancelJobRequest, _api_pb2.CancelJobResponse]
@@ -87,6 +91,10 @@ class JobServiceAsyncStub(JobServiceStub):
     """
     GetJob: _aio.UnaryUnaryMultiCallable[_api_pb2.GetJobRequest, _api_pb2.GetJobResponse]  # type: ignore[assignment]
     """NOT_FOUND for an unknown id (or one of another tenant's jobs, for a tenant token)."""
+    GetJobArray: _aio.UnaryUnaryMultiCallable[_api_pb2.GetJobArrayRequest, _api_pb2.GetJobArrayResponse]  # type: ignore[assignment]
+    """A job array with its tasks counted by state and their ids in index order. NOT_FOUND
+    for an unknown id (or another tenant's array, for a tenant token).
+    """
     ListJobs: _aio.UnaryUnaryMultiCallable[_api_pb2.ListJobsRequest, _api_pb2.ListJobsResponse]  # type: ignore[assignment]
     """Jobs newest first, optionally filtered by tenant and states."""
     CancelJob: _aio.UnaryUnaryMultiCallable[_api_pb2.CancelJobRequest, _api_pb2.CancelJobResponse]  # type: ignore[assignment]
@@ -133,6 +141,16 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_api_pb2.GetJobResponse, _abc.Awaitable[_api_pb2.GetJobResponse]]:
         """NOT_FOUND for an unknown id (or one of another tenant's jobs, for a tenant token)."""
+
+    @_abc_1.abstractmethod
+    def GetJobArray(
+        self,
+        request: _api_pb2.GetJobArrayRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.GetJobArrayResponse, _abc.Awaitable[_api_pb2.GetJobArrayResponse]]:
+        """A job array with its tasks counted by state and their ids in index order. NOT_FOUND
+        for an unknown id (or another tenant's array, for a tenant token).
+        """
 
     @_abc_1.abstractmethod
     def ListJobs(

@@ -235,6 +235,19 @@ class JobService(api_pb2_grpc.JobServiceServicer):
 
         return api_pb2.GetJobResponse(job=await self.ctx.tx(read))
 
+    async def GetJobArray(
+        self, request: api_pb2.GetJobArrayRequest, context: grpc.aio.ServicerContext,
+    ) -> api_pb2.GetJobArrayResponse:
+        identity = current_identity()
+
+        def read(session: Session) -> api_pb2.JobArray:
+            row = arrays.get_array(session, request.id)
+            if row is None or not identity.may_access(row.tenant):  # another tenant's reads as missing
+                raise NotFound(f"job array {request.id} not found")
+            return _array_proto(session, row, arrays.task_ids(session, row.id))
+
+        return api_pb2.GetJobArrayResponse(array=await self.ctx.tx(read))
+
     async def ListJobs(self, request: api_pb2.ListJobsRequest, context: grpc.aio.ServicerContext) -> api_pb2.ListJobsResponse:
         identity = current_identity()
         tenant = request.tenant if identity.is_admin else identity.tenant
