@@ -5,6 +5,7 @@ marks, and `rota jobs --watch`'s refresh loop."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import os
@@ -22,7 +23,7 @@ from rota.cli import commands
 from rota.cli.main import BROKEN_PIPE_EXIT
 from rota.cli.main import main as rota_main
 from rota.cli.output import ELLIPSIS, LiveScreen, shorten, ticks
-from rota.client import InvalidArgumentError, Job, load_job_file
+from rota.client import InvalidArgumentError, Job, JobArray, load_job_file
 from rota.v1 import common_pb2
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,6 +54,7 @@ def make_job(state: str = "CANCELLED", *, started: bool = True, exit_code: int =
 class FakeClient:
     def __init__(self, jobs: list[Job] | None = None) -> None:
         self.jobs = jobs or []
+        self.arrays: list[JobArray] = []
         self.lists: list[tuple[str, list[str], int]] = []
 
     def __enter__(self) -> FakeClient:
@@ -67,6 +69,10 @@ class FakeClient:
     def list_jobs(self, *, tenant: str = "", states: list[str] | None = None, limit: int = 0) -> list[Job]:
         self.lists.append((tenant, list(states or []), limit))
         return self.jobs
+
+    def list_jobs_and_arrays(self, *, tenant: str = "", states: list[str] | None = None,
+                             limit: int = 0) -> tuple[list[Job], list[JobArray]]:
+        return self.list_jobs(tenant=tenant, states=states, limit=limit), self.arrays
 
     def explain(self, job_id: str) -> Any:
         raise commands.UnavailableError("no allocator")
@@ -237,6 +243,20 @@ def test_jobs_watch_redraws_the_filtered_table_every_interval(monkeypatch: pytes
     first = frames[0].replace("\033[K", "").replace("\033[J", "").splitlines()
     assert first[0].startswith("jobs at ") and first[0].endswith("Z: 2 shown, every 0.5s (Ctrl-C stops)")
     assert first[1:] == commands.jobs_table(fake.jobs).splitlines()
+
+
+def test_jobs_watch_folds_an_array_into_one_row_as_rota_jobs_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    task = dataclasses.replace(make_job("RUNNING", job_id="j-arr_0"), array_id="j-arr")
+    fake = FakeClient([make_job("RUNNING", job_id="j-a"), task])
+    fake.arrays = [JobArray(id="j-arr", tenant="demo", name="sweep", count=4, max_running=2,
+                            states={"RUNNING": 1, "PENDING": 3}, created_at=T0)]
+    monkeypatch.setattr(commands, "connect", lambda args: fake)
+    for expand, rows in ((False, ["j-a", "j-arr"]), (True, ["j-a", "j-arr_0"])):
+        clock, out = FakeClock(), io.StringIO()
+        commands._watch_jobs(watch_args(count=1, expand=expand), LiveScreen(out), clock=clock, sleep=clock.sleep)
+        text = out.getvalue()
+        assert all(r in text for r in rows)
+        assert ("running=1 pending=3" in text) is not expand
 
 
 def test_jobs_watch_without_a_terminal_prints_successive_tables_and_json_lines(

@@ -235,13 +235,17 @@ def _watch_jobs(args: argparse.Namespace, screen: LiveScreen | None = None,
     try:
         with connect(args) as client:
             for _ in ticks(args.interval, args.count, clock=clock or time.monotonic, sleep=sleep or time.sleep):
-                found = client.list_jobs(tenant=args.tenant, states=args.state, limit=args.limit)
                 if args.json:
+                    found = client.list_jobs(tenant=args.tenant, states=args.state, limit=args.limit)
                     print(json.dumps([j.to_dict() for j in found], default=str), flush=True)
                     continue
+                # As `rota jobs` shows them: an array's tasks folded into one row (--expand: not).
+                found, arrays = client.list_jobs_and_arrays(tenant=args.tenant, states=args.state, limit=args.limit)
+                from rota.cli.array_commands import grouped_table
+
+                table_text = jobs_table(found) if getattr(args, "expand", False) else grouped_table(found, arrays, jobs_table)
                 at = iso_utc(datetime.now(UTC), "seconds")
-                screen.show(f"jobs at {at}: {len(found)} shown, every {args.interval:g}s (Ctrl-C stops)\n"
-                            + jobs_table(found))
+                screen.show(f"jobs at {at}: {len(found)} shown, every {args.interval:g}s (Ctrl-C stops)\n" + table_text)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a watch ends
     return 0
