@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import REPO, RunningCluster, own_cluster
+from cluster import REPO, RunningCluster, own_cluster, wait_until
 
 from rota.client import load_job_file, spec_from_mapping
 
@@ -29,23 +29,13 @@ def _spec(file: str, **changes: Any) -> Any:
     return spec_from_mapping({**load_job_file(REPO / "examples" / file), **changes}, base_dir=REPO)
 
 
-def _until(what: Callable[[], Any], timeout_s: float, why: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = what()
-        if found:
-            return found
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {why}")
-
-
 def test_a_report_stream_reaches_verdicts_and_a_hung_job_is_stopped(cluster: RunningCluster) -> None:
     command = ["python", "examples/pipeline_job.py", "--iterations", "400", "--slow-rank", str(SLOW_RANK),
                "--slow-factor", "1.3", "--slow-from", str(SLOW_FROM), "--hang-at", "120", "--pace", "0.02"]
     with cluster.client() as client:
         job = client.submit(spec=_spec("pipeline.yaml", command=command))
     # 1. Fail-slow: the slow rank, and only it, in `rota health` and `rota job ID`.
-    slow = _until(lambda: [v for v in cluster.cli_json("health", "--job", job.id)["verdicts"] if v["kind"] == "slow"],
+    slow = wait_until(lambda: [v for v in cluster.cli_json("health", "--job", job.id)["verdicts"] if v["kind"] == "slow"],
                   90, "a slow verdict")
     assert [(v["rank"], v["job_id"]) for v in slow] == [(SLOW_RANK, job.id)]
     assert slow[0]["iteration"] >= SLOW_FROM and slow[0]["ratio"] == pytest.approx(1.3, rel=0.05)
@@ -124,7 +114,7 @@ def test_an_applied_replan_restarts_the_job_from_its_step_with_the_new_layout(
     no = cluster.cli("replan", refused.id, "--apply", check=False)
     assert no.returncode != 0 and "accepts_layout_changes" in no.stderr
     cluster.cli("cancel", refused.id)
-    _until(lambda: [v for v in cluster.cli_json("health", "--job", job.id)["verdicts"] if v["kind"] == "slow"],
+    wait_until(lambda: [v for v in cluster.cli_json("health", "--job", job.id)["verdicts"] if v["kind"] == "slow"],
            90, "a slow verdict")
     applied = cluster.cli_json("replan", job.id, "--apply", "--wait", "60")
     assert applied["applied"] and applied["step"] > 40 and applied["image_id"] and applied["node"]
@@ -133,7 +123,7 @@ def test_an_applied_replan_restarts_the_job_from_its_step_with_the_new_layout(
     slow_stage = next(st for st in layout["stages"] if SLOW_RANK in st["ranks"])
     assert slow_stage["layers"] < layout["layers"] // layout["pp"]  # the slow rank's stage sheds layers
     # The restarted job read ROTA_LAYOUT (exactly what the detector stored) and went on from its step.
-    seen = _until(lambda: len(lines := starts.read_text().splitlines()) >= 2 and [json.loads(x) for x in lines], 60,
+    seen = wait_until(lambda: len(lines := starts.read_text().splitlines()) >= 2 and [json.loads(x) for x in lines], 60,
                   "the restart")
     first, restarted = seen[0], seen[1]
     assert (first["start"], first["layout"]) == (0, None)

@@ -9,14 +9,13 @@ submission is counted under its status code.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import RunningCluster, own_cluster
+from cluster import RunningCluster, own_cluster, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 Samples = list[tuple[str, dict[str, str], float]]
@@ -50,14 +49,18 @@ def names(samples: Samples) -> set[str]:
 
 
 def eventually(read: Callable[[], Any], check: Callable[[Any], bool], what: str, timeout_s: float = 30) -> Any:
-    deadline = time.monotonic() + timeout_s
-    value = read()
-    while not check(value):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last: {value}")
-        time.sleep(0.5)
-        value = read()
-    return value
+    """cluster.wait_until over `read`'s values, naming the last one when it times out."""
+    last: list[Any] = [None]
+
+    def holds() -> bool:
+        last[0] = read()
+        return check(last[0])
+
+    try:
+        wait_until(holds, timeout_s, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last: {last[0]}") from None
+    return last[0]
 
 
 def test_every_process_serves_the_named_series_with_values_that_agree_with_the_cluster(
