@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import sys
 import tempfile
 import threading
@@ -147,18 +148,40 @@ def _ms(values: list[float]) -> dict[str, float]:
     return {k: round(v * 1000, 1) if k != "n" else v for k, v in percentiles(values).items()}
 
 
+def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) each of the cluster's processes has used, by its name
+    with the worker number dropped (api-2 counts as api)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        group = "api" if name.startswith("api") else "agents" if name.startswith("node-") else name.split("-")[0]
+        used[group] = used.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
 def sustained(h: Harness, seconds: float, threads: int, processes: int = 1) -> dict[str, Any]:
     shares = _split(threads, processes)
     endpoint, token = h.info["endpoint"], h.token
+    pids = {str(k): int(v) for k, v in h.info.get("pids", {}).items()}
     with ProcessPoolExecutor(len(shares), mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(_ready, range(len(shares))))
         start_at = time.time() + START_DELAY_S
         stop_at = start_at + seconds
         futures = [pool.submit(_sustained_client, endpoint, token, n, start_at, stop_at) for n in shares]
+        before = _cpu_seconds(pids)
         done = [x for f in futures for x in f.result()]
+        after = _cpu_seconds(pids)
         elapsed = time.time() - start_at
+    # Where the machine's CPU went per durable submission, by the cluster's processes (the
+    # clients, PostgreSQL and Redis are not among them): a figure the other load on the
+    # machine does not move much, unlike the rate.
+    cpu = {name: round((after[name] - before.get(name, 0.0)) / max(1, len(done)) * 1000, 3) for name in after}
     return {"threads": threads, "processes": len(shares), "submissions": len(done),
-            "per_second": round(len(done) / elapsed, 1), "latency_ms": _ms(done)}
+            "per_second": round(len(done) / elapsed, 1), "latency_ms": _ms(done), "cpu_ms_per_submission": cpu}
 
 
 def paced(h: Harness, seconds: float, rate: float, threads: int, processes: int = 1) -> dict[str, Any]:
