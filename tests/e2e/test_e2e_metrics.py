@@ -97,6 +97,11 @@ def test_every_process_serves_the_named_series_with_values_that_agree_with_the_c
     assert total(running, "rota_rpc_server_handled_total", grpc_method="SubmitJob", grpc_code="INVALID_ARGUMENT") >= 1
     assert total(running, "rota_rpc_server_handling_seconds_count", grpc_method="SubmitJob") >= 2
     assert total(running, "rota_job_queue_wait_seconds_count", kind="training") >= 1
+    # The running job's reported progress (sleep_job reports step and total), labelled by job.
+    reported = eventually(api, lambda s: total(s, "rota_job_progress", job=job_id, key="total") > 0,
+                          "the running job's progress in rota_job_progress")
+    assert total(reported, "rota_job_progress", job=job_id, key="total") == 120
+    assert {lbl["job"] for n, lbl, _ in reported if n == "rota_job_progress"} == {job_id}
     with urllib.request.urlopen(endpoints["api"], timeout=10) as reply:  # declared, even with none counted yet
         families = {f.name for f in text_string_to_metric_families(reply.read().decode())}
     assert {"rota_postgres_errors", "rota_redis_errors"} <= families, sorted(families)

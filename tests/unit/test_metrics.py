@@ -89,3 +89,18 @@ def test_every_rota_counter_and_histogram_follows_the_naming_conventions() -> No
     assert counters and all(not f.name.endswith("_total") for f in counters)  # the client adds _total
     text = generate_latest(metrics.REGISTRY).decode()
     assert "_created" not in text
+
+
+@pytest.mark.parametrize(("progress", "expected"), [
+    ({"step": 3, "loss": 2.5, "window": 12}, [("step", 3.0), ("loss", 2.5), ("window", 12.0)]),
+    ({"done": True, "phase": "warmup", "nested": {"a": 1}, "nan": float("nan")}, []),  # not numbers
+    ("not a mapping", []),
+    ({f"k{i}": i for i in range(40)}, [(f"k{i}", float(i)) for i in range(16)]),  # bounded per job
+])
+def test_a_job_s_progress_exports_its_numeric_values_only_and_a_bounded_number(
+    progress: object, expected: list[tuple[str, float]],
+) -> None:
+    from rota.api.metrics import MAX_PROGRESS_KEYS, numeric_progress
+
+    assert numeric_progress(progress) == expected
+    assert len(numeric_progress({str(i): i for i in range(100)})) == MAX_PROGRESS_KEYS

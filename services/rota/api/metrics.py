@@ -4,6 +4,12 @@
     rota_node_gpus{node, state}                  allocated | idle | bad: their sum is the node's GPUs
     rota_node_heartbeat_age_seconds{node}        since the node's last heartbeat
     rota_node_health{node, health}               1 for the node's health (ALIVE, SUSPECT, DEAD, ...)
+    rota_job_progress{job, tenant, kind, key}    each numeric value a running job reports
+                                                 (loss, step, an agentic batch's window and hit
+                                                 rate, an overlap plan's predicted step time)
+
+Job ids label only rota_job_progress, and only running jobs' (bounded by what runs at once,
+times the keys each reports, at most MAX_PROGRESS_KEYS a job); no histogram carries one.
 
 Read once per scrape interval at most (`CachedCollector`), in three grouped queries; an
 api with several workers answers from each, so a dashboard takes max() over instances.
@@ -30,6 +36,9 @@ def cluster_families(session: Session) -> list[GaugeMetricFamily]:
     claimed = dict(session.execute(select(GpuClaimRow.node, func.count()).group_by(GpuClaimRow.node)).tuples().all())
     bad = read_models.bad_gpus(session)
     nodes = session.execute(select(NodeRow.name, NodeRow.health, NodeRow.last_heartbeat)).all()
+    running = session.execute(
+        select(JobRow.id, JobRow.tenant, JobRow.kind, JobRow.progress).where(JobRow.state == "RUNNING")
+    ).all()
     now = utcnow()
     per_node: list[tuple[tuple[str, ...], float]] = []
     for name, total in sorted(gpus.items()):
@@ -45,7 +54,23 @@ def cluster_families(session: Session) -> list[GaugeMetricFamily]:
               (((n,), max(0.0, (now - at).total_seconds())) for n, _h, at in nodes)),
         gauge("rota_node_health", "1 for the node's current health", ["node", "health"],
               (((n, h), 1.0) for n, h, _at in nodes)),
+        gauge("rota_job_progress", "A running job's reported numeric progress values (rota.runtime.report)",
+              ["job", "tenant", "kind", "key"],
+              (((job, tenant, kind, key), value) for job, tenant, kind, progress in running
+               for key, value in numeric_progress(progress))),
     ]
+
+
+MAX_PROGRESS_KEYS = 16  # a job that reports more shows its first ones, in its own order
+
+
+def numeric_progress(progress: object) -> list[tuple[str, float]]:
+    """The numeric values of a job's progress (booleans, text and nested values left out)."""
+    if not isinstance(progress, dict):
+        return []
+    found = [(str(k), float(v)) for k, v in progress.items()
+             if isinstance(v, int | float) and not isinstance(v, bool) and v == v]
+    return found[:MAX_PROGRESS_KEYS]
 
 
 def register_cluster_metrics(db: Database) -> CachedCollector:
