@@ -87,8 +87,12 @@ def _write(line: dict[str, object]) -> None:
 def report_iteration(
     iteration: int, *, rank_seconds: Sequence[float | None], micro_batches: Sequence[Sequence[Sequence[int]]],
     tp: int, pp: int, dp: int, iteration_seconds: float = 0.0, stage_of_rank: Sequence[int] | None = None,
+    predicted_seconds: float = 0.0,
 ) -> None:
-    """Report one iteration (see the module docstring). Raises ValueError naming what is wrong."""
+    """Report one iteration (see the module docstring). Raises ValueError naming what is wrong.
+
+    `predicted_seconds`: the step time the job expects (an overlap plan's `predicted_step_s`),
+    which the detector holds the steps to until it has learned the job's own times."""
     if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0:
         raise ValueError(f"iteration must be an integer of at least 0, got {iteration!r}")
     ranks = _positive("tp", tp) * _positive("pp", pp) * _positive("dp", dp)
@@ -101,8 +105,15 @@ def report_iteration(
         if len(stages) != ranks or any(not 0 <= s < pp for s in stages):
             raise ValueError(f"stage_of_rank must give a stage in 0..{pp - 1} for each of the {ranks} ranks")
         layout["stages"] = stages
-    _write({"iteration": iteration, "rank_seconds": _seconds(rank_seconds, ranks),
-            "micro_batches": _micro_batches(micro_batches, dp), "layout": layout, "iteration_seconds": wall})
+    predicted = float(predicted_seconds)
+    if not math.isfinite(predicted) or predicted < 0:
+        raise ValueError(f"predicted_seconds must be a finite time of at least 0, got {predicted_seconds!r}")
+    line: dict[str, object] = {"iteration": iteration, "rank_seconds": _seconds(rank_seconds, ranks),
+                               "micro_batches": _micro_batches(micro_batches, dp), "layout": layout,
+                               "iteration_seconds": wall}
+    if predicted:
+        line["predicted_seconds"] = predicted
+    _write(line)
 
 
 def heartbeat(*ranks: int) -> None:

@@ -178,12 +178,18 @@ class ReportIterationRequest(_message.Message):
     SEQUENCES_PER_MICRO_BATCH_FIELD_NUMBER: _builtins.int
     ITERATION_SECONDS_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
+    PREDICTED_ITERATION_SECONDS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     iteration: _builtins.int
     iteration_seconds: _builtins.float
     """wall time of the whole step (0 = unknown)"""
     epoch: _builtins.int
     """the job's placement epoch (0 = current)"""
+    predicted_iteration_seconds: _builtins.float
+    """The step time the job expects before any is measured (an overlap plan's simulated
+    makespan); 0 = none. Until the detector has learned the job's own times, a step
+    persistently slower than this by the threshold is a job-level slow verdict.
+    """
     @_builtins.property
     def rank_seconds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """Each rank's busy time in the iteration, in rank order; a negative value = not reported."""
@@ -209,10 +215,11 @@ class ReportIterationRequest(_message.Message):
         sequences_per_micro_batch: _abc.Iterable[_builtins.int] | None = ...,
         iteration_seconds: _builtins.float = ...,
         epoch: _builtins.int = ...,
+        predicted_iteration_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["layout", b"layout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "iteration", b"iteration", "iteration_seconds", b"iteration_seconds", "job_id", b"job_id", "layout", b"layout", "rank_seconds", b"rank_seconds", "sequence_lengths", b"sequence_lengths", "sequences_per_micro_batch", b"sequences_per_micro_batch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "iteration", b"iteration", "iteration_seconds", b"iteration_seconds", "job_id", b"job_id", "layout", b"layout", "predicted_iteration_seconds", b"predicted_iteration_seconds", "rank_seconds", b"rank_seconds", "sequence_lengths", b"sequence_lengths", "sequences_per_micro_batch", b"sequences_per_micro_batch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -44,6 +44,7 @@ def report_request(job: LocalJob, line: dict[str, Any]) -> detector_pb2.ReportIt
         layout=detector_pb2.Layout(tp=int(layout["tp"]), pp=int(layout["pp"]), dp=int(layout["dp"]),
                                    stage_of_rank=[int(s) for s in layout.get("stages") or ()]),
         iteration_seconds=float(line.get("iteration_seconds") or 0.0),
+        predicted_iteration_seconds=float(line.get("predicted_seconds") or 0.0),
     )
 
 

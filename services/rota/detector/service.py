@@ -129,7 +129,8 @@ def report_from_proto(request: detector_pb2.ReportIterationRequest) -> Iteration
     if any(s is not None and not math.isfinite(s) for s in seconds):
         raise InvalidArgument("rank_seconds", "a time is not a finite number")
     micro = unflatten(list(request.sequence_lengths), list(request.sequences_per_micro_batch), layout.dp)
-    return IterationReport(request.iteration, layout, seconds, micro, request.iteration_seconds)
+    return IterationReport(request.iteration, layout, seconds, micro, request.iteration_seconds,
+                           request.predicted_iteration_seconds)
 
 
 class DetectorService(detector_pb2_grpc.DetectorServiceServicer):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -16,6 +17,7 @@ from rota.core.detection.failslow import (
     Verdict,
 )
 from rota.core.detection.layout import IterationReport, Layout, MicroBatch
+from rota.core.errors import InvalidArgument
 
 # The true cost of every micro-batch on every stage, written out here (not taken from the
 # cost model under test): each packed sequence of l tokens costs 0.4 s per 10⁴ tokens
@@ -144,3 +146,35 @@ def test_a_rank_that_recovers_for_k_iterations_can_be_flagged_again() -> None:
 def test_episodes_open_after_k_overs_and_close_after_k_calms(overs: list[bool], opened: list[bool]) -> None:
     episodes = Episodes(3)
     assert [episodes.update(7, o) for o in overs] == opened
+
+
+@pytest.mark.parametrize(("observed_over_predicted", "verdicts"), [(2.0, 1), (1.05, 0)])
+def test_a_predicted_step_time_is_the_expectation_before_the_job_s_own_is_learned(
+    observed_over_predicted: float, verdicts: int,
+) -> None:
+    layout = Layout(tp=1, pp=1, dp=1)
+    detector = FailSlowDetector(layout, DetectorConfig(threshold=1.1, consecutive=5, warmup=50))
+    reports = []
+    for it in range(10):  # all inside the warm-up: the learned model does not exist yet
+        base = report(it, layout)
+        predicted = 0.01
+        reports.append(dataclasses.replace(base, iteration_seconds=predicted * observed_over_predicted,
+                                           predicted_seconds=predicted))
+    found = run(detector, reports)
+    assert len(found) == verdicts
+    if verdicts:
+        assert (found[0].rank, found[0].kind, found[0].iteration) == (JOB, SLOW, 4)  # the k-th over
+        assert found[0].evidence["expected_iteration_seconds"] == 0.01
+    assert not detector.ready
+
+
+def test_without_a_prediction_the_warm_up_judges_nothing() -> None:
+    layout = Layout(tp=1, pp=1, dp=1)
+    detector = FailSlowDetector(layout, DetectorConfig(threshold=1.1, consecutive=5, warmup=50))
+    assert run(detector, [dataclasses.replace(report(it, layout), iteration_seconds=1.0) for it in range(10)]) == []
+
+
+def test_a_prediction_that_is_not_a_finite_time_is_refused_naming_the_field() -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        dataclasses.replace(report(0, Layout(tp=1, pp=1, dp=1)), predicted_seconds=float("inf"))
+    assert refused.value.field == "predicted_iteration_seconds"

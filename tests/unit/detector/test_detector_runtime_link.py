@@ -31,6 +31,17 @@ def test_a_report_is_one_json_line_that_reaches_the_detector_unchanged(tmp_path:
     assert (report.iteration, report.layout.as_dict(), report.iteration_seconds) == (7, {"tp": 1, "pp": 2, "dp": 2}, 1.5)
     assert report.rank_seconds == (0.5, None, 0.7, 0.8)
     assert report.micro_batches == ((((2048, 1024), (4096,))), ((512,) * 4, (8000,)))
+    assert report.predicted_seconds == 0.0  # none sent
+
+
+def test_a_predicted_step_time_reaches_the_detector(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "iterations.jsonl"
+    monkeypatch.setenv("ROTA_ITERATIONS_FILE", str(path))
+    report_iteration(3, rank_seconds=[0.5] * 4, micro_batches=MICRO, tp=1, pp=2, dp=2, iteration_seconds=1.5,
+                     predicted_seconds=1.25)  # e.g. an overlap plan's predicted_step_s
+    line = json.loads(path.read_text())
+    report = report_from_proto(report_request(LocalJob("j-1", 4, [0, 1], 1, tmp_path), line))
+    assert report.predicted_seconds == 1.25
 
 
 @pytest.mark.parametrize(("kwargs", "words"), [
@@ -41,6 +52,7 @@ def test_a_report_is_one_json_line_that_reaches_the_detector_unchanged(tmp_path:
     ({"micro_batches": [[[0]], [[1]]]}, "micro_batches[0][0]"),
     ({"stage_of_rank": [0, 0, 0, 2]}, "stage_of_rank"),
     ({"tp": 0}, "tp must be"),
+    ({"predicted_seconds": -1.0}, "predicted_seconds"),
 ])
 def test_a_bad_report_raises_a_value_error_that_says_what(kwargs: dict[str, Any], words: str) -> None:
     args: dict[str, Any] = {"rank_seconds": [1.0] * 4, "micro_batches": MICRO, "tp": 1, "pp": 2, "dp": 2, **kwargs}

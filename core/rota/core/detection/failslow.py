@@ -174,7 +174,7 @@ class FailSlowDetector:
             self.warm.append(report)
             if len(self.warm) >= self.config.warmup:
                 self._fit_warm()
-            return []
+            return self._against_prediction(report)
         cfg = self.config
         ratios: dict[int, float] = {}
         for r, y in enumerate(report.rank_seconds):
@@ -201,6 +201,24 @@ class FailSlowDetector:
             }))
         self._learn(report, ratios, job_ratio, expected_iter)
         return verdicts
+
+    def _against_prediction(self, report: IterationReport) -> list[Verdict]:
+        """Before the job's own times are learned, its predicted step time (when it sends
+        one) is the expectation: k steps in a row over the threshold open a job verdict.
+        The warm-up's own steps could not show a slowdown that is there from the start."""
+        if report.predicted_seconds <= 0 or report.iteration_seconds <= 0:
+            return []
+        ratio = report.iteration_seconds / report.predicted_seconds
+        self.recent_job.append(ratio)
+        if not self.job.update(JOB, ratio > self.config.threshold):
+            return []
+        return [Verdict(JOB, SLOW, report.iteration, _mean(self.recent_job), {
+            "iteration_ratios": [round(v, 4) for v in self.recent_job if v is not None],
+            "expected_iteration_seconds": round(report.predicted_seconds, 6),
+            "observed_iteration_seconds": report.iteration_seconds,
+            "threshold": self.config.threshold, "consecutive": self.config.consecutive,
+            "why": "the step is slower than the job's predicted step time (before its own times are learned)",
+        })]
 
     def _rank_verdict(self, r: int, report: IterationReport, ratios: dict[int, float], expected_iter: float) -> Verdict:
         L, cfg = self.layout, self.config

@@ -75,7 +75,9 @@ class IterationReport:
 
     `rank_seconds[r]` is rank r's busy (compute) time in the iteration, None when rank r did
     not report; `micro_batches[d]` are replica d's micro-batches in schedule order; and
-    `iteration_seconds` is the wall time of the whole step (0 when unknown).
+    `iteration_seconds` is the wall time of the whole step (0 when unknown), and
+    `predicted_seconds` the step time the job expects before any is measured (a simulator's
+    prediction, e.g. of an overlap plan; 0 when none).
     """
 
     iteration: int
@@ -83,6 +85,7 @@ class IterationReport:
     rank_seconds: tuple[float | None, ...]
     micro_batches: tuple[tuple[MicroBatch, ...], ...]
     iteration_seconds: float = 0.0
+    predicted_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.iteration < 0:
@@ -101,6 +104,8 @@ class IterationReport:
             raise InvalidArgument("micro_batches", "a micro-batch is empty or holds a length below 1")
         if not self.iteration_seconds >= 0:
             raise InvalidArgument("iteration_seconds", "must be at least 0")
+        if not 0 <= self.predicted_seconds < float("inf"):
+            raise InvalidArgument("predicted_iteration_seconds", "must be a finite time of at least 0")
 
 
 def flatten(micro_batches: Sequence[Sequence[MicroBatch]]) -> tuple[list[int], list[int], int]:
