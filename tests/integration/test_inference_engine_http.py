@@ -154,3 +154,28 @@ def test_admit_release_endpoint_for_an_outside_agent_framework() -> None:
     finally:
         server.stop()
     assert scrape(server.url, timeout_s=0.5) is None  # a stopped server: no sample
+
+
+def test_the_sdk_admits_and_releases_an_outside_agent_over_the_job_s_endpoint() -> None:
+    from datetime import timedelta
+
+    from rota.client import AdmissionEndpoint, FailedPreconditionError, InvalidArgumentError
+    from rota.client.admission import endpoint_of
+
+    engine = Engine(EngineConfig(cache_blocks=64, model=SMALL))
+    server = MetricsServer(engine.snapshot)
+    controller = AdmissionController(ControllerConfig(w_max=2, w_init=1))
+    server.add_routes(admission_routes(ScrapedAdmission(controller, server.url)))
+    try:
+        gate = endpoint_of("j-1", {"admission_url": server.url.removesuffix("/metrics")}, timedelta(seconds=5))
+        assert isinstance(gate, AdmissionEndpoint)
+        assert gate.admit("outside-1") is True  # the window (1) has room
+        assert gate.admit("outside-2") is False  # held, in order
+        assert gate.window()["held"] == 1
+        assert gate.release("outside-1") == ["outside-2"]  # the freed slot goes to the next held
+        with pytest.raises(InvalidArgumentError):
+            gate.admit("")
+    finally:
+        server.stop()
+    with pytest.raises(FailedPreconditionError):
+        endpoint_of("j-2", {"step": 3}, timedelta(seconds=1))

@@ -36,6 +36,7 @@ from rota.client.jobspec import Dependency, JobSpec
 from rota.client.tls import TLS
 
 if TYPE_CHECKING:
+    from rota.client.admission import AdmissionEndpoint
     from rota.client.checkpoint import (
         CheckpointImage,
         CheckpointOperation,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from rota.client.plan import CurrentPlan, Explanation, PlannedJob, ScenarioPlan, WhatIf
 
 _LAZY = {
+    "AdmissionEndpoint": "rota.client.admission",
     # The client itself (it brings grpc): `rota submit` over HTTP reads job files with
     # this package and never dials gRPC (rota.cli.http_submit).
     **dict.fromkeys(("Client", "Gpu", "Job", "JobEvent", "Node", "StateChange", "Tenant"), "rota.client.client"),
@@ -71,7 +73,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 __all__ = [
-    "Client", "TLS", "CurrentPlan", "PlannedJob", "ScenarioPlan", "WhatIf", "Explanation", "Gpu", "Job", "JobEvent", "Node", "StateChange", "Tenant",
+    "AdmissionEndpoint", "Client", "TLS", "CurrentPlan", "PlannedJob", "ScenarioPlan", "WhatIf", "Explanation", "Gpu", "Job", "JobEvent", "Node", "StateChange", "Tenant",
     "RotaError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError", "PermissionDeniedError",
     "UnauthenticatedError", "FailedPreconditionError", "UnavailableError", "DeadlineExceededError",
     "UnimplementedError", "load_job_file", "parse_duration", "spec_from_mapping",

@@ -29,6 +29,7 @@ from rota.v1 import api_pb2, api_pb2_grpc, common_pb2
 # The other services' messages and stubs are imported by the methods that call them: a
 # script's `rota submit` loads the job API alone (SDK import: a third of its CPU before).
 if TYPE_CHECKING:
+    from rota.client.admission import AdmissionEndpoint
     from rota.client.checkpoint import CheckpointResult, JobImages, MigrateResult, PauseResult, ResumeResult
     from rota.client.detector import DeviceHealth, DrainResult, ReplanResult, Verdict
     from rota.client.forecast import DemandForecast, Forecast, TrafficSample
@@ -321,6 +322,14 @@ class Client:
 
     def get_job(self, job_id: str) -> Job:
         return Job.from_proto(self._call(self._jobs.GetJob, api_pb2.GetJobRequest(id=job_id)).job)
+
+    def admission(self, job_id: str, *, timeout: timedelta = timedelta(seconds=5)) -> AdmissionEndpoint:
+        """The admission controller of a running agentic batch (its progress's `admission_url`),
+        for agents outside Rota: `admit(agent)` at each step boundary, `release(agent)` when
+        done (rota.client.admission). FailedPreconditionError when the job has none."""
+        from rota.client.admission import endpoint_of
+
+        return endpoint_of(job_id, self.get_job(job_id).progress, timeout)
 
     def get_array(self, array_id: str) -> JobArray:
         """A job array: its tasks' ids in index order and how many are in each state."""
