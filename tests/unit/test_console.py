@@ -261,3 +261,37 @@ def test_console_times_carry_their_zone_as_the_cli_writes_them() -> None:
     assert when(datetime(2026, 12, 1, 16, 58, 54, tzinfo=UTC)) == "2026-12-01T16:58:54Z"
     assert when(datetime(2026, 12, 1, 17, 58, 54, tzinfo=timezone(timedelta(hours=1)))) == "2026-12-01T16:58:54Z"
     assert when(None) == "-"
+
+
+def test_an_agentic_batch_an_overlap_plan_and_bubbles_get_panels_of_their_own() -> None:
+    from rota.console.grid import progress_panels
+
+    assert progress_panels({"step": 3, "loss": 2.0}) == []
+    panels = {p.id: dict(p.rows) for p in progress_panels({
+        "window": 8, "active": 6, "held": 10, "usage": 0.91, "hit_rate": 0.62, "recompute_ratio": 0.05,
+        "agents_done": 4, "agents": 24, "tokens_per_s": 812.5, "signal": "increase",
+        "overlap_plan": "tile2+buckets", "overlap_k": 2, "overlap_buckets": 3, "predicted_step_s": 0.02,
+        "step_s": 0.025, "predicted_peak_mb": 2.75, "bubble_s": 0.01,
+    })}
+    assert panels["admission"]["Window"] == "8 agents (6 active, 10 held)"
+    assert panels["admission"]["KV cache usage"] == "91%" and panels["admission"]["Agents done"] == "4 of 24"
+    assert panels["overlap"]["Predicted step"] == "0.02 s (measured 0.025 s, +25%)"
+    assert panels["bubbles"]["In bubbles"] == "0.01 s (40% of the step)"
+
+
+def test_the_job_page_shows_an_agentic_batch_s_admission_panel() -> None:
+    import dataclasses
+
+    from rota.console.gateway import JobPage, Part
+
+    job = dataclasses.replace(a_job(), progress={"window": 8, "active": 6, "held": 2, "usage": 0.5, "hit_rate": 0.7})
+    missing = Part(None, "UNAVAILABLE: not in this test")
+
+    class WithJob(FakeGateway):
+        def job(self, token: str, jid: str) -> JobPage:
+            return JobPage(job, missing, missing, missing, missing, missing)
+
+    page = app(WithJob()).handle("GET", "/jobs/j-aaa", COOKIE)
+    assert page.status == 200, page.body[:300]
+    assert b'<table class="facts" id="admission">' in page.body and b"8 agents (6 active, 2 held)" in page.body
+    assert b'id="overlap"' not in page.body

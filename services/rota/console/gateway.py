@@ -24,7 +24,15 @@ from typing import Any, TypeVar
 import grpc
 
 from rota.client import Client, NotFoundError, RotaError
-from rota.console.grid import NodeRow, PlanGrid, node_rows, plan_grid, progress_fraction
+from rota.console.grid import (
+    NodeRow,
+    PlanGrid,
+    ProgressPanel,
+    node_rows,
+    plan_grid,
+    progress_fraction,
+    progress_panels,
+)
 from rota.console.params import JobFilters
 
 T = TypeVar("T")
@@ -87,6 +95,10 @@ class JobPage:
     @property
     def fraction(self) -> float | None:
         return progress_fraction(self.job.progress)
+
+    @property
+    def panels(self) -> list[ProgressPanel]:
+        return progress_panels(self.job.progress)
 
 
 class Gateway:

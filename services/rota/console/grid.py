@@ -171,3 +171,54 @@ def progress_fraction(progress: Mapping[str, Any]) -> float | None:
     if not isinstance(step, int | float) or not isinstance(total, int | float) or total <= 0:
         return None
     return max(0.0, min(1.0, float(step) / float(total)))
+
+
+@dataclass(frozen=True)
+class ProgressPanel:
+    """A group of a job's progress values that one of Rota's job-side libraries reports,
+    shown together under its own title (rows of label and text)."""
+
+    id: str
+    title: str
+    rows: list[tuple[str, str]]
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+
+def _pct(value: Any) -> str:
+    return f"{100 * value:.0f}%" if isinstance(value, int | float) else "-"
+
+
+def progress_panels(progress: Mapping[str, Any]) -> list[ProgressPanel]:
+    """The panels a job's progress fills: an agentic batch's admission control (CONCUR), an
+    overlap plan (Helix), a pipeline's bubbles (Hydro); none for a plain job."""
+    panels: list[ProgressPanel] = []
+    p = progress
+    if "window" in p and "hit_rate" in p:
+        done = f"{p.get('agents_done', '-')} of {p.get('agents', '-')}"
+        panels.append(ProgressPanel("admission", "Admission control", [
+            ("Window", f"{p['window']} agents ({p.get('active', '-')} active, {p.get('held', '-')} held)"),
+            ("KV cache usage", _pct(p.get("usage"))), ("Prefix hit rate", _pct(p.get("hit_rate"))),
+            ("Recomputed per generated token", _num(p.get("recompute_ratio", "-"))),
+            ("Agents done", done), ("Tokens/s", _num(p.get("tokens_per_s", "-"), 4)),
+            ("Last decision", str(p.get("signal", "-"))),
+        ]))
+    if "overlap_plan" in p:
+        measured = p.get("step_s")
+        predicted = p.get("predicted_step_s")
+        error = (f" (measured {_num(measured)} s, {100 * (measured / predicted - 1):+.0f}%)"
+                 if isinstance(measured, int | float) and isinstance(predicted, int | float) and predicted > 0 else "")
+        panels.append(ProgressPanel("overlap", "Overlap plan", [
+            ("Plan", str(p["overlap_plan"])), ("Tile streams (K)", _num(p.get("overlap_k", "-"))),
+            ("Buckets", _num(p.get("overlap_buckets", "-"))),
+            ("Predicted step", f"{_num(predicted)} s{error}" if predicted is not None else "-"),
+            ("Predicted peak memory", f"{_num(p.get('predicted_peak_mb', '-'))} MB"),
+        ]))
+    if "bubble_s" in p and isinstance(p.get("step_s"), int | float) and p["step_s"] > 0:
+        panels.append(ProgressPanel("bubbles", "Pipeline bubbles", [
+            ("Step", f"{_num(p['step_s'])} s"),
+            ("In bubbles", f"{_num(p['bubble_s'])} s ({_pct(p['bubble_s'] / p['step_s'])} of the step)"),
+        ]))
+    return panels
