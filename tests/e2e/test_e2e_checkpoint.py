@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import RunningCluster, processes_of, reference, start_cluster, wait_lines
+import yaml
+from cluster import REPO, RunningCluster, processes_of, reference, start_cluster, wait_lines, wait_until
 
 from rota.client import FailedPreconditionError
 
@@ -71,7 +72,7 @@ def test_a_paused_job_resumes_on_its_node_and_on_another_with_identical_losses(
     losses = tmp_path / "lm.txt"
     job_id = submit(cluster, "lm", [*LM, *DELAY, "--losses", str(losses)])
     first = cluster.wait_job(job_id, ("RUNNING",)).node
-    filler = submit(cluster, "filler", ["python", "examples/sleep_job.py", "--seconds", "300"])
+    filler = submit(cluster, "filler", ["python", "examples/sleep_job.py", "--seconds", "300", "--no-checkpoint"])
     other = cluster.wait_job(filler, ("RUNNING",)).node
     assert {first, other} == {"node-1", "node-2"}
 
@@ -187,3 +188,42 @@ def placed_on(job: Any) -> str:
     """The node of the job's last placement, from its history ("placed on NODE GPUs ...")."""
     reason = [h.reason for h in job.history if h.to_state == "SCHEDULED"][-1]
     return str(reason.split()[2])
+
+
+def test_the_sleep_example_pauses_at_once_resumes_and_migrates_from_its_step(cluster: RunningCluster) -> None:
+    """examples/sleep.yaml calls itself pausable: it is (it registers with rota.runtime, with
+    no torch, and reaches a safe point every 50 ms), and a resumed or migrated copy goes on from the
+    step it paused at, not from 0."""
+    fields = yaml.safe_load((REPO / "examples" / "sleep.yaml").read_text(encoding="utf-8"))
+    command = fields.pop("command")
+    assert command[:2] == ["python", "examples/sleep_job.py"] and "--no-checkpoint" not in command
+    for key in ("name", "tenant", "kind", "gpus"):
+        fields.pop(key)
+    job_id = submit(cluster, "sleep", [*command[:2], "--seconds", "120", "--interval", "0.2"], **fields)
+    home = cluster.wait_job(job_id, ("RUNNING",)).node
+
+    def step() -> int:
+        with cluster.client() as client:
+            return int(client.get_job(job_id).progress.get("step", -1))
+
+    wait_until(lambda: step() >= 3, 60, "three steps")
+    paused = pause(cluster, job_id)  # `rota pause --timeout 15`: it failed at 10 s when the job never registered
+    assert paused["step"] >= 3 and paused["ranks"] == 1 and paused["pause_seconds"] > 0, paused
+
+    resumed = cluster.cli_json("resume", job_id, "--wait", "60")
+    assert resumed["step"] == paused["step"] and resumed["node"], resumed
+    wait_until(lambda: step() >= paused["step"] + 3, 60, "three steps after the resume")
+    history = cluster.wait_job(job_id, ("RUNNING",)).history
+    assert [h.to_state for h in history].count("PAUSED") == 1
+
+    target = "node-2" if resumed["node"] == "node-1" else "node-1"  # free: this module's tests cancel theirs
+    moved = cluster.cli_json("migrate", job_id, "--to", target, "--wait", "60")  # pause, write, resume: one call
+    assert moved["from_node"] == resumed["node"] and moved["step"] > paused["step"], moved
+    assert moved["node"] == target, moved
+    wait_until(lambda: step() >= moved["step"] + 2, 60, "two steps after the migration")
+    # Each launch after an image says where it continued (the log of the latest launch).
+    wait_until(lambda: f"resumed at step {moved['step']}" in cluster.cli("logs", job_id).stdout, 30,
+               "the migrated copy's log")
+    cluster.cli("cancel", job_id)
+    assert cluster.wait_job(job_id).state == "CANCELLED"
+    assert home in ("node-1", "node-2")

@@ -30,6 +30,7 @@ from rota.common.db import Database
 from rota.common.jobs_repo import Events, get_job
 from rota.common.models import GpuClaimRow, GpuRow, PlacementRow
 from rota.core import jobstate as js
+from rota.core.errors import AlreadyExists
 from rota.core.jobspec import JobSpecData, validate
 from rota.core.planning.liveplan import Start
 from rota.imagestore.chunks import FileChunkStore
@@ -49,6 +50,8 @@ class ScriptedAgent:
         self.error: AgentCallFailed | None = None
         self.step = 0
         self.seed = secrets.randbits(48)
+        self.calls: list[agent_pb2.AgentCheckpointRequest] = []  # every Checkpoint the agent was asked
+        self.delay_s = 0.0
 
     def take(self, image_id: str) -> agent_pb2.AgentImageStatusResponse:
         self.step += 10
@@ -69,8 +72,10 @@ class ScriptedAgent:
 
     async def checkpoint(self, address: str, request: agent_pb2.AgentCheckpointRequest,
                          timeout_s: float) -> agent_pb2.AgentCheckpointResponse:
+        self.calls.append(request)
         if self.error is not None:
             raise self.error
+        await asyncio.sleep(self.delay_s)  # an agent takes a moment: a repeat may arrive while it copies
         status = self.take(request.image_id)
         return agent_pb2.AgentCheckpointResponse(
             image_id=request.image_id, registered=True, step=status.step, ranks=2, logical_bytes=status.logical_bytes,
@@ -269,3 +274,57 @@ def test_an_agent_report_of_a_paused_exit_makes_the_job_paused_not_failed(db: Da
     db.run(lambda s: api.heartbeat(s, job.node, [report], Events()))
     job = db.run(lambda s: get_job(s, job_id))
     assert job.state == js.PAUSED and "paused at step 42" in job.reason and claims(db, job_id) == []
+
+
+def test_a_repeated_migrate_or_pause_with_one_request_id_is_one_operation_even_when_concurrent(
+    db: Database, agent: ScriptedAgent
+) -> None:
+    """Idempotence by request id, on the real coordinator and database: a retried Migrate
+    (sequential, or concurrent on two coordinators, as a client's retry reaching another
+    replica) is answered with the first one's operation; the agent is asked once, one image
+    is made, and the job is requeued once."""
+    job_id = running_job(db)
+    first, second = coordinator(db, agent), coordinator(db, agent)
+    agent.delay_s = 0.05
+
+    async def twice() -> list[Any]:
+        both = await asyncio.gather(first.migrate(job_id, "mig-" + job_id, node="n-x"),
+                                    second.migrate(job_id, "mig-" + job_id, node="n-x"))
+        for c in (first, second):
+            while c.tasks:
+                await asyncio.gather(*list(c.tasks))
+        return [op for op, _ in both]
+
+    ops = run(twice())
+    assert ops[0].id == ops[1].id and ops[0].state == repo.DONE, ops
+    assert len(agent.calls) == 1 and agent.calls[0].pause
+    again, placed = run(settled(first, first.migrate(job_id, "mig-" + job_id, node="n-x")))
+    assert again.id == ops[0].id and again.state == repo.DONE and len(agent.calls) == 1
+    assert placed.state == js.PENDING
+    migrations = db.run(lambda s: s.scalars(select(OperationRow).where(OperationRow.job_id == job_id)).all())
+    assert [(o.kind, o.request_id) for o in migrations] == [("migrate", "mig-" + job_id)]
+    images = db.run(lambda s: s.scalars(select(ImageRow).where(ImageRow.job_id == job_id)).all())
+    assert len(images) == 1 and images[0].id == ops[0].image_id
+    job = db.run(lambda s: get_job(s, job_id))
+    assert job.state == js.PENDING and [h for h in job.reason.split() if h == "resumed"] == ["resumed"]
+
+    # A pause: the same, and a request id used once may not name another operation.
+    other = running_job(db)
+
+    async def paused_twice() -> list[Any]:
+        both = await asyncio.gather(first.pause(other, "pause-" + other), second.pause(other, "pause-" + other))
+        for c in (first, second):
+            while c.tasks:
+                await asyncio.gather(*list(c.tasks))
+        return list(both)
+
+    pauses = run(paused_twice())
+    assert pauses[0].id == pauses[1].id and len(agent.calls) == 2
+    assert db.run(lambda s: get_job(s, other)).state == js.PAUSED
+    again = run(settled(first, first.pause(other, "pause-" + other)))
+    assert again.id == pauses[0].id and again.state == repo.DONE and len(agent.calls) == 2
+    with pytest.raises(AlreadyExists, match="was used for a pause"):
+        run(first.migrate(other, "pause-" + other))
+    with pytest.raises(AlreadyExists, match="was used for a migrate"):
+        run(first.pause(other, "mig-" + job_id))
+    assert len(agent.calls) == 2

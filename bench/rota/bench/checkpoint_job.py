@@ -8,6 +8,14 @@ Each step changes one small slice of the state and reports `step` (rank 0), so t
 sees "first step done" in the progress file. `--save PATH` waits for the file PATH.go,
 then rank 0 writes the state with torch.save (the others wait, as data-parallel
 frameworks do) and all exit; `--load PATH` starts from torch.load instead of an image.
+`--dcp-save PATH` / `--dcp-async PATH` / `--dcp-load PATH` do the same with
+torch.distributed.checkpoint (every rank takes part; replicated tensors are written once);
+an async save writes how long it blocked the ranks (the slowest) to PATH.block.
+
+A restored job's first report carries where its restore's time went (unix times): the
+process start (`t_start`: before its imports), `t_restore` (restore() called), `t_ready`
+(the image ready to read), `t_loaded` (the state rebuilt and applied); the report itself
+is the first step done.
 """
 
 from __future__ import annotations
@@ -18,13 +26,18 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-from torch import nn
+T_START = time.time()  # before the imports: a restore's breakdown starts here
 
-import rota.runtime
+import torch  # noqa: E402 - timed from the process start
+import torch.distributed as dist  # noqa: E402
+import torch.distributed.checkpoint as dcp  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # noqa: E402
+
+import rota.runtime  # noqa: E402
 
 TENSOR_MB = 64  # the parameters come as tensors of at most this size, like a model's layers
 
@@ -36,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--save", type=Path, default=None)
     p.add_argument("--load", type=Path, default=None)
+    p.add_argument("--dcp-save", type=Path, default=None, help="torch.distributed.checkpoint: dcp.save at PATH.go")
+    p.add_argument("--dcp-async", type=Path, default=None, help="dcp.async_save at PATH.go (its blocking time: PATH.block)")
+    p.add_argument("--dcp-load", type=Path, default=None, help="start from dcp.load of PATH")
     p.add_argument("--fsync", action="store_true", help="the baseline syncs its file, as the store does with fsync")
     return p.parse_args(argv)
 
@@ -56,17 +72,27 @@ def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
     torch.set_num_threads(1)
     if args.ranks > 1:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.ranks)
-    restoring = bool(os.environ.get("ROTA_RESTORE_DIR")) or args.load is not None
+    restoring = bool(os.environ.get("ROTA_RESTORE_DIR")) or args.load is not None or args.dcp_load is not None
     params = make_params(args.state_mb, fill=not restoring, seed=args.seed)
     opt = torch.optim.Adam(params, lr=1e-3, foreach=False)
+    timings: dict[str, float] = {}
+    start = 0
     if args.load is not None:
         saved = torch.load(args.load)
         params.load_state_dict(saved["params"])
         opt.load_state_dict(saved["optimizer"])
         start = int(saved["step"])
+    elif args.dcp_load is not None:
+        model_state, optim_state = get_state_dict(params, opt)  # fills Adam's moments to load into
+        both: dict[str, Any] = {"params": model_state, "optimizer": optim_state, "step": 0}
+        dcp.load(both, checkpoint_id=str(args.dcp_load))
+        set_state_dict(params, opt, model_state_dict=both["params"], optim_state_dict=both["optimizer"])
+        start = int(both["step"])
     ckpt = rota.runtime.Checkpointer(params=params, optimizer=opt, replicated=("params", "optimizer"))
-    if args.load is None:
+    if os.environ.get("ROTA_RESTORE_DIR"):
+        timings = {"t_start": T_START, "t_restore": time.time()}
         start = ckpt.restore()
+        timings |= {k: v for k, v in ckpt.restore_timings.items() if k.startswith("t_")}
     if not restoring:
         grads = torch.Generator().manual_seed(args.seed + 1)  # the same on every rank: replicas
         for p in params:  # one full Adam step, so both moments exist (random, as in training)
@@ -79,7 +105,14 @@ def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
         with torch.no_grad():
             params[0][: 1024].add_(1e-3)  # a step changes a sliver of the state
         if rank == 0:
-            rota.runtime.report(step=step)
+            if timings and "t_step" not in timings:
+                timings["t_step"] = time.time()  # the first step done; every report repeats it
+            rota.runtime.report(step=step, **timings)
+        dcp_path = args.dcp_save or args.dcp_async
+        if dcp_path is not None and _agreed(Path(f"{dcp_path}.go").exists(), args.ranks):
+            save_dcp(params, opt, step, dcp_path, asynchronous=args.dcp_async is not None, fsync=args.fsync,
+                     rank=rank, ranks=args.ranks)
+            os._exit(0)
         if args.save is not None and _agreed(Path(f"{args.save}.go").exists(), args.ranks):
             if rank == 0:
                 torch.save({"params": params.state_dict(), "optimizer": opt.state_dict(), "step": step}, args.save)
@@ -91,6 +124,29 @@ def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
             os._exit(0)  # as a paused job does: no interpreter teardown
         ckpt.safe_point(step)
         time.sleep(0.01)
+
+
+def save_dcp(params: nn.ParameterList, opt: torch.optim.Optimizer, step: int, path: Path, *, asynchronous: bool,
+             fsync: bool, rank: int, ranks: int) -> None:
+    """The framework checkpoint a user would pick instead: every rank calls dcp.save (or
+    async_save, whose blocking time is what the job pays) of the same state."""
+    model_state, optim_state = get_state_dict(params, opt)
+    both = {"params": model_state, "optimizer": optim_state, "step": step}
+    if asynchronous:
+        began = time.perf_counter()
+        future = dcp.async_save(both, checkpoint_id=str(path))
+        blocked = torch.tensor([time.perf_counter() - began], dtype=torch.float64)
+        if ranks > 1:
+            dist.all_reduce(blocked, op=dist.ReduceOp.MAX)
+        future.result()  # type: ignore[union-attr]  # a Future unless async_stager asks otherwise
+        if rank == 0:
+            Path(f"{path}.block").write_text(str(float(blocked.item())))
+    else:
+        dcp.save(both, checkpoint_id=str(path))
+    if fsync and rank == 0:
+        os.sync()
+    if ranks > 1:
+        dist.barrier()
 
 
 def _agreed(flag: bool, ranks: int) -> bool:

@@ -28,11 +28,15 @@ import io
 import json
 import os
 import pickle
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rota.runtime import mapping
+
+ENV_ZERO_COPY = "ROTA_ZERO_COPY"  # 0: a restore copies every tensor out of the chunk files (as before)
 ALIGN = 4096
 PACK_LIMIT = 1 << 20  # tensors smaller than this share a packed segment
 PACK_TARGET = 4 << 20  # a packed segment is closed once it holds this much
@@ -64,9 +68,8 @@ class _Pickler(pickle.Pickler):
         self.shared: dict[int, int] = {}  # shared index k -> local tensor index (owned ones)
         self.shared_count = 0
         self.skipped_bytes = 0  # shared tensors other ranks write
-        import torch
-
-        self.tensor_type = torch.Tensor
+        torch = sys.modules.get("torch")  # a state holds tensors only once torch is imported
+        self.tensor_type: Any = torch.Tensor if torch is not None else _NoTensor
 
     def persistent_id(self, obj: Any) -> Any:
         if not isinstance(obj, self.tensor_type):
@@ -90,6 +93,10 @@ class _Pickler(pickle.Pickler):
             self.tensors.append(obj)
         self.seen[key] = pid
         return pid
+
+
+class _NoTensor:
+    """Stands for torch.Tensor in a process that never imported torch: nothing is one."""
 
 
 class _Unpickler(pickle.Unpickler):
@@ -164,8 +171,6 @@ def stage(folder: Path, rank: int, world_size: int, step: int, state: dict[str, 
     this rank stands for, shares written by others included; seconds taken). The index is
     written last, with a rename, so a reader that sees it sees a complete blob.
     """
-    import torch
-
     started = time.perf_counter()
     tensors: list[Any] = []
     groups: list[int] = []
@@ -180,21 +185,13 @@ def stage(folder: Path, rank: int, world_size: int, step: int, state: dict[str, 
     layout = plan_layout(tensors, len(skeleton), groups)
     folder.mkdir(parents=True, exist_ok=True)
     path = blob_path(folder, rank)
+    offset, length = layout.segments[layout.skeleton]
     with open(path, "wb") as f:
         f.truncate(layout.size)
-    # A shared file mapping: copy_ writes straight into the tmpfs pages (memcpy speed), and
-    # device tensors are copied to the host by the same call.
-    blob = torch.from_file(str(path), shared=True, size=layout.size, dtype=torch.uint8) if layout.size else None
-    for t, entry in zip(tensors, layout.tensors, strict=True):
-        if entry["nbytes"]:
-            assert blob is not None
-            src = t.detach().contiguous().reshape(-1).view(torch.uint8)
-            blob[entry["offset"]: entry["offset"] + entry["nbytes"]].copy_(src)
-    offset, length = layout.segments[layout.skeleton]
-    if length:
-        assert blob is not None
-        blob[offset: offset + length].copy_(torch.frombuffer(bytearray(skeleton), dtype=torch.uint8))
-    del blob
+        f.seek(offset)
+        f.write(skeleton)
+    if any(entry["nbytes"] for entry in layout.tensors):
+        _copy_tensors(path, layout, tensors)
     logical = sum(e["nbytes"] for e in layout.tensors) + len(skeleton) + pickler.skipped_bytes
     index = {
         "version": FORMAT_VERSION, "rank": rank, "world_size": world_size, "step": step, "size": layout.size,
@@ -205,6 +202,58 @@ def stage(folder: Path, rank: int, world_size: int, step: int, state: dict[str, 
     tmp.write_text(json.dumps(index))
     os.replace(tmp, index_path(folder, rank))
     return logical, time.perf_counter() - started
+
+
+def _copy_tensors(path: Path, layout: Layout, tensors: list[Any]) -> None:
+    """Each tensor's bytes to its place in the blob, with pwrite: the kernel copies into
+    the tmpfs pages it allocates in bulk, about twice as fast here as copying into a fresh
+    shared mapping, which faults each page in one at a time. A host tensor is written from
+    its own memory; a device tensor is copied to the host first, piece by piece, through one
+    pinned buffer kept for the process's next checkpoint or pause (`_host_buffer`)."""
+    import torch
+
+    fd = os.open(path, os.O_RDWR)
+    try:
+        for t, entry in zip(tensors, layout.tensors, strict=True):
+            if not entry["nbytes"]:
+                continue
+            src = t.detach().resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8)
+            if src.device.type == "cpu":
+                _pwrite_all(fd, memoryview(src.numpy()), int(entry["offset"]))
+            else:
+                copy_through_buffer(fd, src, int(entry["offset"]))
+    finally:
+        os.close(fd)
+
+
+def _pwrite_all(fd: int, view: memoryview, at: int) -> None:
+    while view:
+        n = os.pwrite(fd, view, at)
+        view, at = view[n:], at + n
+
+
+_BUFFER: list[Any] = []  # the process's pinned host buffer, reused from one copy to the next
+BUFFER_BYTES = 64 << 20
+
+
+def _host_buffer() -> Any:
+    import torch
+
+    if not _BUFFER:
+        pin = torch.cuda.is_available()  # page-locked: the device copies into it at full speed
+        _BUFFER.append(torch.empty(BUFFER_BYTES, dtype=torch.uint8, pin_memory=pin))
+    return _BUFFER[0]
+
+
+def copy_through_buffer(fd: int, src: Any, at: int) -> None:
+    """A (device) uint8 tensor's bytes to the file at `at`, BUFFER_BYTES at a time through
+    the reused host buffer."""
+    buffer = _host_buffer()
+    host = memoryview(buffer.numpy())
+    for start in range(0, src.numel(), BUFFER_BYTES):
+        n = min(BUFFER_BYTES, src.numel() - start)
+        buffer[:n].copy_(src[start: start + n])  # synchronous: the bytes are there on return
+        _pwrite_all(fd, host[:n], at + start)
 
 
 def read_index(folder: Path, rank: int) -> dict[str, Any]:
@@ -220,9 +269,13 @@ def load(folder: Path, rank: int) -> tuple[dict[str, Any], dict[str, Any]]:
 
     A rank's bytes come from its blob in `folder` or, when its index names them
     ("sources": per segment, [path, length] of each chunk), straight from the chunk
-    store's files: the agent then copies nothing. Either way the files are mapped
-    privately and each tensor is copied out once (the fastest way measured here), so every
-    tensor owns its memory and an optimizer keeping the loaded tensors holds no mapping.
+    store's files: the agent then copies nothing, and neither does this (zero-copy,
+    `rota.runtime.mapping`): each segment's chunk files are mapped in place, privately,
+    into one span, and its tensors are views of it; the job's load_state_dict copies its
+    parameters once, into its own, and an optimizer keeps its moments as they are mapped
+    (pages of the page cache until its first step writes them). A blob (a remote store's
+    chunks copied to a tmpfs) is mapped privately and each tensor copied out once instead,
+    so no tensor pins the tmpfs file's memory.
     """
     readers = _Readers(folder)
     index, reader = readers.get(rank)
@@ -233,7 +286,7 @@ def load(folder: Path, rank: int) -> tuple[dict[str, Any], dict[str, Any]]:
         return owner.tensor(owner_index["tensors"][owner_index["shared"][str(k)]])
 
     offset, length = index["segments"][index["skeleton"]]
-    skeleton = bytes(reader.read(offset, length).numpy()) if length else b""
+    skeleton = reader.raw(offset, length) if length else b""
     unpickler = _Unpickler(io.BytesIO(skeleton), tensors, shared)
     keys = unpickler.load()
     state = {key: unpickler.load() for key in keys}
@@ -261,17 +314,16 @@ class _Reader:
     """Byte ranges of one rank's state, from its blob or from its chunks' files."""
 
     def __init__(self, folder: Path, rank: int, index: dict[str, Any]) -> None:
-        import torch
-
         self.sources: list[tuple[int, list[list[Any]]]] | None = None
-        self.blob: Any = None
+        self.path = blob_path(folder, rank)
+        self.size = int(index["size"])
+        self._blob: Any = None
+        self._spans: dict[int, Any] = {}  # segment start -> its chunks mapped in place, as a uint8 tensor
+        self.zero_copy = mapping.available() and os.environ.get(ENV_ZERO_COPY, "1") != "0"
         if "sources" in index:
             self.sources = sorted((int(o), chunks) for (o, _), chunks in zip(index["segments"], index["sources"],
                                                                           strict=True))
             self.starts = [o for o, _ in self.sources]
-        elif int(index["size"]):
-            self.blob = torch.from_file(str(blob_path(folder, rank)), shared=False, size=int(index["size"]),
-                                        dtype=torch.uint8)
 
     def tensor(self, entry: dict[str, Any]) -> Any:
         import torch
@@ -279,23 +331,68 @@ class _Reader:
         dtype = getattr(torch, entry["dtype"])
         if not entry["nbytes"]:
             return torch.empty(entry["shape"], dtype=dtype)
-        return self.read(entry["offset"], entry["nbytes"]).view(dtype).reshape(entry["shape"])
+        offset, nbytes = int(entry["offset"]), int(entry["nbytes"])
+        if self.sources is not None and self.zero_copy:
+            start, span = self._span(offset)
+            data = span[offset - start: offset - start + nbytes]
+        else:
+            data = self.read(offset, nbytes)
+        return data.view(dtype).reshape(entry["shape"])
+
+    def _span(self, offset: int) -> tuple[int, Any]:
+        """(start, bytes) of the segment holding `offset`, its chunk files mapped in place."""
+        import warnings
+
+        import torch
+
+        assert self.sources is not None
+        start, chunks = self.sources[bisect.bisect_right(self.starts, offset) - 1]
+        if start not in self._spans:
+            span = mapping.map_chunks([(str(p), int(n)) for p, n in chunks])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "non-writable buffer": the span is writable (copy-on-write)
+                self._spans[start] = torch.frombuffer(span, dtype=torch.uint8, count=sum(int(n) for _, n in chunks))
+        return start, self._spans[start]
+
+    def _pieces(self, offset: int, length: int) -> list[tuple[str, int, int, int]]:
+        """(file, its size, start in it, start in the range) for each chunk the range spans."""
+        assert self.sources is not None
+        segment_start, chunks = self.sources[bisect.bisect_right(self.starts, offset) - 1]
+        at, out = segment_start, []
+        for path, size in chunks:  # the chunks of the segment overlapping the range
+            lo, hi = max(at, offset), min(at + size, offset + length)
+            if lo < hi:
+                out.append((str(path), int(size), lo - at, lo - offset))
+            at += size
+            if at >= offset + length:
+                break
+        return out
+
+    def raw(self, offset: int, length: int) -> bytes:
+        """The bytes [offset, offset + length) with plain reads: the skeleton, no torch needed."""
+        if self.sources is None:
+            with open(self.path, "rb") as f:
+                f.seek(offset)
+                return f.read(length)
+        out = bytearray(length)
+        for path, _size, start, at in self._pieces(offset, length):
+            with open(path, "rb") as f:
+                f.seek(start)
+                data = f.read(length - at)
+            out[at: at + len(data)] = data[: length - at]
+        return bytes(out)
 
     def read(self, offset: int, length: int) -> Any:
         """A new uint8 tensor holding the bytes [offset, offset + length)."""
         import torch
 
         if self.sources is None:
-            return self.blob[offset: offset + length].clone()
+            if self._blob is None:
+                self._blob = torch.from_file(str(self.path), shared=False, size=self.size, dtype=torch.uint8)
+            return self._blob[offset: offset + length].clone()
         out = torch.empty(length, dtype=torch.uint8)
-        segment_start, chunks = self.sources[bisect.bisect_right(self.starts, offset) - 1]
-        at = segment_start
-        for path, size in chunks:  # the chunks of the segment overlapping the range
-            lo, hi = max(at, offset), min(at + size, offset + length)
-            if lo < hi:
-                chunk = torch.from_file(path, shared=False, size=size, dtype=torch.uint8)
-                out[lo - offset: hi - offset].copy_(chunk[lo - at: hi - at])
-            at += size
-            if at >= offset + length:
-                break
+        for path, size, start, at in self._pieces(offset, length):
+            chunk = torch.from_file(path, shared=False, size=size, dtype=torch.uint8)
+            n = min(size - start, length - at)
+            out[at: at + n].copy_(chunk[start: start + n])
         return out

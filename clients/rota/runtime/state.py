@@ -8,7 +8,9 @@
 
 Registered objects are anything with ``state_dict()``/``load_state_dict()`` (modules,
 optimizers, LR schedulers) and ``torch.Generator``s; the RNG states of Python, NumPy and
-torch (CPU and CUDA) are always taken; ``ckpt.extra`` holds any other picklable values.
+torch (CPU and CUDA) are always taken (NumPy's and torch's once the job imported them: a job
+with no tensors need not import torch to be pausable); ``ckpt.extra`` holds any other
+picklable values.
 ``replicated=("model", "optimizer")`` declares objects identical on every rank (data
 parallel): each rank then copies only a 1/world share of them, so a pause copies the
 replicas once in all, and a restore gives every rank the whole of them.
@@ -78,10 +80,10 @@ def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]
 
 
 def _dist() -> Any:
-    """torch.distributed when a process group of more than one rank is up, else None."""
-    try:
-        import torch.distributed as dist
-    except ImportError:
+    """torch.distributed when a process group of more than one rank is up, else None.
+    Never imports torch: a job that did not import it (a job with no tensors) has no group."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
         return None
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return dist
@@ -106,6 +108,9 @@ class Checkpointer:
         self.step = 0
         self.cursor: Any = None
         self.extra: dict[str, Any] = {}
+        # Where the last restore's time went (unix times): the image ready to read, the
+        # state rebuilt from it and applied to the registered objects.
+        self.restore_timings: dict[str, float] = {}
         self.served = 0  # the newest request seq this rank has answered
         control_dir = os.environ.get(control.ENV_CONTROL_DIR)
         self.control = Path(control_dir) if control_dir else None
@@ -120,10 +125,12 @@ class Checkpointer:
             return 0
         path = Path(folder)
         _wait_ready(path, float(os.environ.get(ENV_RESTORE_TIMEOUT, "600")))
+        ready = time.time()
         index, state = imagefmt.load(path, self.rank)
         if index["world_size"] != self.world_size:
             raise RuntimeError(f"the image has {index['world_size']} ranks; this job runs {self.world_size}")
         self._apply(state)
+        self.restore_timings = {"t_ready": ready, "t_loaded": time.time()}
         # Free the tmpfs copy as soon as no rank needs it: other ranks may read this one's
         # share of replicated state, so then only once every rank has loaded.
         if any(imagefmt.uses_other_ranks(imagefmt.read_index(path, r)) for r in _local_ranks(self.rank, self.world_size)):
@@ -145,9 +152,6 @@ class Checkpointer:
             p.unlink(missing_ok=True)
 
     def _apply(self, state: dict[str, Any]) -> None:
-        import numpy as np
-        import torch
-
         for name, obj in self.objects.items():
             saved = state.get(f"object:{name}")
             if saved is None:
@@ -159,19 +163,26 @@ class Checkpointer:
                 obj.load_state_dict(saved)
         rng = state["rng"]
         random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
-        if rng.get("cuda") is not None and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        if rng.get("numpy") is not None:
+            import numpy as np
+
+            np.random.set_state(rng["numpy"])
+        if rng.get("torch") is not None:
+            import torch
+
+            torch.set_rng_state(rng["torch"])
+            if rng.get("cuda") is not None and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+                torch.cuda.set_rng_state_all(rng["cuda"])
         self.step, self.cursor, self.extra = state["step"], state["cursor"], state["extra"]
 
     def snapshot(self) -> dict[str, Any]:
-        """The live state as one structure (tensors shared, not copied)."""
-        import numpy as np
-        import torch
-
-        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-        rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(), "cuda": cuda}
+        """The live state as one structure (tensors shared, not copied). The RNGs of NumPy
+        and torch are taken when the job imported them (a job that never did, such as one
+        with no tensors, neither pays their import nor has their streams to keep)."""
+        np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+        cuda = torch.cuda.get_rng_state_all() if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        rng = {"python": random.getstate(), "numpy": np.random.get_state() if np is not None else None,
+               "torch": torch.get_rng_state() if torch is not None else None, "cuda": cuda}
         # One top-level entry per registered object: the image packs each one apart, so
         # what data-parallel ranks share (model, optimizer) is stored once.
         state: dict[str, Any] = {f"object:{n}": (o.get_state() if _is_generator(o) else o.state_dict())
@@ -243,11 +254,8 @@ def _local_ranks(rank: int, world_size: int) -> range:
 
 
 def _is_generator(obj: Any) -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return isinstance(obj, torch.Generator)
+    torch = sys.modules.get("torch")  # a generator exists only once torch is imported
+    return torch is not None and isinstance(obj, torch.Generator)
 
 
 def _all_reduce(dist: Any, value: int, op: str) -> int:

@@ -9,6 +9,13 @@ ranks to exit: the devices are free; (3b) any rank missing or failed: write "abo
 every rank trains on, the call fails with the reason; (4) write the image from the staged
 copy to the chunk store in the background. Every image has a record file under
 `images/`, so a restarted agent finishes (or fails) the writes it had started.
+
+A restore need not wait for that write when the staged copy is on the same machine: while
+it is being written, the copy is offered under `handoff/` beside the staging folders (a
+tmpfs of this host, so only agents here see it), and a restore of that image started
+meanwhile (a warm target: its process and imports under way while the source pauses) takes
+the staged files by hard links, no byte copied, while the durable write goes on. The store
+stays the fallback: once the write is done the offer is gone and restores read the store.
 """
 
 from __future__ import annotations
@@ -165,8 +172,44 @@ class AgentCheckpoints:
             rank_ids=expected if local_ranks else [], world=world,
         )
         self._save(record)
+        if not record.rank_ids:  # a whole image (not a gang's part): a restore here may take it now
+            self._offer(record)
         self.writer.submit(self._write, record)
         return record
+
+    # The staged copy offered to restores on this host while it is being written.
+    def handoff_path(self, image_id: str) -> Path:
+        return self.staging_root.parent / "handoff" / f"{image_id}.json"
+
+    def _offer(self, record: ImageRecord) -> None:
+        path = self.handoff_path(record.image_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        control.write_atomic(path, json.dumps({"staging": record.staging, "ranks": record.ranks}))
+
+    def _take_offer(self, folder: Path, image_id: str) -> bool:
+        """Hard links of the staged copy of `image_id` into the restore folder, READY: the
+        job loads them while the source's write goes on. False when none is offered here
+        (or it went meanwhile, or is on another filesystem)."""
+        try:
+            offer = json.loads(self.handoff_path(image_id).read_text())
+        except (FileNotFoundError, ValueError):
+            return False
+        staging = Path(offer["staging"])
+        folder.mkdir(parents=True, exist_ok=True)
+        linked: list[Path] = []
+        try:
+            for rank in range(int(offer["ranks"])):
+                for source in (imagefmt.blob_path(staging, rank), imagefmt.index_path(staging, rank)):
+                    target = folder / source.name
+                    target.unlink(missing_ok=True)
+                    os.link(source, target)
+                    linked.append(target)
+        except OSError:  # written and removed meanwhile, or another filesystem: the store has it
+            for target in linked:
+                target.unlink(missing_ok=True)
+            return False
+        control.write_atomic(folder / control.READY, "")
+        return True
 
     def _wait_registered(self, job: LocalJob, folder: Path, deadline: float, skip: bool,
                          local_ranks: tuple[int, ...] = ()) -> int:
@@ -224,6 +267,7 @@ class AgentCheckpoints:
             log.exception("writing image %s failed", record.image_id)
             self._finish(record, FAILED, error=f"{type(exc).__name__}: {exc}")
         finally:
+            self.handoff_path(record.image_id).unlink(missing_ok=True)
             shutil.rmtree(staging, ignore_errors=True)
             try:
                 staging.parent.rmdir()  # the launch's staging folder, once nothing else is in it
@@ -244,13 +288,25 @@ class AgentCheckpoints:
         return self.records.get(image_id)
 
     # Restores.
-    def start_restore(self, folder: Path, image_id: str) -> None:
-        """Prepares the image beside the starting job (its runtime waits for READY)."""
-        self.restorer.submit(self._materialize, folder, image_id)
+    def start_restore(self, folder: Path, image_id: str, wait_s: float = 0.0) -> None:
+        """Prepares the image beside the starting job (its runtime waits for READY). With
+        `wait_s`, the image may still be being taken (a warm target, started while the
+        source pauses): it waits that long for the staged copy's offer or the stored image."""
+        self.restorer.submit(self._materialize, folder, image_id, wait_s)
 
-    def _materialize(self, folder: Path, image_id: str) -> None:
+    def _materialize(self, folder: Path, image_id: str, wait_s: float = 0.0) -> None:
+        until = time.monotonic() + wait_s
         try:
-            manifest = json.loads(self.store.get_manifest(image_id))
+            while True:
+                try:
+                    manifest = json.loads(self.store.get_manifest(image_id))
+                    break
+                except FileNotFoundError:
+                    if self._take_offer(folder, image_id):
+                        return
+                    if time.monotonic() >= until:
+                        raise
+                time.sleep(POLL_S)
             # Chunks in local files are read in place by the job; otherwise copied here first.
             if not images.link(self.store, manifest, folder, verify=self.settings.verify):
                 images.materialize(self.store, manifest, folder, verify=self.settings.verify)

@@ -32,6 +32,7 @@ from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
 import grpc
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from rota.checkpoint import repository as repo
@@ -172,7 +173,17 @@ class Coordinator:
 
     async def _begin(self, job_id: str, kind: str, request_id: str, target: str, timeout_s: float,
                      reason: str = "") -> OperationRow:
-        op, new = await self._tx(lambda s, e: self._start(s, job_id, kind, request_id, target, timeout_s, reason))
+        def start(s: Session, e: Events) -> tuple[OperationRow, bool]:
+            return self._start(s, job_id, kind, request_id, target, timeout_s, reason)
+
+        try:
+            op, new = await self._tx(start)
+        except IntegrityError:
+            if not request_id:
+                raise
+            # The same request id committed by a concurrent call for another job (each held
+            # its own job's lock): this one now finds it, and answers as a repeat would.
+            op, new = await self._tx(start)
         if new:
             self._background(self._flow(op))
         return op
@@ -205,12 +216,17 @@ class Coordinator:
     # 1. A new operation (or the first one with the same request id).
     def _start(self, s: Session, job_id: str, kind: str, request_id: str, target: str,
                timeout_s: float, reason: str = "") -> tuple[OperationRow, bool]:
-        found = repo.find_operation(s, request_id)
+        found, job = repo.find_operation(s, request_id), None
+        if found is None:
+            job = get_job(s, job_id, lock=True)
+            # A repeat of a request that was being committed while this one waited for the
+            # job's lock is found now (each statement reads what is committed): without this
+            # second look it would fail as "a migrate in progress", its own operation.
+            found = repo.find_operation(s, request_id)
         if found is not None:
             if found.job_id != job_id or found.kind != kind:
                 raise AlreadyExists(f"operation id {request_id!r} was used for a {found.kind} of {found.job_id}")
             return found, False
-        job = get_job(s, job_id, lock=True)
         if job is None:
             raise NotFound(f"job {job_id} not found")
         for busy in repo.active_operations(s, job_id):

@@ -6,8 +6,8 @@ image's manifest: per rank, its segments with their chunk digests, its tensor in
 its step. `materialize` does the reverse into a restore folder, checking every chunk's
 digest, and the job's runtime loads from there.
 
-Hashing and writing run on a small thread pool: hashlib and file writes release the GIL,
-so two cores hash two chunks at once.
+Hashing and writing run on a thread pool, a thread a core (up to 8): hashlib and file
+writes release the GIL, so the cores hash chunks at once.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import mmap
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +27,8 @@ from typing import Any
 from rota.imagestore.chunks import DEFAULT_CHUNK_SIZE, HASH, ChunkStore
 from rota.runtime import control, imagefmt
 
-WORKERS = 2
+# Threads hashing and writing chunks (hashlib and file writes release the GIL): one a core, up to 8.
+WORKERS = max(2, min(8, os.cpu_count() or 2))
 
 
 @dataclass

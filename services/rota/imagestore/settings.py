@@ -12,6 +12,8 @@
     ROTA_CHECKPOINT_KEEP        complete images kept per job (default 3)
     ROTA_CHECKPOINT_GC_INTERVAL seconds between retention + garbage collection runs (default 300)
     ROTA_CHECKPOINT_GC_GRACE    a chunk younger than this is never collected (default 600)
+    ROTA_ZERO_COPY              read by a job's runtime: 1 (default) a restore maps the chunk
+                                files in place (rota.runtime.mapping); 0: it copies each tensor out
 """
 
 from __future__ import annotations

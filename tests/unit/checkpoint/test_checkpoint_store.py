@@ -153,3 +153,60 @@ def test_a_linked_restore_reads_every_rank_straight_from_the_chunk_files(tmp_pat
         assert loaded["rng"].tolist() == [float(rank)] * 3
     # Each rank stands for the whole model, though it copied half: the image counts both.
     assert result.logical_bytes > 2 * 300_000 * 4
+
+
+def test_a_linked_restore_maps_the_chunk_files_in_place_copy_on_write(tmp_path: Path) -> None:
+    """Zero-copy: a restored tensor is a view of its chunk files mapped in place (no copy
+    of its bytes), writing into it never changes the store, and it stays readable after
+    the collector deletes the chunks."""
+    gen = torch.Generator().manual_seed(9)
+    big = torch.randn(100_000, generator=gen)  # 400 KB: several 64 KiB chunks, its own segment
+    small = torch.arange(10, dtype=torch.int64)
+    imagefmt.stage(tmp_path / "s", 0, 1, 3, {"object:model": {"w": big, "b": small}})
+    store = FileChunkStore(tmp_path / "store", fsync=False)
+    result = write_staged(store, tmp_path / "s", 1, 64 * KIB)
+    assert link(store, result.manifest, tmp_path / "r")
+    _, loaded = imagefmt.load(tmp_path / "r", 0)
+    w, b = loaded["object:model"]["w"], loaded["object:model"]["b"]
+    assert torch.equal(w, big) and torch.equal(b, small)
+    # A view of one mapped span per segment, not a tensor of its own memory.
+    assert w.untyped_storage().nbytes() >= w.nbytes and w.untyped_storage().data_ptr() == w.data_ptr()
+    assert b.untyped_storage().nbytes() > b.nbytes  # the packed segment holds more than b
+    digests = chunk_digests(result.manifest)
+    before = {d: store.path(d).read_bytes() for d in digests}
+    w.add_(1.0)  # an optimizer's step: copy-on-write, the store's files keep their bytes
+    assert all(store.path(d).read_bytes() == data for d, data in before.items())
+    assert all(digest_of(data) == d for d, data in before.items())
+    for d in digests:
+        store.path(d).unlink()  # collected while the job runs
+    assert torch.equal(w, big + 1.0) and torch.equal(b, small)
+
+
+def test_without_zero_copy_a_restore_copies_every_tensor_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(imagefmt.ENV_ZERO_COPY, "0")
+    big = torch.randn(100_000, generator=torch.Generator().manual_seed(2))
+    imagefmt.stage(tmp_path / "s", 0, 1, 3, {"object:model": {"w": big}})
+    store = FileChunkStore(tmp_path / "store", fsync=False)
+    result = write_staged(store, tmp_path / "s", 1, 64 * KIB)
+    assert link(store, result.manifest, tmp_path / "r")
+    _, loaded = imagefmt.load(tmp_path / "r", 0)
+    w = loaded["object:model"]["w"]
+    assert torch.equal(w, big) and w.untyped_storage().nbytes() == w.nbytes
+
+
+def test_a_copy_through_the_reused_host_buffer_writes_every_byte_in_place(tmp_path: Path) -> None:
+    """The device path of a pause (here with a host tensor): piece by piece through one
+    buffer, kept for the next copy."""
+    data = torch.randint(0, 256, (imagefmt.BUFFER_BYTES + 12345,), dtype=torch.uint8)
+    path = tmp_path / "blob"
+    path.write_bytes(b"\0" * (len(data) + 4096))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        imagefmt.copy_through_buffer(fd, data, 4096)
+        first = imagefmt._host_buffer()
+        imagefmt.copy_through_buffer(fd, data[:10], 0)
+    finally:
+        os.close(fd)
+    raw = path.read_bytes()
+    assert raw[4096:] == bytes(data.numpy()) and raw[:10] == bytes(data[:10].numpy())
+    assert imagefmt._host_buffer() is first  # allocated once, reused
