@@ -215,3 +215,15 @@ def private_db(databases: DatabaseFactory) -> Iterator[Database]:
     """A database of the test's own: for tests that read every row of a table."""
     with databases.migrated() as db:
         yield db
+
+
+@pytest.fixture
+def torch_one_thread() -> Iterator[None]:
+    """One intra-op torch thread for the test, restored after it: tiny tensors on a shared
+    2-core machine run far faster so (two OpenMP threads spinning were ~30x slower)."""
+    import torch  # here: most tests never load torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -9,11 +9,9 @@ import random
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import torch
 
 from rota.core.admission import AdmissionController, ControllerConfig, Decision
 from rota.inference.admission import ScrapedAdmission, admission_routes
@@ -27,12 +25,7 @@ from rota.inference.scrape import parse_text, scrape
 SMALL = ModelConfig(d_model=64, heads=4, kv_heads=2, ffn=128, layers=1, seed=3)
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")  # tests/conftest.py
 
 
 def get(url: str) -> str:

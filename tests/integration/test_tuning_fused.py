@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from torch import nn
@@ -12,14 +10,7 @@ from rota.tuning.fused import FusedTrials, TrialHparams, fusion_count, profile_f
 from rota.tuning.lm import TinyLM, stdlib_batches
 from rota.tuning.scaling import ScaledModel, scale_width
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    # Two OpenMP threads spinning on a shared 2-core machine are ~30x slower than one.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")  # tests/conftest.py
 
 
 HPARAMS = [TrialHparams(lr=3e-3), TrialHparams(lr=2e-2, beta1=0.8, weight_decay=0.1, output_mult=2.0),

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
 import pytest
-import torch
 import yaml
 
 from rota.tuning.cli import main
@@ -26,12 +24,7 @@ def flaky_lm(crash: bool = False, width: int = 32):
 '''
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")  # tests/conftest.py
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ kept its cache, and as one prefill of the whole prompt in a fresh engine."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -13,14 +12,7 @@ import torch
 from rota.inference.engine import Engine, EngineConfig, Finished
 from rota.inference.model import ModelConfig
 
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """One intra-op thread: tiny tensors on a shared 2-core machine run far faster so."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")  # tests/conftest.py
 
 
 SMALL = ModelConfig(d_model=64, heads=4, kv_heads=2, ffn=128, layers=2, max_positions=512, seed=5)
