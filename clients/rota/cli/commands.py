@@ -206,11 +206,19 @@ def jobs(args: argparse.Namespace) -> int:
             found = client.list_jobs(tenant=args.tenant, states=args.state, limit=args.limit)
             print_json([j.to_dict() for j in found])
             return 0
-        found, arrays = client.list_jobs_and_arrays(tenant=args.tenant, states=args.state, limit=args.limit)
-    from rota.cli.array_commands import grouped_table  # an array's tasks as one row, unless --expand
-
-    print(jobs_table(found) if getattr(args, "expand", False) else grouped_table(found, arrays, jobs_table))
+        print(_jobs_text(client, args)[1])
     return 0
+
+
+def _jobs_text(client: Client, args: argparse.Namespace) -> tuple[int, str]:
+    """The filtered jobs (how many) and their table, an array's tasks folded into one row
+    unless --expand: what `rota jobs` prints and `rota jobs --watch` redraws."""
+    found, arrays = client.list_jobs_and_arrays(tenant=args.tenant, states=args.state, limit=args.limit)
+    if getattr(args, "expand", False):
+        return len(found), jobs_table(found)
+    from rota.cli.array_commands import grouped_table
+
+    return len(found), grouped_table(found, arrays, jobs_table)
 
 
 def jobs_table(found: Sequence[Job]) -> str:
@@ -239,13 +247,9 @@ def _watch_jobs(args: argparse.Namespace, screen: LiveScreen | None = None,
                     found = client.list_jobs(tenant=args.tenant, states=args.state, limit=args.limit)
                     print(json.dumps([j.to_dict() for j in found], default=str), flush=True)
                     continue
-                # As `rota jobs` shows them: an array's tasks folded into one row (--expand: not).
-                found, arrays = client.list_jobs_and_arrays(tenant=args.tenant, states=args.state, limit=args.limit)
-                from rota.cli.array_commands import grouped_table
-
-                table_text = jobs_table(found) if getattr(args, "expand", False) else grouped_table(found, arrays, jobs_table)
+                shown, table_text = _jobs_text(client, args)
                 at = iso_utc(datetime.now(UTC), "seconds")
-                screen.show(f"jobs at {at}: {len(found)} shown, every {args.interval:g}s (Ctrl-C stops)\n" + table_text)
+                screen.show(f"jobs at {at}: {shown} shown, every {args.interval:g}s (Ctrl-C stops)\n" + table_text)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a watch ends
     return 0
