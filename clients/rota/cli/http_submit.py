@@ -22,7 +22,8 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from rota.cli.output import fail, print_json
+from rota.cli.output import print_json
+from rota.cli.running import run
 from rota.client.arrays import JobArray, array_request
 from rota.client.errors import RotaError, UnavailableError, error_of
 from rota.client.home import NoClusterError, resolve_connection
@@ -39,6 +40,23 @@ def spec_of(path: str, tenant: str | None) -> common_pb2.JobSpec:
     if tenant:
         data["tenant"] = tenant
     return spec_from_mapping(data, base_dir=Path.cwd())
+
+
+def specs_of(args: argparse.Namespace) -> list[common_pb2.JobSpec]:
+    """Every file of `rota submit`, read and checked before anything is sent (a bad one
+    submits nothing), with `--tenant` and `--after` applied: both transports' specs."""
+    from rota.cli import array_commands
+
+    after = getattr(args, "after", None)
+    return [array_commands.with_after(spec_of(path, args.tenant), after) for path in args.files]
+
+
+def print_submitted(args: argparse.Namespace, job_id: str, name: str, state: str) -> None:
+    """What `rota submit FILE` prints for one new job, over gRPC or HTTP alike."""
+    if args.json:
+        print_json({"id": job_id, "state": state})
+    else:
+        print(f"submitted {job_id} ({name}, {state})")
 
 
 def print_rows(args: argparse.Namespace, answers: list[tuple[str, str] | RotaError]) -> int:
@@ -67,18 +85,14 @@ def main(args: argparse.Namespace) -> int | None:
         return None  # the gRPC path reports it, with the same message
     if not connection.http_endpoint or connection.tls is not None:
         return None
-    try:
-        return _submit(args, HttpApi(connection.http_endpoint, connection.token))
-    except RotaError as exc:
-        return fail(f"{exc.code}: {exc.message}", detail=exc.detail)
-    except (FileNotFoundError, ValueError, OSError) as exc:
-        return fail(str(exc))
+    api = HttpApi(connection.http_endpoint, connection.token)
+    return run(lambda parsed: _submit(parsed, api), args)  # errors as the gRPC path reports them
 
 
 def _submit(args: argparse.Namespace, api: HttpApi) -> int:
-    from rota.cli import array_commands  # --array and --after, as the gRPC path reads them
+    from rota.cli import array_commands  # --array, as the gRPC path reads it
 
-    specs = [array_commands.with_after(spec_of(path, args.tenant), getattr(args, "after", None)) for path in args.files]
+    specs = specs_of(args)
     indices = array_commands.array_text(args)
     if indices is not None:
         array_commands.check_array_flags(args)
@@ -92,10 +106,7 @@ def _submit(args: argparse.Namespace, api: HttpApi) -> int:
     job = _submit_one(api, specs[0], args.request_id)
     if isinstance(job, RotaError):
         raise job
-    if args.json:
-        print_json({"id": job[0], "state": job[1]})
-    else:
-        print(f"submitted {job[0]} ({specs[0].name}, {job[1]})")
+    print_submitted(args, job[0], specs[0].name, job[1])
     return 0
 
 

@@ -40,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
     def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> tuple[Any, list[str]]:
         if not self.service:
             return super().parse_known_args(args, namespace)
-        from rota.cli.commands import import_server
+        from rota.cli.running import import_server
 
         own = import_server(self.prog.removeprefix("rota "), self.service).build_parser()
         return own.parse_args(args, namespace), []
@@ -257,18 +257,19 @@ def _main(argv: list[str]) -> None:
             sys.exit(status)
     from rota.cli import commands
     from rota.cli.output import fail
+    from rota.cli.running import ServerPackagesMissing, run
 
     # `rota sim`, `rota tune` and `rota bench TARGET` own their flags (help included): pass them through.
     if argv[:1] in (["sim"], ["tune"]):
         handler = commands.sim if argv[0] == "sim" else commands.tune
-        sys.exit(commands.run(handler, argparse.Namespace(args=argv[1:])))
+        sys.exit(run(handler, argparse.Namespace(args=argv[1:])))
     if argv[:1] == ["bench"] and len(argv) > 1:
-        sys.exit(commands.run(commands.bench, argparse.Namespace(target=argv[1], args=argv[2:])))
+        sys.exit(run(commands.bench, argparse.Namespace(target=argv[1], args=argv[2:])))
     try:
         args = build_parser(only=argv[0] if argv else "").parse_args(argv)
-    except commands.ServerPackagesMissing as exc:  # `rota agent` on a client-only install
+    except ServerPackagesMissing as exc:  # `rota agent` on a client-only install
         sys.exit(fail(str(exc), 2))
-    sys.exit(commands.run(HANDLERS.get(args.command) or getattr(commands, args.command), args))
+    sys.exit(run(HANDLERS.get(args.command) or getattr(commands, args.command), args))
 
 
 if __name__ == "__main__":

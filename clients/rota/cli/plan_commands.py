@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rota.cli.commands import connect, require_server
+from rota.cli.commands import connect
 from rota.cli.output import print_json, table
+from rota.cli.running import require_server
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
