@@ -21,6 +21,7 @@ from google.protobuf.descriptor import FileDescriptor
 
 from rota.common.auth import bearer, current_identity
 from rota.common.config import FORWARDED_SERVICES
+from rota.common.server import FIELD_TRAILER
 from rota.common.tls import TLSFiles, on_behalf_of, open_aio_channel
 from rota.v1 import allocator_pb2, checkpoint_pb2, detector_pb2, forecaster_pb2, ledger_pb2
 
@@ -33,7 +34,7 @@ SERVICES: dict[str, tuple[FileDescriptor, str]] = {
 }
 assert set(SERVICES) == set(FORWARDED_SERVICES)
 PASSED_METADATA = ("authorization", "traceparent", "tracestate")
-PASSED_TRAILERS = ("rota-field",)
+PASSED_TRAILERS = (FIELD_TRAILER,)
 
 
 class Forwarder:

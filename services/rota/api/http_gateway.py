@@ -29,6 +29,9 @@ from google.protobuf import json_format, message_factory
 from google.protobuf.descriptor import FileDescriptor
 from google.protobuf.message import Message
 
+from rota.api.forward import PASSED_METADATA
+from rota.common.server import FIELD_TRAILER
+
 log = logging.getLogger(__name__)
 
 JSON, PROTO = "application/json", "application/proto"  # Connect's unary content types
@@ -161,7 +164,7 @@ class HttpGateway:
             body = request.SerializeToString()
         # application/proto passes as it came: the api's gRPC port parses it (and answers
         # INVALID_ARGUMENT... or INTERNAL for bytes that are no message, as gRPC does).
-        metadata = [(k, headers[k]) for k in ("authorization", "traceparent", "tracestate") if k in headers]
+        metadata = [(k, headers[k]) for k in PASSED_METADATA if k in headers]  # as the forwarder passes them
         try:
             reply: bytes = await self._unary(path)(body, timeout=self._timeout(headers), metadata=metadata)
         except grpc.aio.AioRpcError as exc:
@@ -197,7 +200,7 @@ async def _last_word(writer: asyncio.StreamWriter, error: HttpError) -> None:
 def _from_rpc_error(exc: grpc.aio.AioRpcError) -> HttpError:
     code = exc.code()
     trailers: Any = exc.trailing_metadata() or ()
-    field = next((str(v) for k, v in trailers if k == "rota-field"), "")
+    field = next((str(v) for k, v in trailers if k == FIELD_TRAILER), "")
     return HttpError(HTTP_STATUS.get(code, 500), code.name.lower(), exc.details() or code.name, field)
 
 

@@ -40,12 +40,16 @@ def _status(code_name: str) -> grpc.StatusCode:
     return getattr(grpc.StatusCode, code_name)  # type: ignore[no-any-return]
 
 
+# The trailer that names a refused request's bad field (the SDK reads it: rota.client.errors).
+FIELD_TRAILER = "rota-field"
+
+
 async def _abort_for(exc: BaseException, context: grpc.aio.ServicerContext, method: str) -> None:
     if isinstance(exc, DomainError):
         if exc.field:
             # Metadata values must be printable ASCII; a field path may carry a caller's map key.
             field = "".join(c if " " <= c <= "~" else "?" for c in exc.field)[:256]
-            context.set_trailing_metadata((("rota-field", field),))
+            context.set_trailing_metadata(((FIELD_TRAILER, field),))
         await context.abort(_status(exc.code_name), str(exc))
     if isinstance(exc, OperationalError | Unavailable) or (
         isinstance(exc, DBAPIError) and exc.connection_invalidated
@@ -54,7 +58,7 @@ async def _abort_for(exc: BaseException, context: grpc.aio.ServicerContext, meth
     if isinstance(exc, DataError):
         # A value the schema cannot hold that no handler check caught (too long, out of
         # range): the caller's input, not a crash. Handlers name fields; this is the net.
-        context.set_trailing_metadata((("rota-field", "request"),))
+        context.set_trailing_metadata(((FIELD_TRAILER, "request"),))
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: a value is out of range ({exc.orig})")
     if isinstance(exc, NotImplementedError):
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method}: not implemented yet")

@@ -192,13 +192,8 @@ class FailSlowDetector:
                 verdicts.append(self._rank_verdict(r, report, ratios, expected_iter))
         blamed = any(v > cfg.threshold for v in ratios.values())
         if job_ratio is not None and self.job.update(JOB, job_ratio > cfg.threshold and not blamed):
-            verdicts.append(Verdict(JOB, SLOW, report.iteration, _mean(self.recent_job), {
-                "iteration_ratios": [round(v, 4) for v in self.recent_job if v is not None],
-                "expected_iteration_seconds": round(expected_iter, 6),
-                "observed_iteration_seconds": report.iteration_seconds,
-                "threshold": cfg.threshold, "consecutive": cfg.consecutive,
-                "why": "the step is slower than its critical path while no rank's own time explains it",
-            }))
+            verdicts.append(self._job_verdict(report, expected_iter,
+                                              "the step is slower than its critical path while no rank's own time explains it"))
         self._learn(report, ratios, job_ratio, expected_iter)
         return verdicts
 
@@ -212,13 +207,18 @@ class FailSlowDetector:
         self.recent_job.append(ratio)
         if not self.job.update(JOB, ratio > self.config.threshold):
             return []
-        return [Verdict(JOB, SLOW, report.iteration, _mean(self.recent_job), {
+        return [self._job_verdict(report, report.predicted_seconds,
+                                  "the step is slower than the job's predicted step time (before its own times are learned)")]
+
+    def _job_verdict(self, report: IterationReport, expected_iter: float, why: str) -> Verdict:
+        """The job as a whole is slow: its last k step ratios against `expected_iter`."""
+        return Verdict(JOB, SLOW, report.iteration, _mean(self.recent_job), {
             "iteration_ratios": [round(v, 4) for v in self.recent_job if v is not None],
-            "expected_iteration_seconds": round(report.predicted_seconds, 6),
+            "expected_iteration_seconds": round(expected_iter, 6),
             "observed_iteration_seconds": report.iteration_seconds,
             "threshold": self.config.threshold, "consecutive": self.config.consecutive,
-            "why": "the step is slower than the job's predicted step time (before its own times are learned)",
-        })]
+            "why": why,
+        })
 
     def _rank_verdict(self, r: int, report: IterationReport, ratios: dict[int, float], expected_iter: float) -> Verdict:
         L, cfg = self.layout, self.config
