@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select, text, update
+from submission_builders import job_spec, new_tenant
 
 from rota.allocator import repository as allocator
 from rota.api import arrays
@@ -21,20 +22,15 @@ from rota.common.models import JobRow
 from rota.core import jobstate as js
 from rota.core.arrays import parse_array
 from rota.core.errors import AlreadyExists, InvalidArgument
-from rota.core.jobspec import JobSpecData, validate
+from rota.core.jobspec import JobSpecData
 
 
 def tenant(db: Database) -> str:
-    name = "t-" + secrets.token_hex(4)
-    db.run(lambda s: api.create_tenant(s, name, 1.0, secrets.token_hex(32)))
-    return name
+    return new_tenant(db)
 
 
 def spec(tenant: str, **overrides: Any) -> JobSpecData:
-    data = JobSpecData(name="task", tenant=tenant, kind="training", priority=5, gpus=1, command=["true"])
-    for key, value in overrides.items():
-        setattr(data, key, value)
-    return validate(data, max_gpus_per_node=0)
+    return job_spec(tenant, "task", **overrides)
 
 
 def submit(db: Database, s: JobSpecData, indices: str, request_id: str = "") -> arrays.StoredArray:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select
+from submission_builders import job_spec, new_tenant
 
 from rota.api import repository as api
 from rota.api.batcher import SubmitBatcher
@@ -20,7 +21,7 @@ from rota.common.jobs_repo import get_job
 from rota.common.models import JobRow
 from rota.core import jobstate as js
 from rota.core.errors import AlreadyExists, InvalidArgument, Unavailable
-from rota.core.jobspec import JobSpecData, validate
+from rota.core.jobspec import JobSpecData
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +33,11 @@ def db(migrated_database_url: str) -> Iterator[Database]:
 
 @pytest.fixture
 def tenant(db: Database) -> str:
-    name = "t-" + secrets.token_hex(4)
-    db.run(lambda s: api.create_tenant(s, name, 1.0, secrets.token_hex(32)))
-    return name
+    return new_tenant(db)
 
 
 def spec(tenant: str, **overrides: Any) -> JobSpecData:
-    data = JobSpecData(name="job", tenant=tenant, kind="training", priority=5, gpus=1, command=["true"])
-    for key, value in overrides.items():
-        setattr(data, key, value)
-    return validate(data, max_gpus_per_node=0)
+    return job_spec(tenant, **overrides)
 
 
 def count(db: Database, tenant: str) -> int:
