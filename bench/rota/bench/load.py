@@ -253,30 +253,30 @@ def main(argv: list[str]) -> int:
     # No PostgreSQL proxy: nothing is cut off here, and a proxy would add a hop per query.
     h = Harness(home, args.database_url, args.redis_url, allocators=1, api_workers=args.api_workers,
                 proxy_postgres=False, fast_timers=False)
+    def drain() -> int:
+        """Cancels what the previous phase left queued, so the next starts on an empty queue."""
+        with h.client() as client:
+            return cancel_queued(client)
+
     try:
         h.start()
         report: dict[str, Any] = {"idle_submit_to_running": idle_to_running(h, 5)}
         report["sustained"] = sustained(h, args.seconds, args.threads, args.processes)
-        with h.client() as client:
-            cancel_queued(client)
+        drain()
         report["paced"] = paced(h, args.seconds, args.rate, args.threads, args.processes)
-        with h.client() as client:
-            report["cancelled_after"] = cancel_queued(client)
+        report["cancelled_after"] = drain()
         if args.cli:
             report["cli"] = load_cli.cli(h, args.seconds, args.threads, args.processes, home.parent)
-            with h.client() as client:
-                cancel_queued(client)
+            drain()
             # The same loops through the gRPC client: what the HTTP gateway saves a script.
             report["cli_grpc"] = load_cli.cli(h, args.seconds, args.threads, args.processes, home.parent, grpc_only=True)
             report["cli"]["vs_grpc"] = round(report["cli"]["per_second"] / max(0.1, report["cli_grpc"]["per_second"]), 2)
-            with h.client() as client:
-                report["cancelled_after"] += cancel_queued(client)
+            report["cancelled_after"] += drain()
         if args.array:
             report["array"] = load_cli.array(h, args.array)
         if args.breakdown:
             report["breakdown"] = load_breakdown.breakdown(h, _spec())
-            with h.client() as client:
-                report["cancelled_after"] += cancel_queued(client)
+            report["cancelled_after"] += drain()
         report["api_workers"] = args.api_workers
         report["job_command"] = list(JOB_COMMAND)
         report["timers"] = "defaults"  # heartbeats, scheduling cycle, ledger period: as `rota up` sets them
