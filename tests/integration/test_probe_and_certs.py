@@ -108,7 +108,7 @@ def test_the_server_name_setting_verifies_a_certificate_that_does_not_name_the_a
 
 
 def test_certs_refuse_an_empty_host_naming_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from rota.cli.commands import run
+    from rota.cli.running import run
 
     args = build_parser().parse_args(["certs", str(tmp_path / "tls"), "--host", " "])
     assert run(HANDLERS["certs"], args) != 0
