@@ -43,8 +43,8 @@ def test_no_job_is_lost_or_run_twice(report: Any) -> None:
 
 
 def test_no_gpu_is_double_booked_and_no_job_runs_on_two_nodes(report: Any) -> None:
-    assert report["double_booked_gpus"] == 0
-    assert report["two_running_copies"] == 0
+    assert report["double_booked_gpus"] == 0, report["sightings"]
+    assert report["two_running_copies"] == 0, report["sightings"]
 
 
 def test_a_gang_that_loses_a_node_stops_whole_and_runs_again(report: Any) -> None:
@@ -85,6 +85,14 @@ def test_jitter_is_no_death_and_a_real_cut_is(report: Any) -> None:
     partition = report["cases"]["partition"]
     assert partition["false_dead_samples"] == 0, partition
     assert partition["cut_dead_after_s"] < 10, partition
+
+
+def test_a_node_cut_off_from_the_api_has_its_jobs_stopped_there_once_it_is_dead(report: Any) -> None:
+    # Its agent lives on (its launchers' lease stays fresh), so nothing but the allocator's
+    # stop ends the copy there before the job, requeued, may run elsewhere.
+    partition = report["cases"]["partition"]
+    assert partition["stranded_job"], partition  # a job ran on the node when it was cut off
+    assert partition["stranded_stopped_after_dead_s"] is not None, partition
 
 
 class _SharedRedisCluster(Harness):

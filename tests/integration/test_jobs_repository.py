@@ -341,9 +341,14 @@ def test_silent_node_goes_dead_and_its_jobs_are_lost_then_handled(db: Database, 
     healthy = register(db, gpus=1)
     _silence(db, node, 600)
 
+    epochs = {job_id: load(db, job_id).epoch for job_id in (retrying, final)}
     events = Events()
-    dead = db.run(lambda s: nodes_repo.declare_dead(s, 60, events))
+    declared = db.run(lambda s: nodes_repo.declare_dead_nodes(s, 60, events))
+    dead = [d.name for d in declared]
     assert node in dead and healthy not in dead
+    # The copies the node may still run, under the epochs they were placed with, to stop there.
+    [copies] = [d.copies for d in declared if d.name == node]
+    assert sorted(copies) == sorted(epochs.items())
     health = db.run(lambda s: s.scalars(select(NodeRow.health).where(NodeRow.name.in_([node, healthy]))).all())
     assert sorted(health) == [nodestate.ALIVE, nodestate.DEAD]
 

@@ -63,6 +63,9 @@ class Watch:
         self.home = str(home.resolve())
         self.double_booked: set[tuple[str, str]] = set()
         self.two_copies: set[str] = set()
+        # What each sighting looked like, and which case was running then (for the report).
+        self.sightings: list[dict[str, object]] = []
+        self.case = ""
         self.seen_jobs: set[str] = set()  # every job of this cluster seen running
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -91,8 +94,14 @@ class Watch:
                 for gpu in filter(None, env.get("ROTA_GPUS", "").split(",")):
                     holders.setdefault((env.get("ROTA_NODE", ""), gpu), set()).add(job)
             self.seen_jobs |= set(nodes)
-            self.double_booked |= {slot for slot, jobs in holders.items() if len(jobs) > 1}
-            self.two_copies |= {job for job, where in nodes.items() if len(where) > gang[job] or len(epochs[job]) > 1}
+            booked = {slot for slot, jobs in holders.items() if len(jobs) > 1}
+            copies = {job for job, where in nodes.items() if len(where) > gang[job] or len(epochs[job]) > 1}
+            self.sightings += [{"case": self.case, "job": job, "nodes": sorted(nodes[job]), "epochs": sorted(epochs[job])}
+                               for job in sorted(copies - self.two_copies)]
+            self.sightings += [{"case": self.case, "gpu": list(slot), "jobs": sorted(holders[slot])}
+                               for slot in sorted(booked - self.double_booked)]
+            self.double_booked |= booked
+            self.two_copies |= copies
 
 
 @dataclass

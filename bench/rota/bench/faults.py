@@ -37,7 +37,7 @@ from typing import Any
 import grpc
 import redis
 
-from rota.bench.fault_harness import TENANT, Harness, Watch, percentiles, sleep_spec
+from rota.bench.fault_harness import TENANT, Harness, Watch, job_processes, percentiles, sleep_spec
 from rota.cli.netproxy import FaultProxy
 from rota.cli.tls_probe import tls_cases
 from rota.client import RotaError
@@ -211,6 +211,12 @@ def _try_submit(client: Any, spec: common_pb2.JobSpec) -> str | None:
         return None
 
 
+# The job on the node cut off runs this long; once the node is dead it must stop within
+# STRANDED_WAIT_S, well before it would have ended by itself.
+STRANDED_JOB_S = 15.0
+STRANDED_WAIT_S = 5.0
+
+
 def partition(h: Harness, jitter_s: float = 0.2, seconds: float = 8.0) -> dict[str, Any]:
     """One node reaches the api through a proxy: 200 ms of jitter must not read as death;
     a real cut must, within the node timeout; healed, the node serves again."""
@@ -227,15 +233,32 @@ def partition(h: Harness, jitter_s: float = 0.2, seconds: float = 8.0) -> dict[s
         while time.monotonic() < until:
             false_dead += h.node_health(node) == "DEAD"
             time.sleep(0.2)
+        # A whole-node job on every node, so one runs on the node that is cut off: its agent
+        # lives on (its launchers' lease stays fresh) and only the allocator can stop it.
+        ids = h.submit(len(h.info["agents"]), seconds=STRANDED_JOB_S, gpus=h.gpus_per_node)
+        placed = [wait_for(functools.partial(h.wait_running, job_id), 60) for job_id in ids]
+        stranded = next((job.id for job in placed if job.node == node), "")
         proxy.cut()
         cut_at = time.monotonic()
         wait_for(health_is(h, node, "DEAD"), 60)
-        dead_after = time.monotonic() - cut_at
+        dead_at = time.monotonic()
+        stopped_after = _stopped_within(stranded, node, STRANDED_WAIT_S) if stranded else None
         proxy.heal()
         wait_for(health_is(h, node, "ALIVE"), 60)
     finally:
         proxy.delay_s = proxy.jitter_s = 0.0
-    return {"jitter_ms": jitter_s * 1000, "false_dead_samples": false_dead, "cut_dead_after_s": round(dead_after, 3)}
+    return {"jitter_ms": jitter_s * 1000, "false_dead_samples": false_dead, "cut_dead_after_s": round(dead_at - cut_at, 3),
+            "stranded_job": stranded, "stranded_stopped_after_dead_s": stopped_after}
+
+
+def _stopped_within(job_id: str, node: str, timeout_s: float) -> float | None:
+    """Seconds until no process of the job runs on the node; None if one still runs after timeout_s."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout_s:
+        if not any(env.get("ROTA_JOB_ID") == job_id and env.get("ROTA_NODE") == node for env in job_processes().values()):
+            return round(time.monotonic() - began, 3)
+        time.sleep(0.05)
+    return None
 
 
 def replays(h: Harness, rounds: int) -> dict[str, Any]:
@@ -349,17 +372,22 @@ def wait_for(check: Callable[[], Any], timeout_s: float) -> Any:
 def run_suite(h: Harness, rounds: int, seed: int = 7) -> dict[str, Any]:
     """Every case on one cluster, then the checks over every job submitted."""
     rng = random.Random(seed)
+    suite: dict[str, Callable[[], dict[str, Any]]] = {
+        "allocator_kill": lambda: allocator_kills(h, rounds, rng),
+        "redis_flush": lambda: redis_flushes(h, max(1, rounds // 5), rng),
+        "redis_kill": lambda: redis_kills(h, max(1, rounds // 5), rng),
+        "agent_kill_and_freeze": lambda: agent_faults(h, max(2, rounds // 5)),
+        "gang_node_kill": lambda: gang_node_kills(h, max(1, rounds // 10)),
+        "replayed_submissions": lambda: replays(h, rounds),
+        "postgres_outage": lambda: postgres_outage(h),
+        "partition": lambda: partition(h),
+    }
+    cases: dict[str, Any] = {}
     with Watch(h.home) as watch:
-        cases: dict[str, Any] = {
-            "allocator_kill": allocator_kills(h, rounds, rng),
-            "redis_flush": redis_flushes(h, max(1, rounds // 5), rng),
-            "redis_kill": redis_kills(h, max(1, rounds // 5), rng),
-            "agent_kill_and_freeze": agent_faults(h, max(2, rounds // 5)),
-            "gang_node_kill": gang_node_kills(h, max(1, rounds // 10)),
-            "replayed_submissions": replays(h, rounds),
-            "postgres_outage": postgres_outage(h),
-            "partition": partition(h),
-        }
+        for name, case in suite.items():
+            watch.case = name  # a sighting names the case it happened in
+            cases[name] = case()
+        watch.case = "after the cases"
         finals = h.wait_final(list(h.submitted))
     cases["security"] = security(h)
     launches = h.launches()
@@ -371,6 +399,7 @@ def run_suite(h: Harness, rounds: int, seed: int = 7) -> dict[str, Any]:
         "double_booked_gpus": len(watch.double_booked) + h.overlapping_placements(),
         "two_running_copies": len(watch.two_copies),
         "ledger_mismatches": h.ledger_mismatches(),
+        "sightings": watch.sightings,
         "cases": cases,
         "not_succeeded": {j.id: f"{j.state}: {j.reason}" for j in finals.values() if j.state != "SUCCEEDED"},
     }

@@ -48,6 +48,10 @@ PRUNE_INTERVAL_S = 60.0
 PRUNE_BATCH = 5000
 # Woken cycles (work arrived) come at most this often, and not during a costly plan's rest.
 MIN_CYCLE_GAP_S = 0.1
+# A dead node's jobs are stopped there before they are placed again (a partitioned node
+# still runs them): the cycle waits this long at most for the node's agent to answer.
+STRANDED_STOP_DEADLINE_S = 2.0
+STRANDED_GRACE_S = 0.5
 
 
 class Leadership:
@@ -185,9 +189,12 @@ class SchedulingLoop:
             self.memory.no_deaths_until = self.clock() + self.settings.node_timeout_s
         if self.clock() >= self.memory.no_deaths_until and await self.peers.api.serving():
             dead = await asyncio.to_thread(
-                self.db.run, lambda s: nodes_repo.declare_dead(s, self.settings.node_timeout_s, events)
+                self.db.run, lambda s: nodes_repo.declare_dead_nodes(s, self.settings.node_timeout_s, events)
             )
             report.dead_nodes = len(dead)
+            #    A silent node may only be cut off from the api and still run its jobs: stop
+            #    them there (where it can still be dialled) before the plan places them again.
+            await self._stop_stranded(dead)
         # 3. The snapshot, and whether anything calls for a new plan. Resting after a costly
         #    plan (a burst of arrivals), not even the snapshot is read: with thousands
         #    queued, reading it is much of a plan's cost.
@@ -449,6 +456,25 @@ class SchedulingLoop:
         except grpc.aio.AioRpcError as exc:
             # The job no longer holds GPUs in Postgres: the agent's next heartbeat stops it.
             log.warning("stop of %s at %s failed (%s): reconciliation will stop it", job_id, address, exc.code())
+
+    async def _stop_stranded(self, dead: list[nodes_repo.DeadNode]) -> None:
+        """Stops the copies a dead node may still run, all at once and briefly: a killed
+        agent refuses at once, a frozen one times out (its launchers fence themselves), and
+        one that only lost its way to the api answers and stops them. A node that can be
+        neither heard nor dialled (cut off both ways) is left to its jobs' own ends."""
+        async def stop(node: nodes_repo.DeadNode, job_id: str, epoch: int) -> None:
+            request = agent_pb2.StopRequest(job_id=job_id, epoch=epoch, grace_seconds=STRANDED_GRACE_S,
+                                            reason=f"node {node.name} was declared dead")
+            try:
+                reply = await self.agents.stub(node.address).Stop(
+                    request, timeout=STRANDED_STOP_DEADLINE_S, metadata=self.agents.metadata)
+            except grpc.aio.AioRpcError as exc:
+                log.info("dead node %s: could not stop %s there (%s)", node.name, job_id, exc.code().name)
+                return
+            if reply.stopped:
+                log.warning("dead node %s still answered: stopped its copy of %s (epoch %d)", node.name, job_id, epoch)
+
+        await asyncio.gather(*(stop(node, job_id, epoch) for node in dead for job_id, epoch in node.copies))
 
     async def _resize(self, address: str, request: agent_pb2.ResizeRequest) -> None:
         try:

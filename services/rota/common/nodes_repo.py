@@ -11,6 +11,7 @@ are lost through `jobs_repo.lose`, the same path as a silent rank's.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import case, func, select, update
@@ -80,7 +81,25 @@ def drain(session: Session, name: str, *, undo: bool) -> tuple[str, int]:
     return node.health, int(running or 0)
 
 
+@dataclass(frozen=True)
+class DeadNode:
+    """A node just declared dead, with the copies of jobs it was running (job id, epoch).
+
+    Silence is not proof of death: a node cut off from the api (a partition) still runs
+    them, and its agent's lease (the launchers' fence) stays fresh while the agent lives.
+    The allocator stops them at `address` before it places those jobs again."""
+
+    name: str
+    address: str
+    copies: tuple[tuple[str, int], ...]
+
+
 def declare_dead(session: Session, timeout_s: float, events: Events) -> list[str]:
+    """The names of the nodes `declare_dead_nodes` declares dead."""
+    return [dead.name for dead in declare_dead_nodes(session, timeout_s, events)]
+
+
+def declare_dead_nodes(session: Session, timeout_s: float, events: Events) -> list[DeadNode]:
     """Nodes silent past the timeout (on the database's clock) become DEAD; their jobs are
     lost: restored from their last image elsewhere, or requeued or failed by their restart policy.
     A realtime app with replicas on other nodes loses this node's replicas only and serves on."""
@@ -90,6 +109,7 @@ def declare_dead(session: Session, timeout_s: float, events: Events) -> list[str
         .where(NodeRow.health.in_(nodestate.BEATING), NodeRow.last_heartbeat < func.now() - timedelta(seconds=timeout_s))
         .with_for_update(of=NodeRow)
     ).all()
+    dead: list[DeadNode] = []
     for node, silent in rows:
         nodestate.check(node.health, nodestate.DEAD)
         node.health = nodestate.DEAD
@@ -99,11 +119,13 @@ def declare_dead(session: Session, timeout_s: float, events: Events) -> list[str
             select(JobRow).where(on_node(node.name),
                                  JobRow.state.in_(jobstate.HOLDING_STATES)).with_for_update()
         ).all()
+        copies = tuple((job.id, job.epoch) for job in jobs)  # the epochs they ran under, before they are lost
         for job in jobs:
             gang = f" (node of its {len(job.gang_nodes)}-node gang)" if job.gang_nodes else ""
             replicas.lose_on(session, job, node.name, f"node {node.name}{gang} missed heartbeats for {float(silent):.1f}s",
                              events)
-    return [node.name for node, _ in rows]
+        dead.append(DeadNode(node.name, node.address, copies))
+    return dead
 
 
 def grant_restart_grace(session: Session) -> None:
