@@ -100,9 +100,13 @@ def test_a_dead_node_of_a_gang_loses_the_whole_gang(db: Database, tenant: str) -
     report(db, nodes[0], job, js.RUNNING)
     _silence(db, nodes[1], 600)  # node rank 1, not the job's `node`
     events = Events()
-    assert nodes[1] in db.run(lambda s: nodes_repo.declare_dead(s, 60, events))
+    declared = db.run(lambda s: nodes_repo.declare_dead_nodes(s, 60, events))
+    assert nodes[1] in [d.name for d in declared]
     lost = load(db, job_id)
     assert lost.state == js.PENDING and claims(db, job_id=job_id) == []
+    # Its ranks on the live node run on until they are stopped: that copy is to stop too.
+    [dead] = [d for d in declared if d.name == nodes[1]]
+    assert sorted((c.node, c.job_id, c.epoch) for c in dead.copies) == sorted((n, job_id, job.epoch) for n in nodes)
     reasons = [r for _f, t, r in transitions(db, job_id) if t == js.LOST]
     assert reasons and f"node {nodes[1]} (node of its 2-node gang) missed heartbeats" in reasons[0]
 

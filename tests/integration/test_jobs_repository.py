@@ -348,7 +348,8 @@ def test_silent_node_goes_dead_and_its_jobs_are_lost_then_handled(db: Database, 
     assert node in dead and healthy not in dead
     # The copies the node may still run, under the epochs they were placed with, to stop there.
     [copies] = [d.copies for d in declared if d.name == node]
-    assert sorted(copies) == sorted(epochs.items())
+    assert sorted((c.job_id, c.epoch) for c in copies) == sorted(epochs.items())
+    assert {c.node for c in copies} == {node} and all(c.address for c in copies)
     health = db.run(lambda s: s.scalars(select(NodeRow.health).where(NodeRow.name.in_([node, healthy]))).all())
     assert sorted(health) == [nodestate.ALIVE, nodestate.DEAD]
 

@@ -75,10 +75,19 @@ class Heartbeats:
         self._early_at = float("-inf")  # monotonic time of the last early beat
         self.started_at = time.monotonic()
         self.reached = False  # the api has answered once
+        self._stopping: dict[tuple[str, int], asyncio.Task[None]] = {}  # (job, epoch): stops under way
+
+    async def keep_lease(self) -> None:
+        """Renews the lease file its jobs' launchers watch, every third of its timeout, for
+        as long as this process runs its event loop. Apart from the heartbeat loop, which a
+        slow beat or a job slow to stop may hold up: that must not fence every job here."""
+        period = max(0.05, self.runtime.table.lease_timeout_s / 3)
+        while True:
+            self.runtime.table.lease_file.touch()
+            await asyncio.sleep(period)
 
     async def run_forever(self) -> None:
         while True:
-            self.runtime.table.lease_file.touch()
             self.runtime.launched.clear()  # what launched before this beat, it reports
             interval = self.settings.heartbeat_interval_s
             try:
@@ -150,16 +159,13 @@ class Heartbeats:
             launched_after_request = job.started_at > sent_at
             if target is not None and await self._resize_replicas(job, target):
                 continue  # a realtime app's missed resize: its replicas that stay run on
-            if (target is None or target.epoch > job.epoch) and not launched_after_request:
+            if (target is None or target.epoch > job.epoch) and not launched_after_request \
+                    and (job.job_id, job.epoch) not in self._stopping:
                 with job_logging(job.job_id):
                     log.info("stopping %s (epoch %d): no longer placed here", job.job_id, job.epoch)
-                    # That epoch only: while this waited for the runtime's lock, a launch may have
-                    # started a newer placement of the same job here (a pause then a resume onto
-                    # this node), which this reply, older than that launch, knows nothing about.
-                    try:
-                        await self.runtime.stop(job.job_id, job.epoch, "no longer placed on this node", 5.0)
-                    except DomainError as exc:
-                        log.info("not stopping %s: %s", job.job_id, exc)
+                # In the background: a job slow to stop must not hold up the next beats.
+                task = asyncio.create_task(self._stop_unplaced(job.job_id, job.epoch))
+                self._stopping[(job.job_id, job.epoch)] = task
         for job_id, placed in wanted.items():
             local = self.runtime.table.jobs.get(job_id)
             if local is None or local.epoch < placed.epoch:
@@ -169,6 +175,18 @@ class Heartbeats:
                         log.info("launched %s (epoch %d) from reconciliation", job_id, placed.epoch)
                     except DomainError as exc:
                         log.warning("not launching %s: %s", job_id, exc)
+
+    async def _stop_unplaced(self, job_id: str, epoch: int) -> None:
+        # That epoch only: while this waited for the runtime's lock, a launch may have
+        # started a newer placement of the same job here (a pause then a resume onto this
+        # node), which the reply that asked for this stop knows nothing about.
+        try:
+            with job_logging(job_id):
+                await self.runtime.stop(job_id, epoch, "no longer placed on this node", 5.0)
+        except DomainError as exc:
+            log.info("not stopping %s: %s", job_id, exc)
+        finally:
+            self._stopping.pop((job_id, epoch), None)
 
     async def _resize_replicas(self, job: LocalJob, target: common_pb2.Job) -> bool:
         """A replica set placed here under a newer epoch (a Resize that never arrived) is
@@ -183,7 +201,12 @@ class Heartbeats:
         log.info("resized %s to GPUs %s (epoch %d) from reconciliation", job.job_id, list(target.gpus), target.epoch)
         return True
 
+    async def settle(self) -> None:
+        """Waits for the stops reconciliation started to end."""
+        await asyncio.gather(*self._stopping.values(), return_exceptions=True)
+
     async def close(self) -> None:
+        await self.settle()
         await self.channel.close(None)
 
 
@@ -263,7 +286,7 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
                                     traced=settings.traced),
         max_message_bytes=settings.max_message_bytes,
         tls=tls_files(settings),
-        background=[heartbeats.run_forever, DetectorLink(settings, table).run_forever],
+        background=[heartbeats.keep_lease, heartbeats.run_forever, DetectorLink(settings, table).run_forever],
         on_stop=on_stop,
     )
 

@@ -458,23 +458,25 @@ class SchedulingLoop:
             log.warning("stop of %s at %s failed (%s): reconciliation will stop it", job_id, address, exc.code())
 
     async def _stop_stranded(self, dead: list[nodes_repo.DeadNode]) -> None:
-        """Stops the copies a dead node may still run, all at once and briefly: a killed
-        agent refuses at once, a frozen one times out (its launchers fence themselves), and
-        one that only lost its way to the api answers and stops them. A node that can be
-        neither heard nor dialled (cut off both ways) is left to its jobs' own ends."""
-        async def stop(node: nodes_repo.DeadNode, job_id: str, epoch: int) -> None:
-            request = agent_pb2.StopRequest(job_id=job_id, epoch=epoch, grace_seconds=STRANDED_GRACE_S,
-                                            reason=f"node {node.name} was declared dead")
+        """Stops the copies of the dead nodes' lost jobs, all at once and briefly: a killed
+        agent refuses at once, a frozen one times out (its launchers fence themselves), one
+        that only lost its way to the api answers and stops them, and so do a lost gang's
+        live nodes. A node that can be neither heard nor dialled (cut off both ways) is
+        left to its jobs' own ends."""
+        async def stop(copy: nodes_repo.StrandedCopy, why: str) -> None:
+            request = agent_pb2.StopRequest(job_id=copy.job_id, epoch=copy.epoch, grace_seconds=STRANDED_GRACE_S,
+                                            reason=why)
             try:
-                reply = await self.agents.stub(node.address).Stop(
+                reply = await self.agents.stub(copy.address).Stop(
                     request, timeout=STRANDED_STOP_DEADLINE_S, metadata=self.agents.metadata)
             except grpc.aio.AioRpcError as exc:
-                log.info("dead node %s: could not stop %s there (%s)", node.name, job_id, exc.code().name)
+                log.info("%s: could not stop %s on %s (%s)", why, copy.job_id, copy.node, exc.code().name)
                 return
             if reply.stopped:
-                log.warning("dead node %s still answered: stopped its copy of %s (epoch %d)", node.name, job_id, epoch)
+                log.info("%s: stopped %s (epoch %d) on %s", why, copy.job_id, copy.epoch, copy.node)
 
-        await asyncio.gather(*(stop(node, job_id, epoch) for node in dead for job_id, epoch in node.copies))
+        await asyncio.gather(*(stop(copy, f"node {node.name} was declared dead")
+                               for node in dead for copy in node.copies))
 
     async def _resize(self, address: str, request: agent_pb2.ResizeRequest) -> None:
         try:

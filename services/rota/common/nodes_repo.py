@@ -82,16 +82,26 @@ def drain(session: Session, name: str, *, undo: bool) -> tuple[str, int]:
 
 
 @dataclass(frozen=True)
-class DeadNode:
-    """A node just declared dead, with the copies of jobs it was running (job id, epoch).
+class StrandedCopy:
+    """A process of a lost job that may still run on `node` (dialled at `address`) under `epoch`."""
 
-    Silence is not proof of death: a node cut off from the api (a partition) still runs
-    them, and its agent's lease (the launchers' fence) stays fresh while the agent lives.
-    The allocator stops them at `address` before it places those jobs again."""
+    node: str
+    address: str
+    job_id: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class DeadNode:
+    """A node just declared dead, with the copies of its lost jobs that may still run.
+
+    Silence is not proof of death: a node cut off from the api (a partition) still runs its
+    jobs, and its agent's lease (the launchers' fence) stays fresh while the agent lives. A
+    lost gang's ranks on its other, live nodes run on too until their agents' next
+    heartbeats. The allocator stops every such copy before it places those jobs again."""
 
     name: str
-    address: str
-    copies: tuple[tuple[str, int], ...]
+    copies: tuple[StrandedCopy, ...]
 
 
 def declare_dead(session: Session, timeout_s: float, events: Events) -> list[str]:
@@ -119,13 +129,23 @@ def declare_dead_nodes(session: Session, timeout_s: float, events: Events) -> li
             select(JobRow).where(on_node(node.name),
                                  JobRow.state.in_(jobstate.HOLDING_STATES)).with_for_update()
         ).all()
-        copies = tuple((job.id, job.epoch) for job in jobs)  # the epochs they ran under, before they are lost
+        # Where each may still run, under the epoch it was placed with (read before it is
+        # lost): a gang on every one of its nodes, anything else (an app's replicas too) here.
+        where = {job.id: list(job.gang_nodes) or [node.name] for job in jobs}
+        addresses = _addresses(session, {n for nodes in where.values() for n in nodes})
+        copies = tuple(StrandedCopy(n, addresses[n], job.id, job.epoch)
+                       for job in jobs for n in where[job.id] if n in addresses)
         for job in jobs:
             gang = f" (node of its {len(job.gang_nodes)}-node gang)" if job.gang_nodes else ""
             replicas.lose_on(session, job, node.name, f"node {node.name}{gang} missed heartbeats for {float(silent):.1f}s",
                              events)
-        dead.append(DeadNode(node.name, node.address, copies))
+        dead.append(DeadNode(node.name, copies))
     return dead
+
+
+def _addresses(session: Session, names: set[str]) -> dict[str, str]:
+    rows = session.execute(select(NodeRow.name, NodeRow.address).where(NodeRow.name.in_(names))).all() if names else []
+    return {name: address for name, address in rows}
 
 
 def grant_restart_grace(session: Session) -> None:
