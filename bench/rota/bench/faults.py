@@ -235,6 +235,8 @@ def partition(h: Harness, jitter_s: float = 0.2, seconds: float = 8.0) -> dict[s
             time.sleep(0.2)
         # A whole-node job on every node, so one runs on the node that is cut off: its agent
         # lives on (its launchers' lease stays fresh) and only the allocator can stop it.
+        # The earlier cases' jobs end first, or one of them could hold that node meanwhile.
+        h.wait_final(list(h.submitted))
         ids = h.submit(len(h.info["agents"]), seconds=STRANDED_JOB_S, gpus=h.gpus_per_node)
         placed = [wait_for(functools.partial(h.wait_running, job_id), 60) for job_id in ids]
         stranded = next((job.id for job in placed if job.node == node), "")
