@@ -32,13 +32,18 @@ class WatchedLock(asyncio.Lock):
         return await super().acquire()
 
 
-def test_a_stale_reply_stops_only_the_copy_it_judged_not_a_newer_launch_of_the_same_job(tmp_path: Path) -> None:
+def _agent(tmp_path: Path) -> tuple[ProcessTable, AgentRuntime]:
+    """A node's process table and runtime on a fresh home, its lease fresh for a minute."""
     home = tmp_path / "agent"
     home.mkdir()
     (home / "lease").touch()
     table = ProcessTable("node-a", home, home / "lease", 60)
-    runtime = AgentRuntime("node-a", table, virtual=True,
-                           checkpoints=AgentCheckpoints("node-a", table, home, CheckpointSettings.from_env(home)))
+    return table, AgentRuntime("node-a", table, virtual=True,
+                               checkpoints=AgentCheckpoints("node-a", table, home, CheckpointSettings.from_env(home)))
+
+
+def test_a_stale_reply_stops_only_the_copy_it_judged_not_a_newer_launch_of_the_same_job(tmp_path: Path) -> None:
+    table, runtime = _agent(tmp_path)
     runtime.lock = lock = WatchedLock()
 
     async def scenario() -> int | None:
@@ -70,12 +75,7 @@ STUBBORN = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIG
 def test_a_job_slow_to_stop_does_not_hold_up_the_heartbeat_loop(tmp_path: Path) -> None:
     # The loop that beats also reconciles: were it to wait out a stop's grace, beats would
     # pause (the node could be declared dead) and nothing could renew the lease.
-    home = tmp_path / "agent"
-    home.mkdir()
-    (home / "lease").touch()
-    table = ProcessTable("node-a", home, home / "lease", 60)
-    runtime = AgentRuntime("node-a", table, virtual=True,
-                           checkpoints=AgentCheckpoints("node-a", table, home, CheckpointSettings.from_env(home)))
+    table, runtime = _agent(tmp_path)
 
     async def scenario() -> tuple[int | None, int | None]:
         heartbeats = Heartbeats(Settings(admin_token="t", api_addr="127.0.0.1:9"), runtime, "127.0.0.1:10", [])

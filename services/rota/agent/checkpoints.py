@@ -262,12 +262,15 @@ class AgentCheckpoints:
             record.manifest = result.manifest
             record.written_bytes, record.chunks, record.write_s = result.written_bytes, result.chunks, result.seconds
             record.logical_bytes = result.logical_bytes
+            # The offer ends before the record says the write did: whoever sees "complete"
+            # reads the store, never a staged copy about to be deleted.
+            self.handoff_path(record.image_id).unlink(missing_ok=True)
             self._finish(record, COMPLETE)
         except Exception as exc:  # noqa: BLE001 - recorded for the coordinator
             log.exception("writing image %s failed", record.image_id)
+            self.handoff_path(record.image_id).unlink(missing_ok=True)
             self._finish(record, FAILED, error=f"{type(exc).__name__}: {exc}")
         finally:
-            self.handoff_path(record.image_id).unlink(missing_ok=True)
             shutil.rmtree(staging, ignore_errors=True)
             try:
                 staging.parent.rmdir()  # the launch's staging folder, once nothing else is in it
