@@ -449,10 +449,11 @@ class SchedulingLoop:
             # The agent's next heartbeat lists this assignment and it launches it then.
             log.warning("launch of %s at %s failed (%s): reconciliation will retry", request.job.id, address, exc.code())
 
-    async def _stop(self, address: str, job_id: str, epoch: int, reason: str) -> None:
-        request = agent_pb2.StopRequest(job_id=job_id, epoch=epoch, reason=reason, grace_seconds=10)
+    async def _stop(self, address: str, job_id: str, epoch: int, reason: str, *,
+                    grace_s: float = 10, deadline_s: float = 30) -> None:
+        request = agent_pb2.StopRequest(job_id=job_id, epoch=epoch, reason=reason, grace_seconds=grace_s)
         try:
-            await self.agents.stub(address).Stop(request, timeout=30, metadata=self.agents.metadata)
+            await self.agents.stub(address).Stop(request, timeout=deadline_s, metadata=self.agents.metadata)
         except grpc.aio.AioRpcError as exc:
             # The job no longer holds GPUs in Postgres: the agent's next heartbeat stops it.
             log.warning("stop of %s at %s failed (%s): reconciliation will stop it", job_id, address, exc.code())
@@ -463,20 +464,10 @@ class SchedulingLoop:
         that only lost its way to the api answers and stops them, and so do a lost gang's
         live nodes. A node that can be neither heard nor dialled (cut off both ways) is
         left to its jobs' own ends."""
-        async def stop(copy: nodes_repo.StrandedCopy, why: str) -> None:
-            request = agent_pb2.StopRequest(job_id=copy.job_id, epoch=copy.epoch, grace_seconds=STRANDED_GRACE_S,
-                                            reason=why)
-            try:
-                reply = await self.agents.stub(copy.address).Stop(
-                    request, timeout=STRANDED_STOP_DEADLINE_S, metadata=self.agents.metadata)
-            except grpc.aio.AioRpcError as exc:
-                log.info("%s: could not stop %s on %s (%s)", why, copy.job_id, copy.node, exc.code().name)
-                return
-            if reply.stopped:
-                log.info("%s: stopped %s (epoch %d) on %s", why, copy.job_id, copy.epoch, copy.node)
-
-        await asyncio.gather(*(stop(copy, f"node {node.name} was declared dead")
-                               for node in dead for copy in node.copies))
+        await asyncio.gather(*(
+            self._stop(copy.address, copy.job_id, copy.epoch, f"node {node.name} was declared dead",
+                       grace_s=STRANDED_GRACE_S, deadline_s=STRANDED_STOP_DEADLINE_S)
+            for node in dead for copy in node.copies))
 
     async def _resize(self, address: str, request: agent_pb2.ResizeRequest) -> None:
         try:
