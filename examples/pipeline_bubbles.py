@@ -11,6 +11,10 @@ end. With --squeeze-pid, stage 0 lets that process run only inside its bubbles (
 a compute end, SIGSTOP at a compute start); with --watch-pid it only measures that
 process's CPU time inside the bubbles (a trial that is always running); with --cycle-pid
 it cycles the three arms step by step (trial stopped, always running, squeezed).
+
+Run by Rota, stage 0 squeezes the guests the allocator placed in its bubbles (``kind: trial``
+jobs, read each step from ``rota.runtime.bubble_guests()``), and lets them run freely once
+it ends: see examples/pipeline-host.yaml and examples/trial-guest.yaml.
 """
 
 from __future__ import annotations
@@ -75,8 +79,11 @@ def stage_main(rank: int, args: argparse.Namespace) -> None:
     step_times: list[float] = []
     steps_log: list[dict[str, object]] = []
     first_measured = 0.0
+    from_rota = on_stage0 and args.squeeze_pid is None and args.cycle_pid is None
     for step in range(args.warmup + args.steps):
         mode = _set_mode(clock, args.cycle_pid, step) if on_stage0 and args.cycle_pid else "single"
+        if from_rota:
+            clock.squeeze_pgids = rota.runtime.bubble_guests()
         x = torch.randn(args.batch, args.width, generator=generator)
         y = torch.randn(args.batch, args.width, generator=generator)
         clock.recording = step >= args.warmup
@@ -107,6 +114,7 @@ def stage_main(rank: int, args: argparse.Namespace) -> None:
     for pid in (clock.squeeze_pid, args.cycle_pid if on_stage0 else None):
         if pid is not None:
             os.kill(pid, signal.SIGSTOP)  # leave the trial paused
+    clock.release()  # the agent's guests run on: they take this job's GPUs over
     dist.barrier()
     if on_stage0 and args.timeline:
         out = {"step_s": step_times, "median_step_s": statistics.median(step_times), **clock.summary(),

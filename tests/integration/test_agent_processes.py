@@ -113,6 +113,7 @@ def test_launch_runs_the_command_with_rota_env(
         "ROTA_REPLICAS_FILE": str(job.folder / "replicas.json"),
         "ROTA_ITERATIONS_FILE": str(job.folder / "iterations.jsonl"),
         "ROTA_CONTROL_DIR": str(job.folder / "control"),
+        "ROTA_BUBBLE_GUESTS_FILE": str(job.folder / "guests.json"),
         "CUDA_VISIBLE_DEVICES": "",  # virtual slots hide every real device
         "EXTRA": "1",
     }

@@ -31,10 +31,17 @@ def test_the_options_and_the_command_are_read(argv: list[str], command: list[str
         (FULL + ["--"], "no command"),
         (FULL[:-1] + ["soon", "--", "true"], "--lease-timeout: not a number"),
         (["--exit-file"], "--exit-file: missing value"),
+        (FULL + ["--sched", "fifo", "--", "true"], "--sched: only 'idle' is known"),
     ],
-    ids=["a missing option", "an unknown option", "no command", "a timeout that is not a number", "an option without its value"],
+    ids=["a missing option", "an unknown option", "no command", "a timeout that is not a number", "an option without its value",
+         "a scheduling class other than idle"],
 )
 def test_bad_arguments_stop_with_the_reason(argv: list[str], reason: str) -> None:
     with pytest.raises(SystemExit) as stopped:
         parse_args(argv)
     assert reason in str(stopped.value)
+
+
+def test_a_guest_asks_for_the_idle_scheduling_class() -> None:
+    assert parse_args(FULL + ["--sched", "idle", "--", "true"]).idle
+    assert not parse_args(FULL + ["--", "true"]).idle

@@ -462,4 +462,6 @@ def _where(job: Job) -> str:
         return f"{','.join(job.nodes)} x {job.gpus}"
     if len(job.replicas) > 1:
         return " ".join(f"{node} {gpus}" for node, gpus in job.replicas.items())
+    if job.guest_of:
+        return f"{job.node} {job.gpus} in {job.guest_of}'s bubbles"
     return f"{job.node} {job.gpus}"

@@ -141,6 +141,8 @@ class Job:
     # A task of a job array: the array's id ("" otherwise) and the task's index.
     array_id: str = ""
     array_index: int = 0
+    # A trial running as a guest in this job's pipeline bubbles, on its GPUs ("" otherwise).
+    guest_of: str = ""
 
     @staticmethod
     def from_proto(job: common_pb2.Job) -> Job:
@@ -168,6 +170,7 @@ class Job:
             replicas={r.node: list(r.gpus) for r in job.replicas},
             array_id=job.array_id,
             array_index=job.array_index,
+            guest_of=job.guest_of,
         )
 
     @property
@@ -190,6 +193,7 @@ class Job:
             "command": list(self.spec.command),
             "array": self.array_id or None,
             "array_index": self.array_index if self.array_id else None,
+            "guest_of": self.guest_of or None,
             "depends_on": [{"job": d.job, "when": _CONDITIONS.get(d.when, "succeeded")} for d in self.spec.depends_on],
         }
 

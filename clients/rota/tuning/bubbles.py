@@ -5,9 +5,10 @@ backward of a microbatch (or the optimizer step) begins, :meth:`BubbleClock.comp
 when it ends. Everything between two compute intervals of one step is a bubble window: the
 stage waits for a neighbour (GPipe's fill and drain, or a slow link).
 
-When a co-located trial process is given (``squeeze_pid``), the clock resumes it with SIGCONT
-at a compute end and stops it with SIGSTOP at the next compute start, so the trial runs only
-inside bubbles; a stopped process keeps its whole state and resumes exactly where it was.
+When a co-located trial process is given (``squeeze_pid``, or process groups in
+``squeeze_pgids``: the guests an agent placed in this job's bubbles, from
+``rota.runtime.bubble_guests()``), the clock resumes it with SIGCONT at a compute end and
+stops it with SIGSTOP at the next compute start, so the trial runs only inside bubbles; a stopped process keeps its whole state and resumes exactly where it was.
 Only windows predicted to be long enough are used (``min_squeeze_s``; the prediction is the
 same window of the previous step, since a schedule repeats its bubbles every step): on a
 short one the edges' signals and wake-ups would cost the stage more than the trial gains.
@@ -42,6 +43,7 @@ class BubbleClock:
     """Compute intervals and bubble windows of one stage; optionally squeezes a trial process into the bubbles."""
 
     squeeze_pid: int | None = None
+    squeeze_pgids: tuple[int, ...] = ()  # guests' process groups (their CPU time is not measured)
     watch_pid: int | None = None  # a co-located process whose CPU time counts as busy (naive arm)
     min_bubble_s: float = 0.0002
     min_squeeze_s: float = 0.004
@@ -65,9 +67,30 @@ class BubbleClock:
         except OSError:
             return 0
 
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.squeeze_pid is not None:
+            os.kill(self.squeeze_pid, sig)
+        for group in self.squeeze_pgids:
+            try:
+                os.killpg(group, sig)
+            except (ProcessLookupError, PermissionError):
+                pass  # the guest ended (or was stopped by its agent) meanwhile
+
+    def release(self) -> None:
+        """Lets the guests run freely (at this job's end: none may be left stopped)."""
+        for group in self.squeeze_pgids:
+            try:
+                os.killpg(group, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    @property
+    def _squeezing(self) -> bool:
+        return self.squeeze_pid is not None or bool(self.squeeze_pgids)
+
     def compute_start(self) -> None:
-        if self._resumed and self.squeeze_pid is not None:
-            os.kill(self.squeeze_pid, signal.SIGSTOP)
+        if self._resumed and self._squeezing:
+            self._signal(signal.SIGSTOP)
         now = self.clock()
         if self._resumed and self._gap is not None and self.recording:
             self.resumed.append((self._gap[0], now))
@@ -90,9 +113,9 @@ class BubbleClock:
         self._gap = (now, time.process_time_ns(), self._other_cpu())
         index = len(self._current)
         predicted = self._previous[index] if index < len(self._previous) else 0.0
-        if self.squeeze_pid is not None and predicted >= self.min_squeeze_s:
+        if self._squeezing and predicted >= self.min_squeeze_s:
             self._resumed = True
-            os.kill(self.squeeze_pid, signal.SIGCONT)
+            self._signal(signal.SIGCONT)
 
     def step_boundary(self) -> None:
         """The end of a step: the gap until the next step's first compute is not a bubble of this step."""

@@ -364,6 +364,7 @@ class Job(_message.Message):
     REPLICAS_FIELD_NUMBER: _builtins.int
     ARRAY_ID_FIELD_NUMBER: _builtins.int
     ARRAY_INDEX_FIELD_NUMBER: _builtins.int
+    GUEST_OF_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     state: Global___JobState.ValueType
     node: _builtins.str
@@ -380,6 +381,11 @@ class Job(_message.Message):
     array_id: _builtins.str
     """A task of a job array: the array's id (empty otherwise) and the task's index."""
     array_index: _builtins.int
+    guest_of: _builtins.str
+    """A trial running as a guest in the pipeline bubbles of this job, on its GPUs (`gpus`):
+    at idle priority, stopped by the host's stage outside its bubbles. Empty for every
+    other job, and once the host ended and the trial took the GPUs over.
+    """
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -431,10 +437,11 @@ class Job(_message.Message):
         replicas: _abc.Iterable[Global___NodeReplicas] | None = ...,
         array_id: _builtins.str = ...,
         array_index: _builtins.int = ...,
+        guest_of: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "gang", b"gang", "progress", b"progress", "spec", b"spec", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_id", b"array_id", "array_index", b"array_index", "attempts", b"attempts", "created_at", b"created_at", "epoch", b"epoch", "error", b"error", "exit_code", b"exit_code", "finished_at", b"finished_at", "gang", b"gang", "gpus", b"gpus", "history", b"history", "id", b"id", "node", b"node", "progress", b"progress", "reason", b"reason", "replicas", b"replicas", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_id", b"array_id", "array_index", b"array_index", "attempts", b"attempts", "created_at", b"created_at", "epoch", b"epoch", "error", b"error", "exit_code", b"exit_code", "finished_at", b"finished_at", "gang", b"gang", "gpus", b"gpus", "guest_of", b"guest_of", "history", b"history", "id", b"id", "node", b"node", "progress", b"progress", "reason", b"reason", "replicas", b"replicas", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

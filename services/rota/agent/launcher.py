@@ -33,16 +33,19 @@ POLL_S = 0.5
 POLL_FRACTION = 0.2
 
 FENCED_EXIT = 137
-USAGE = "usage: rota-launcher --exit-file F --lease-file L --lease-timeout SECONDS -- COMMAND..."
+USAGE = "usage: rota-launcher --exit-file F --lease-file L --lease-timeout SECONDS [--sched idle] -- COMMAND..."
 
 
 class Args:
-    def __init__(self, exit_file: str, lease_file: str, lease_timeout: float, command: list[str]) -> None:
+    def __init__(self, exit_file: str, lease_file: str, lease_timeout: float, command: list[str],
+                 idle: bool = False) -> None:
         self.exit_file, self.lease_file, self.lease_timeout, self.command = exit_file, lease_file, lease_timeout, command
+        self.idle = idle  # the job runs under SCHED_IDLE: a guest in another job's bubbles
 
 
 def parse_args(argv: list[str]) -> Args:
-    """The three options (in any order, `--opt value` or `--opt=value`), then the command."""
+    """The three options and an optional `--sched idle` (in any order, `--opt value` or
+    `--opt=value`), then the command."""
     options: dict[str, str] = {}
     rest = list(argv)
     while rest and rest[0] != "--" and rest[0].startswith("--"):
@@ -53,7 +56,7 @@ def parse_args(argv: list[str]) -> Args:
             value = rest.pop(0)
         options[name] = value
     command = rest[1:] if rest[:1] == ["--"] else rest
-    unknown = set(options) - {"--exit-file", "--lease-file", "--lease-timeout"}
+    unknown = set(options) - {"--exit-file", "--lease-file", "--lease-timeout", "--sched"}
     missing = {"--exit-file", "--lease-file", "--lease-timeout"} - set(options)
     if unknown or missing or not command:
         why = f"unknown {sorted(unknown)}" if unknown else f"missing {sorted(missing)}" if missing else "no command"
@@ -62,7 +65,9 @@ def parse_args(argv: list[str]) -> Args:
         timeout = float(options["--lease-timeout"])
     except ValueError:
         raise SystemExit(f"{USAGE}\n--lease-timeout: not a number") from None
-    return Args(options["--exit-file"], options["--lease-file"], timeout, command)
+    if options.get("--sched", "idle") != "idle":
+        raise SystemExit(f"{USAGE}\n--sched: only 'idle' is known")
+    return Args(options["--exit-file"], options["--lease-file"], timeout, command, options.get("--sched") == "idle")
 
 
 def write_exit(path: str, code: int, why: str) -> None:
@@ -77,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     # The agent's SIGTERM reaches the whole group; the launcher outlives the job to record it.
     # A handler (not SIG_IGN, which exec would pass on to the job) keeps the launcher alive.
     _signal.signal(_signal.SIGTERM, lambda _sig, _frame: None)
+    if args.idle:  # inherited by the job: any other runnable process on the core goes first
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     try:
         pid = os.posix_spawnp(args.command[0], args.command, os.environ,
                               file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])

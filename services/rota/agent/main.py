@@ -130,6 +130,7 @@ class Heartbeats:
             log.info("registered %s at %s with %d GPUs (types %s, labels %s)", self.runtime.node, self.address,
                      len(self.devices), sorted({d.type for d in self.devices}), self.labels)
         sent_at = time.monotonic()
+        self.runtime.table.tend_guests()
         jobs = list(self.runtime.table.jobs.values())
         reports = [report_of(j) for j in jobs]
         reply: node_pb2.NodeServiceHeartbeatResponse | api_pb2.NodeHeartbeatResponse

@@ -23,6 +23,9 @@ from rota.core.errors import FailedPrecondition
 
 ERROR_TAIL_LINES = 20
 REPLICAS_FILE = "replicas.json"
+# A host job's guests (trials in its pipeline bubbles): their process groups, which its
+# stage stops outside its bubbles (rota.runtime.bubble_guests reads the file).
+GUESTS_FILE = "guests.json"
 # Written by the agent before it lets a paused job exit: the exit then reads as PAUSED.
 PAUSED_MARKER = "paused"
 # The launcher runs as a file, isolated (-I) and without site-packages (-S): it needs only
@@ -66,6 +69,8 @@ class LocalJob:
     stopped_reason: str = ""
     started_at: float = 0.0  # monotonic time of the launch by this agent process
     replicas: bool = False  # a realtime app's replica set: one process per GPU (rota.agent.replicaset)
+    guest_of: str = ""  # a trial in this host job's bubbles, on its GPUs
+    released: bool = False  # a guest whose host ended here: resumed (SIGCONT) and left to run
 
     @property
     def log_path(self) -> Path:
@@ -148,7 +153,7 @@ class ProcessTable:
             if (meta_file.parent / "acknowledged").exists():
                 continue
             job = LocalJob(meta["job_id"], meta["epoch"], meta["gpus"], meta["pgid"], meta_file.parent,
-                           replicas=bool(meta.get("replicas")))
+                           replicas=bool(meta.get("replicas")), guest_of=str(meta.get("guest_of", "")))
             current = self.jobs.get(job.job_id)
             if current is None or current.epoch < job.epoch:
                 self.jobs[job.job_id] = job
@@ -162,9 +167,10 @@ class ProcessTable:
     def launch(
         self, job_id: str, epoch: int, gpus: list[int], command: list[str], workdir: str,
         env: dict[str, str], virtual: bool, restore_dir: Path | None = None, layout: str = "",
-        gang: GangLaunch | None = None, replicas: bool = False,
+        gang: GangLaunch | None = None, replicas: bool = False, guest_of: str = "",
     ) -> LocalJob:
-        """Starts the job under `epoch`; `replicas`: a realtime app, one process per GPU."""
+        """Starts the job under `epoch`; `replicas`: a realtime app, one process per GPU;
+        `guest_of`: a trial in that host job's bubbles, on its GPUs, at idle priority."""
         current = self.jobs.get(job_id)
         if current is not None:
             if current.epoch > epoch:
@@ -173,7 +179,9 @@ class ProcessTable:
                 return current
             self.stop(job_id, current.epoch, "superseded by a newer placement", grace_s=5)
         for other in list(self.jobs.values()):
-            if other.job_id != job_id and other.state() == "RUNNING" and set(other.gpus) & set(gpus):
+            if other.job_id in (job_id, guest_of) or other.guest_of == job_id:
+                continue  # a guest shares its host's GPUs by design
+            if other.state() == "RUNNING" and set(other.gpus) & set(gpus):
                 if other.epoch > epoch:
                     raise FailedPrecondition(f"stale epoch {epoch}: GPUs {gpus} are held by {other.job_id} (epoch {other.epoch})")
                 keep = [g for g in other.gpus if g not in gpus]
@@ -186,6 +194,8 @@ class ProcessTable:
             raise FailedPrecondition(f"{job_id} already ran under epoch {epoch}")
         folder.mkdir(parents=True, exist_ok=True)
         full_env = self._job_env(job_id, epoch, gpus, env, virtual, folder)
+        if guest_of:
+            full_env["ROTA_GUEST_OF"] = guest_of
         if restore_dir is not None:
             full_env["ROTA_RESTORE_DIR"] = str(restore_dir)
         if layout:  # the 3-D layout an applied re-plan gave the job (rota.runtime.layout())
@@ -199,18 +209,23 @@ class ProcessTable:
         cwd = workdir if workdir and Path(workdir).is_dir() else str(self.home)
         launcher = [
             *LAUNCHER, "--exit-file", str(folder / "exit"),
-            "--lease-file", str(self.lease_file), "--lease-timeout", str(self.lease_timeout_s), "--", *command,
+            "--lease-file", str(self.lease_file), "--lease-timeout", str(self.lease_timeout_s),
+            *(["--sched", "idle"] if guest_of else []), "--", *command,
         ]
         with (folder / "log").open("ab") as log:
             popen = subprocess.Popen(
                 launcher, cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )
-        job = LocalJob(job_id, epoch, gpus, popen.pid, folder, popen, started_at=time.monotonic(), replicas=replicas)
-        meta = {"job_id": job_id, "epoch": epoch, "gpus": gpus, "pgid": popen.pid, **({"replicas": True} if replicas else {})}
+        job = LocalJob(job_id, epoch, gpus, popen.pid, folder, popen, started_at=time.monotonic(), replicas=replicas,
+                       guest_of=guest_of)
+        meta = {"job_id": job_id, "epoch": epoch, "gpus": gpus, "pgid": popen.pid, **({"replicas": True} if replicas else {}),
+                **({"guest_of": guest_of} if guest_of else {})}
         (folder / "meta.json").write_text(json.dumps(meta))
         self.jobs[job_id] = job
         self.max_epoch = max(self.max_epoch, epoch)
+        if guest_of:
+            self.tend_guests()
         return job
 
     def _job_env(
@@ -229,6 +244,7 @@ class ProcessTable:
             "ROTA_REPLICAS_FILE": str(folder / REPLICAS_FILE),
             "ROTA_ITERATIONS_FILE": str(folder / "iterations.jsonl"),  # rota.runtime.report_iteration -> detector
             "ROTA_CONTROL_DIR": str(folder / "control"),  # checkpoint requests (rota.runtime)
+            "ROTA_BUBBLE_GUESTS_FILE": str(folder / GUESTS_FILE),  # trials to squeeze into its bubbles
             # Virtual slots run on the CPU: hide any real device from the job.
             "CUDA_VISIBLE_DEVICES": "" if virtual else ",".join(str(g) for g in gpus),
             "PYTHONUNBUFFERED": "1",
@@ -273,8 +289,12 @@ class ProcessTable:
         if epoch and job.epoch > epoch:
             raise FailedPrecondition(f"stale epoch {epoch} for {job_id}: this node runs epoch {job.epoch}")
         if job.exit_code() is None:
+            if job.guest_of and not job.released:  # its host must stop pausing it
+                job.released = True
+                self.tend_guests()
             job.stopped_reason = f"stopped: {reason}"
             _signal_group(job.pgid, signal.SIGTERM)
+            _signal_group(job.pgid, signal.SIGCONT)  # a guest stopped outside its host's bubbles
             deadline = time.monotonic() + grace_s
             while job.exit_code() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -287,7 +307,34 @@ class ProcessTable:
         for job in list(self.jobs.values()):
             self.stop(job.job_id, 0, reason, grace_s)
 
-    # 5. Reports for the heartbeat; finished ones are dropped once acknowledged.
+    # 5. Guests: each host's file lists its running guests; a guest whose host ended is
+    #    resumed (the host's stage may have left it stopped) and runs on as the GPUs' holder.
+    def tend_guests(self) -> None:
+        running = self.running()
+        by_host: dict[str, list[int]] = {}
+        for job in running:
+            if not job.guest_of:
+                continue
+            host = self.jobs.get(job.guest_of)
+            if host is not None and host.exit_code() is None and not job.released:
+                by_host.setdefault(host.job_id, []).append(job.pgid)
+            elif not job.released:
+                job.released = True
+                _signal_group(job.pgid, signal.SIGCONT)
+        for host in running:
+            if host.guest_of:
+                continue
+            path = host.folder / GUESTS_FILE
+            wanted = json.dumps({"pgids": sorted(by_host.get(host.job_id, []))})
+            if by_host.get(host.job_id) or path.exists():
+                try:
+                    if path.read_text() == wanted:
+                        continue
+                except FileNotFoundError:
+                    pass
+                _write_atomic(path, wanted)
+
+    # 6. Reports for the heartbeat; finished ones are dropped once acknowledged.
     def running(self) -> list[LocalJob]:
         return [j for j in self.jobs.values() if j.exit_code() is None]
 

@@ -97,6 +97,7 @@ class AgentRuntime:
                 self.table.launch, job.id, epoch, list(job.gpus), list(spec.command), spec.workdir,
                 {**spec.env, **array_env(job)}, self.virtual, restore, layout, gang,
                 replicas=spec.kind == common_pb2.JOB_KIND_REALTIME,  # one process per replica (rota.agent.replicaset)
+                guest_of=job.guest_of,
             )
         if restore is not None and fresh:
             # The image is made ready while the interpreter and torch start up.

@@ -13,15 +13,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import IntegrityError
 
+from rota.allocator import guests_repo, repository
 from rota.allocator import metrics as allocator_metrics
-from rota.allocator import repository
 from rota.allocator.forecasts import Forecast
 from rota.allocator.peers import Peers
 from rota.allocator.wakeups import Wakeups
@@ -33,6 +34,7 @@ from rota.common.jobs_repo import Events
 from rota.common.live import LiveState
 from rota.core.errors import Unavailable
 from rota.core.fairness.ltgf import FairnessConfig
+from rota.core.planning.guests import GuestCandidate, place_guests
 from rota.core.planning.liveplan import Horizon, LiveJob, LiveScenario, Start, StepDecision
 from rota.core.planning.moves import MoveInputs
 from rota.core.planning.planner import PlanOutcome, plan_live
@@ -195,6 +197,9 @@ class SchedulingLoop:
             #    A silent node may only be cut off from the api and still run its jobs: stop
             #    them there (where it can still be dialled) before the plan places them again.
             await self._stop_stranded(dead)
+        #    Guests whose host ended (or lost its GPUs) take the GPUs over, before any plan
+        #    can give them away.
+        await asyncio.to_thread(self._take_over_guests, events)
         # 3. The snapshot, and whether anything calls for a new plan. Resting after a costly
         #    plan (a burst of arrivals), not even the snapshot is read: with thousands
         #    queued, reading it is much of a plan's cost.
@@ -226,6 +231,13 @@ class SchedulingLoop:
         # 5. Commit step 0: starts and resizes, each in its own transaction under a new epoch.
         launches, resizes, leaving = await self._commit(outcome, view.addresses, events)
         started = {r.job.id for _, r in launches} - {r.job_id for r in outcome.decision.resizes}
+        #    Trials the plan could not start on free GPUs go into running pipelines' bubbles.
+        guests = await asyncio.to_thread(self.db.run, lambda s: self._commit_guests(
+            s, [j for j in jobs if j.kind == "trial" and j.node is None and not j.nodes
+                and j.id not in started and j.id not in held_back], view.addresses, events))
+        for _, request in guests:
+            outcome.decision.waiting.pop(request.job.id, None)
+        launches += guests
         report.placed, report.resized = len(started), len(resizes) + len(leaving)
         report.waiting = len(outcome.decision.waiting)
         report.planned = trigger
@@ -242,7 +254,8 @@ class SchedulingLoop:
         moving = bool(outcome.yields or outcome.preemption or outcome.migrations)
         self.memory.planned_at = time.monotonic()
         self.memory.plan_cost_s = 0.0 if moving else time.process_time() - began
-        self.memory.fingerprint = _expected_fingerprint(view, outcome.decision, started)
+        self.memory.fingerprint = _expected_fingerprint(view, outcome.decision, started,
+                                                        {r.job.id for _, r in guests})
         self.memory.step_index = horizon.step_index
         if policy == "full":
             self.memory.last_full = self.clock()
@@ -406,6 +419,37 @@ class SchedulingLoop:
         return agent_pb2.LaunchRequest(job=message, epoch=message.epoch, **read_models.launch_fields(session, job.id))
 
     @staticmethod
+    def _commit_guests(session, trials: list[LiveJob], addresses: dict[str, str],  # type: ignore[no-untyped-def]
+                       events: Events) -> list[tuple[str, agent_pb2.LaunchRequest]]:
+        """Waiting trials placed as guests of bubble hosts (rota.core.planning.guests), each
+        in its own savepoint: a host that moved on in the meantime skips that one trial."""
+        if not trials:
+            return []
+        hosts = [h for h in guests_repo.bubble_hosts(session) if h.node in addresses]
+        starts = place_guests(hosts, [GuestCandidate(j.id, j.gpus, j.priority, j.gpu_types) for j in trials])
+        launches: list[tuple[str, agent_pb2.LaunchRequest]] = []
+        for start in starts:
+            try:
+                with session.begin_nested():
+                    job = guests_repo.commit_guest(session, start, events)
+            except IntegrityError:  # the GPU took a guest meanwhile: its key refused a second
+                continue
+            if job is None:
+                continue
+            metrics.BUBBLE_GUESTS.inc()
+            message = convert.job_on_node(job, start.node)
+            launches.append((addresses[start.node], agent_pb2.LaunchRequest(
+                job=message, epoch=message.epoch, **read_models.launch_fields(session, job.id))))
+        return launches
+
+    def _take_over_guests(self, events: Events) -> None:
+        def run(session) -> int:  # type: ignore[no-untyped-def]
+            return sum(guests_repo.take_over(session, job_id, events) for job_id in guests_repo.orphaned_guests(session))
+        taken = self.db.run(run)
+        if taken:
+            metrics.BUBBLE_TAKEOVERS.inc(taken)
+
+    @staticmethod
     def _record(  # type: ignore[no-untyped-def]
         session, outcome: PlanOutcome, trigger: str, horizon: Horizon, forecasts: dict[str, Forecast],
         changed: dict[str, Forecast],
@@ -494,11 +538,13 @@ def _commit_resize(  # type: ignore[no-untyped-def]
 
 
 
-def _expected_fingerprint(view: repository.LiveView, decision: StepDecision, launched: set[str]) -> Any:
-    """The fingerprint the cluster will show once our own starts are in: they are no change."""
+def _expected_fingerprint(view: repository.LiveView, decision: StepDecision, launched: set[str],
+                          guests: Collection[str] = ()) -> Any:
+    """The fingerprint the cluster will show once our own starts are in: they are no change
+    (and the trials placed as guests leave the view: they hold no GPU of their own)."""
     started = {s.job_id: s.node for s in decision.starts if s.job_id in launched}
     nodes, jobs = view.fingerprint()
-    return nodes, frozenset((job_id, started.get(job_id, node)) for job_id, node in jobs)
+    return nodes, frozenset((job_id, started.get(job_id, node)) for job_id, node in jobs if job_id not in guests)
 
 
 def _what_changed(before: Any, after: Any) -> str:

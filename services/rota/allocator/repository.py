@@ -173,6 +173,8 @@ def live_view(session: Session, specs: SpecCache | None = None) -> LiveView:
     for row in holding_jobs(session):
         if row.array_id:
             running[row.array_id] = running.get(row.array_id, 0) + 1
+        if row.guest_of:  # in a host's bubbles: it holds no GPU of its own (guests_repo)
+            continue
         spec, mappings[row.id] = specs.get(row.spec_hash, row.spec)
         jobs.append(live_job(row.id, row.tenant, row.kind, row.priority, spec, row.node, tuple(row.gpu_indices),
                              max(0.0, (now - (row.started_at or row.created_at)).total_seconds()),

@@ -167,6 +167,8 @@ def job_to_proto(job: JobRow, transitions: Sequence[JobTransitionRow] = ()) -> c
             for n in sorted(job.replicas, key=lambda n: (n != job.node, n)))
     if job.array_id:
         message.array_id, message.array_index = job.array_id, job.array_index or 0
+    if job.guest_of:
+        message.guest_of = job.guest_of
     if job.gang_nodes:
         host, _, port = job.gang_master.rpartition(":")
         message.gang.CopyFrom(common_pb2.Gang(

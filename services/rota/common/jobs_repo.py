@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, any_, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from rota.common import metrics
-from rota.common.models import GpuClaimRow, JobRow, JobTransitionRow, PlacementRow
+from rota.common.models import GpuClaimRow, GpuGuestRow, JobRow, JobTransitionRow, PlacementRow
 from rota.common.read_models import resume_image
 from rota.core import jobstate
 
@@ -80,8 +80,11 @@ def transition(session: Session, job: JobRow, target: str, reason: str, events: 
 
 
 def release(session: Session, job: JobRow, reason: str) -> None:
-    """Frees the job's GPUs: claims deleted, its open placements closed (a realtime app's on every node)."""
+    """Frees the job's GPUs: claims (and a guest's lent GPUs) deleted, its open placements
+    closed (a realtime app's on every node). A host's guests keep theirs: the allocator's
+    next cycle gives them the GPUs (rota.allocator.guests_repo.take_over)."""
     session.execute(delete(GpuClaimRow).where(GpuClaimRow.job_id == job.id))
+    session.execute(delete(GpuGuestRow).where(GpuGuestRow.job_id == job.id))
     job.replicas = {}
     session.execute(
         update(PlacementRow)
@@ -143,6 +146,7 @@ def unplace(job: JobRow) -> None:
     job.node, job.gpu_indices = None, []
     job.gang_nodes, job.gang_master = [], ""
     job.replicas = {}
+    job.guest_of = ""
 
 
 def pause(session: Session, job: JobRow, reason: str, events: Events) -> None:

@@ -77,6 +77,10 @@ MIGRATIONS = Counter("rota_migrations", "Started jobs moved to free an aligned b
                      registry=REGISTRY)
 LEASE_YIELDS = Counter("rota_lease_yields", "Fair-share leases yielded, by how (paused or stopped)",
                        ["how"], registry=REGISTRY)
+BUBBLE_GUESTS = Counter("rota_bubble_guests", "Trials placed as guests in running pipelines' bubbles",
+                        registry=REGISTRY)
+BUBBLE_TAKEOVERS = Counter("rota_bubble_guest_takeovers",
+                           "Guest trials that took their host's GPUs over once the host ended", registry=REGISTRY)
 LEADER = Gauge("rota_allocator_leader", "1 while this allocator replica is the leader", registry=REGISTRY)
 
 # The detector.

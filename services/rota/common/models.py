@@ -84,6 +84,9 @@ class JobRow(Base):
     # A task of a job array (rota.core.arrays): its array and index; None for any other job.
     array_id: Mapped[str | None] = mapped_column(ForeignKey("job_arrays.id"))
     array_index: Mapped[int | None] = mapped_column(Integer)
+    # A trial running as a guest in the pipeline bubbles of this host job, on its GPUs
+    # (gpu_guests); '' for every other job, and once the guest took the GPUs over.
+    guest_of: Mapped[str] = mapped_column(String(32), nullable=False, server_default="")
 
 
 class JobArrayRow(Base):
@@ -149,6 +152,10 @@ class PlacementRow(Base):
     released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     release_reason: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
     gang_nodes: Mapped[list[str]] = mapped_column(ARRAY(String(64)), nullable=False, server_default="{}")
+    # A guest's placement: its host job, and when (after the host ended) it took the GPUs
+    # over. The ledger bills it from promoted_at only (before, the GPUs were the host's).
+    guest_of: Mapped[str] = mapped_column(String(32), nullable=False, server_default="")
+    promoted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class GpuClaimRow(Base):
@@ -159,6 +166,20 @@ class GpuClaimRow(Base):
     node: Mapped[str] = mapped_column(String(64), primary_key=True)
     gpu_index: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    placement_id: Mapped[int] = mapped_column(ForeignKey("placements.id", ondelete="CASCADE"))
+    epoch: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class GpuGuestRow(Base):
+    """A GPU lent to a guest trial inside its holder's pipeline bubbles: one guest per GPU
+    (the primary key), beside the holder's gpu_claims row, never instead of it."""
+
+    __tablename__ = "gpu_guests"
+
+    node: Mapped[str] = mapped_column(String(64), primary_key=True)
+    gpu_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    host_job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     placement_id: Mapped[int] = mapped_column(ForeignKey("placements.id", ondelete="CASCADE"))
     epoch: Mapped[int] = mapped_column(BigInteger, nullable=False)
 

@@ -109,7 +109,10 @@ def unsettled_placements(session: Session, after: int, limit: int) -> list[Lease
         select(PlacementRow, JobRow.tenant)
         .join(JobRow, JobRow.id == PlacementRow.job_id)
         .outerjoin(CollectedRow, CollectedRow.placement_id == PlacementRow.id)
-        .where(PlacementRow.id > after, or_(CollectedRow.placement_id.is_(None), CollectedRow.closed.is_(False)))
+        .where(PlacementRow.id > after, or_(CollectedRow.placement_id.is_(None), CollectedRow.closed.is_(False)),
+               # A guest in a host's bubbles is billed from when it took the GPUs over: until
+               # then those GPU-seconds are the host's (rota.allocator.guests_repo).
+               or_(PlacementRow.guest_of == "", PlacementRow.promoted_at.is_not(None)))
         .order_by(PlacementRow.id)
         .limit(limit)
     )
@@ -118,7 +121,7 @@ def unsettled_placements(session: Session, after: int, limit: int) -> list[Lease
     parts = [(p, tenant, rank, node) for p, tenant in rows for rank, node in enumerate(p.gang_nodes or [p.node])]
     types = read_models.gpu_types(session, {node for _p, _t, _r, node in parts})
     return [
-        LeaseSource(p.id, p.job_id, tenant, node, list(p.gpu_indices), p.created_at, p.released_at,
+        LeaseSource(p.id, p.job_id, tenant, node, list(p.gpu_indices), p.promoted_at or p.created_at, p.released_at,
                     tuple(types.get((node, i), "") for i in p.gpu_indices), rank)
         for p, tenant, rank, node in parts
     ]

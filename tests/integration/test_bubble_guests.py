@@ -1,0 +1,165 @@
+"""Trials as guests in running pipelines' bubbles, in Postgres: the lent GPUs' key, the
+planner's blindness to guests, the takeover once the host ends, and the ledger's bill."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from test_jobs_repository import claims, load, place, placements, register, report, submit, transitions
+
+from rota.allocator import guests_repo
+from rota.allocator import repository as alloc
+from rota.api import repository as api
+from rota.common.db import Database, make_engine
+from rota.common.jobs_repo import Events
+from rota.common.models import GpuGuestRow
+from rota.core import jobstate as js
+from rota.core.planning.guests import GuestStart
+from rota.ledger.collector import collect_all
+from rota.ledger.models import UsageRow
+
+BUBBLES = {"step_s": 0.2, "bubble_s": 0.08}  # a host whose stage waits 40% of its step
+
+
+@pytest.fixture(scope="module")
+def db(migrated_database_url: str) -> Iterator[Database]:
+    engine = make_engine(migrated_database_url)
+    yield Database(engine)
+    engine.dispose()
+
+
+@pytest.fixture
+def tenant(db: Database) -> str:
+    name = "t-" + secrets.token_hex(4)
+    db.run(lambda s: api.create_tenant(s, name, 1.0, secrets.token_hex(32)))
+    return name
+
+
+def running_host(db: Database, tenant: str, node: str, progress: dict[str, object] | None = None) -> Any:
+    host = place(db, submit(db, tenant, gpus=2), node, (0, 1))
+    report(db, node, host, js.RUNNING, progress=BUBBLES if progress is None else progress)
+    return load(db, host.id)
+
+
+def guest(db: Database, trial_id: str, host: Any, gpus: tuple[int, ...] = (0,)) -> Any:
+    start = GuestStart(trial_id, host.id, host.node, gpus, 0.4)
+    return db.run(lambda s: guests_repo.commit_guest(s, start, Events()))
+
+
+def lent(db: Database, job_id: str) -> list[tuple[str, int, str]]:
+    return [(r.node, r.gpu_index, r.host_job_id) for r in db.run(lambda s: s.scalars(
+        select(GpuGuestRow).where(GpuGuestRow.job_id == job_id).order_by(GpuGuestRow.gpu_index)).all())]
+
+
+def hosts_on(db: Database, node: str) -> dict[str, Any]:
+    return {h.job_id: h for h in db.run(guests_repo.bubble_hosts) if h.node == node}
+
+
+def test_a_running_job_that_reports_bubbles_is_a_host_and_one_that_does_not_is_not(db: Database, tenant: str) -> None:
+    node = register(db, gpus=4)
+    host = running_host(db, tenant, node)
+    plain = place(db, submit(db, tenant, gpus=2), node, (2, 3))
+    report(db, node, plain, js.RUNNING, progress={"step": 3})
+    found = hosts_on(db, node)
+    assert list(found) == [host.id]
+    assert found[host.id].gpus == (0, 1) and found[host.id].bubble_fraction == pytest.approx(0.4)
+
+
+def test_a_guest_runs_on_its_hosts_gpus_unseen_by_the_planner_and_one_per_gpu(db: Database, tenant: str) -> None:
+    node = register(db, gpus=2)
+    host = running_host(db, tenant, node)
+    trial_id = submit(db, tenant, kind="trial")
+    placed = guest(db, trial_id, host)
+    assert placed is not None and (placed.node, placed.gpu_indices, placed.guest_of) == (node, [0], host.id)
+    assert placed.state == js.SCHEDULED and placed.epoch > host.epoch
+    assert "guest in the pipeline bubbles of " + host.id in transitions(db, trial_id)[-1][2]
+    # The host keeps its claims; the guest holds none, only the lent GPU.
+    assert {(n, g, j) for n, g, j, _e in claims(db, node=node)} == {(node, 0, host.id), (node, 1, host.id)}
+    assert lent(db, trial_id) == [(node, 0, host.id)]
+    [p] = placements(db, trial_id)
+    assert (p.guest_of, p.promoted_at, p.epoch) == (host.id, None, placed.epoch)
+    # The planner sees the host on both GPUs and not the guest at all.
+    view = db.run(alloc.live_view)
+    mine = {j.id: j for j in view.jobs if j.id in (host.id, trial_id)}
+    assert list(mine) == [host.id] and mine[host.id].gpu_indices == (0, 1)
+    assert hosts_on(db, node)[host.id].lent == frozenset({0})
+    # The agent is told to run it, as a guest of that host.
+    assert trial_id in [j.id for j in report(db, node, host, js.RUNNING, progress=BUBBLES)]
+    # A second guest on the same GPU is refused by the key; the trial that is no longer pending is not placed again.
+    other = submit(db, tenant, kind="trial")
+    with pytest.raises(IntegrityError):
+        guest(db, other, host, (0,))
+    assert load(db, other).state == js.PENDING
+    assert guest(db, trial_id, host, (1,)) is None
+
+
+def test_no_guest_for_a_host_that_no_longer_runs_there(db: Database, tenant: str) -> None:
+    node = register(db, gpus=2)
+    host = running_host(db, tenant, node)
+    report(db, node, host, js.SUCCEEDED)
+    trial_id = submit(db, tenant, kind="trial")
+    assert guest(db, trial_id, host) is None and load(db, trial_id).state == js.PENDING
+
+
+def test_once_the_host_ends_its_guest_takes_the_gpus_over_and_is_billed_from_then(db: Database, tenant: str) -> None:
+    node = register(db, gpus=2)
+    host = running_host(db, tenant, node)
+    trial_id = submit(db, tenant, kind="trial")
+    placed = guest(db, trial_id, host)
+    report(db, node, placed, js.RUNNING)
+    assert trial_id not in db.run(guests_repo.orphaned_guests)
+    collect_all(db)
+    usage = lambda job_id: db.run(lambda s: s.scalars(select(UsageRow).where(UsageRow.job_id == job_id)).all())  # noqa: E731
+    assert usage(host.id) and not usage(trial_id)  # the host pays for its GPUs, bubbles and all
+    # The host ends: nothing holds GPU 0 but the guest, which is due to take it over ...
+    report(db, node, host, js.SUCCEEDED)
+    assert trial_id in db.run(guests_repo.orphaned_guests)
+    events = Events()
+    assert db.run(lambda s: guests_repo.take_over(s, trial_id, events))
+    assert [e for _j, e, _s in events.items] == ["promoted"]
+    # ... under the same placement and epoch (its agent keeps it running), seen by the planner now.
+    after = load(db, trial_id)
+    assert (after.state, after.guest_of, after.epoch, after.gpu_indices) == (js.RUNNING, "", placed.epoch, [0])
+    assert claims(db, job_id=trial_id) == [(node, 0, trial_id, placed.epoch)] and lent(db, trial_id) == []
+    [p] = placements(db, trial_id)
+    assert p.promoted_at is not None
+    assert [j.id for j in db.run(alloc.live_view).jobs if j.id == trial_id] == [trial_id]
+    assert not db.run(lambda s: guests_repo.take_over(s, trial_id, Events()))  # a repeat changes nothing
+    collect_all(db)
+    [row] = usage(trial_id)
+    assert row.start_at == p.promoted_at  # billed from the takeover, not from its placement
+    report(db, node, after, js.SUCCEEDED)
+    assert load(db, trial_id).state == js.SUCCEEDED and claims(db, job_id=trial_id) == []
+
+
+def test_a_guest_that_ends_first_frees_its_lent_gpu_and_is_never_billed(db: Database, tenant: str) -> None:
+    node = register(db, gpus=2)
+    host = running_host(db, tenant, node)
+    trial_id = submit(db, tenant, kind="trial")
+    placed = guest(db, trial_id, host, (1,))
+    report(db, node, placed, js.SUCCEEDED)
+    assert load(db, trial_id).state == js.SUCCEEDED and lent(db, trial_id) == []
+    assert hosts_on(db, node)[host.id].lent == frozenset()
+    collect_all(db)
+    assert not db.run(lambda s: s.scalars(select(UsageRow).where(UsageRow.job_id == trial_id)).all())
+
+
+def test_a_dead_node_loses_its_guests_with_its_hosts(db: Database, tenant: str) -> None:
+    from test_jobs_repository import _silence
+
+    from rota.common import nodes_repo
+
+    node = register(db, gpus=2)
+    host = running_host(db, tenant, node)
+    trial_id = submit(db, tenant, kind="trial", restart="on-failure", max_retries=1)
+    guest(db, trial_id, host)
+    _silence(db, node, 600)
+    dead = db.run(lambda s: nodes_repo.declare_dead_nodes(s, 30, Events()))
+    assert node in [d.name for d in dead]
+    again = load(db, trial_id)
+    assert (again.state, again.guest_of, again.node, lent(db, trial_id)) == (js.PENDING, "", None, [])
