@@ -163,3 +163,53 @@ def test_a_dead_node_loses_its_guests_with_its_hosts(db: Database, tenant: str) 
     assert node in [d.name for d in dead]
     again = load(db, trial_id)
     assert (again.state, again.guest_of, again.node, lent(db, trial_id)) == (js.PENDING, "", None, [])
+
+
+def test_the_allocators_cycles_place_a_waiting_trial_once_bubbles_open_and_hand_it_the_gpus(
+        private_db: Database, redis_url: str) -> None:
+    import asyncio
+
+    from allocator_fixtures import setup_cluster
+    from allocator_fixtures import submit as submit_job
+
+    from rota.allocator.loop import SchedulingLoop
+    from rota.allocator.peers import Peers
+    from rota.common.agents import AgentClients
+    from rota.common.config import Settings
+    from rota.common.live import LiveState, connect_redis
+
+    db = private_db
+    tenant, node = setup_cluster(db, gpus=2)
+    settings = Settings(plan_step_s=600.0, plan_horizon=4, full_interval_s=0, api_addr="127.0.0.1:1")
+    live = LiveState(connect_redis(redis_url), "rota-test-" + secrets.token_hex(3))
+    loop = SchedulingLoop(settings, db, live, AgentClients("token"), Peers.from_settings(settings), clock=lambda: 6000.0)
+
+    async def cycle() -> Any:
+        loop.memory.plan_cost_s = 0.0  # no rest after a plan: each cycle here plans if anything changed
+        return await loop.cycle()
+
+    async def scenario() -> None:  # one event loop: the agent channels belong to it
+        host_id = submit_job(db, tenant, gpus=2, duration_seconds=300.0)
+        assert (await cycle()).placed == 1
+        report(db, node, load(db, host_id), js.RUNNING, progress={"step": 1})
+        trial_id = submit_job(db, tenant, kind="trial", gpus=1, duration_seconds=60.0)
+        assert (await cycle()).planned.startswith("arrival")
+        assert load(db, trial_id).state == js.PENDING  # no free GPU, and no bubbles reported yet
+        # The host reports its bubbles: nothing a plan looks at changed, yet the next cycle places the trial.
+        report(db, node, load(db, host_id), js.RUNNING, progress=BUBBLES)
+        assert (await cycle()).planned == ""
+        placed = load(db, trial_id)
+        assert (placed.state, placed.guest_of, placed.gpu_indices) == (js.SCHEDULED, host_id, [0])
+        assert (await cycle()).planned == ""  # the guest leaving the queue is no change to re-plan for
+        # The host ends: the next cycle gives the guest its GPU, and the plan sees it holding it.
+        report(db, node, placed, js.RUNNING)
+        report(db, node, load(db, host_id), js.SUCCEEDED)
+        await cycle()
+        after = load(db, trial_id)
+        assert (after.state, after.guest_of, after.epoch) == (js.RUNNING, "", placed.epoch)
+        assert claims(db, job_id=trial_id) == [(node, 0, trial_id, placed.epoch)]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        loop.leadership.release()

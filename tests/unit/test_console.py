@@ -295,3 +295,20 @@ def test_the_job_page_shows_an_agentic_batch_s_admission_panel() -> None:
     assert page.status == 200, page.body[:300]
     assert b'<table class="facts" id="admission">' in page.body and b"8 agents (6 active, 2 held)" in page.body
     assert b'id="overlap"' not in page.body
+
+
+def test_the_job_page_of_a_guest_names_the_pipeline_whose_bubbles_it_runs_in() -> None:
+    import dataclasses
+
+    from rota.console.gateway import JobPage, Part
+
+    job = dataclasses.replace(a_job(), kind="trial", node="node-1", gpus=[0], guest_of="j-pipe")
+    missing = Part(None, "UNAVAILABLE: not in this test")
+
+    class WithJob(FakeGateway):
+        def job(self, token: str, jid: str) -> JobPage:
+            return JobPage(job, missing, missing, missing, missing, missing)
+
+    page = app(WithJob()).handle("GET", "/jobs/j-aaa", COOKIE)
+    assert page.status == 200, page.body[:300]
+    assert b'a guest in the pipeline bubbles of <a href="/jobs/j-pipe">j-pipe</a>' in page.body

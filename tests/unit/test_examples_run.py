@@ -263,3 +263,13 @@ def test_serve_lm_follows_the_replica_file_as_the_agent_rewrites_it(tmp_path: Pa
     assert reports[-1]["replicas"] == 3 and reports[-1]["epoch"] == 6
     assert proc.returncode == 0, out
     assert "served" in out
+
+
+def test_the_trial_example_trains_fused_trials_and_reports_their_losses(tmp_path: Path) -> None:
+    out = tmp_path / "trial.jsonl"
+    proc = run(["examples/trial_fused.py", "--steps", "20", "--fusion", "2"], out)
+    assert proc.returncode == 0, proc.stderr
+    final = read_progress(out)[-1]
+    assert final["step"] == 20 and len(final["losses"]) == 2 and final["guest_of"] == ""
+    bad = run(["examples/trial_fused.py", "--steps", "0"], tmp_path / "bad.jsonl")
+    assert bad.returncode == 2 and "--steps: must be positive" in bad.stderr

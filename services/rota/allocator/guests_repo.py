@@ -16,8 +16,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from rota.common.jobs_repo import Events, get_job, lose, transition, utcnow
-from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuGuestRow, GpuRow, JobRow, PlacementRow
-from rota.core import jobstate
+from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuGuestRow, GpuRow, JobRow, NodeRow, PlacementRow
+from rota.core import jobstate, nodestate
 from rota.core.planning.guests import BubbleHost, GuestStart, bubble_fraction
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,15 @@ def bubble_hosts(session: Session) -> list[BubbleHost]:
     return [BubbleHost(job_id, node, tuple(gpus), fraction, frozenset(lent.get(job_id, ())),
                        types.get((node, gpus[0]), ""))
             for job_id, node, gpus, fraction in hosts]
+
+
+def live_addresses(session: Session, nodes: set[str]) -> dict[str, str]:
+    """The agent address of each of `nodes` that is alive."""
+    if not nodes:
+        return {}
+    rows = session.execute(select(NodeRow.name, NodeRow.address).where(
+        NodeRow.name.in_(sorted(nodes)), NodeRow.health == nodestate.ALIVE)).all()
+    return {name: address for name, address in rows}
 
 
 def commit_guest(session: Session, start: GuestStart, events: Events) -> JobRow | None:

@@ -125,6 +125,8 @@ class _Memory:
     # What job_forecasts already holds, so a re-plan writes only what changed.
     saved_forecasts: dict[str, Forecast] = field(default_factory=dict)
     pruned_at: float = float("-inf")  # clock time of the last plan-step pruning
+    # Trials the last plan left waiting: between plans they may still go into bubbles.
+    waiting_trials: list[LiveJob] = field(default_factory=list)
 
 
 class SchedulingLoop:
@@ -205,12 +207,14 @@ class SchedulingLoop:
         #    queued, reading it is much of a plan's cost.
         horizon = Horizon(self.settings.plan_step_s, self.settings.plan_horizon, self.clock())
         if self._resting(horizon, force_full):
+            await self._place_waiting_trials(events)
             await asyncio.to_thread(self._refresh_cache, events)
             return report
         began = time.process_time()
         view = await asyncio.to_thread(self.db.run, lambda s: repository.live_view(s, self.specs))
         policy, trigger = self._trigger(view, horizon, force_full)
         if trigger is None:
+            await self._place_waiting_trials(events)
             await asyncio.to_thread(self._refresh_cache, events)
             return report
         # 4. The pure core plans the horizon (in a thread: full mode takes seconds) on the
@@ -232,12 +236,14 @@ class SchedulingLoop:
         launches, resizes, leaving = await self._commit(outcome, view.addresses, events)
         started = {r.job.id for _, r in launches} - {r.job_id for r in outcome.decision.resizes}
         #    Trials the plan could not start on free GPUs go into running pipelines' bubbles.
-        guests = await asyncio.to_thread(self.db.run, lambda s: self._commit_guests(
-            s, [j for j in jobs if j.kind == "trial" and j.node is None and not j.nodes
-                and j.id not in started and j.id not in held_back], view.addresses, events))
+        trials = [j for j in jobs if j.kind == "trial" and j.node is None and not j.nodes
+                  and j.id not in started and j.id not in held_back]
+        guests = await asyncio.to_thread(self.db.run, lambda s: self._commit_guests(s, trials, events))
         for _, request in guests:
             outcome.decision.waiting.pop(request.job.id, None)
         launches += guests
+        placed_guests = {r.job.id for _, r in guests}
+        self.memory.waiting_trials = [j for j in trials if j.id not in placed_guests]
         report.placed, report.resized = len(started), len(resizes) + len(leaving)
         report.waiting = len(outcome.decision.waiting)
         report.planned = trigger
@@ -254,8 +260,7 @@ class SchedulingLoop:
         moving = bool(outcome.yields or outcome.preemption or outcome.migrations)
         self.memory.planned_at = time.monotonic()
         self.memory.plan_cost_s = 0.0 if moving else time.process_time() - began
-        self.memory.fingerprint = _expected_fingerprint(view, outcome.decision, started,
-                                                        {r.job.id for _, r in guests})
+        self.memory.fingerprint = _expected_fingerprint(view, outcome.decision, started, placed_guests)
         self.memory.step_index = horizon.step_index
         if policy == "full":
             self.memory.last_full = self.clock()
@@ -418,14 +423,34 @@ class SchedulingLoop:
         message = convert.job_on_node(job, node)
         return agent_pb2.LaunchRequest(job=message, epoch=message.epoch, **read_models.launch_fields(session, job.id))
 
+    async def _place_waiting_trials(self, events: Events) -> None:
+        """Between plans: the trials the last plan left waiting go into bubbles that opened
+        since (a host's first bubble report changes nothing a plan looks at)."""
+        if not self.memory.waiting_trials:
+            return
+        guests = await asyncio.to_thread(
+            self.db.run, lambda s: self._commit_guests(s, self.memory.waiting_trials, events))
+        placed = {r.job.id for _, r in guests}
+        if not placed:
+            return
+        self.memory.waiting_trials = [j for j in self.memory.waiting_trials if j.id not in placed]
+        if self.memory.fingerprint is not None:  # they leave the view: that is no change to re-plan for
+            nodes, jobs = self.memory.fingerprint
+            self.memory.fingerprint = nodes, frozenset(j for j in jobs if j[0] not in placed)
+        await asyncio.to_thread(self._refresh_cache, events)
+        for address, request in guests:
+            self._to_agent(self._launch(address, request))
+
     @staticmethod
-    def _commit_guests(session, trials: list[LiveJob], addresses: dict[str, str],  # type: ignore[no-untyped-def]
+    def _commit_guests(session, trials: list[LiveJob],  # type: ignore[no-untyped-def]
                        events: Events) -> list[tuple[str, agent_pb2.LaunchRequest]]:
         """Waiting trials placed as guests of bubble hosts (rota.core.planning.guests), each
         in its own savepoint: a host that moved on in the meantime skips that one trial."""
         if not trials:
             return []
-        hosts = [h for h in guests_repo.bubble_hosts(session) if h.node in addresses]
+        hosts = guests_repo.bubble_hosts(session)
+        addresses = guests_repo.live_addresses(session, {h.node for h in hosts})
+        hosts = [h for h in hosts if h.node in addresses]
         starts = place_guests(hosts, [GuestCandidate(j.id, j.gpus, j.priority, j.gpu_types) for j in trials])
         launches: list[tuple[str, agent_pb2.LaunchRequest]] = []
         for start in starts:
