@@ -2,7 +2,8 @@
 `kind: trial` job takes a free GPU when there is one; when a real 2-stage GPipe job holds
 every GPU and reports its bubbles, the next trial runs as its guest on its GPUs, at idle
 priority, stopped by the stage outside its bubbles; once the pipeline ends, the trial takes
-its GPUs over and runs on to success without a restart."""
+its GPUs over and runs on to success without a restart. A guest paused in the bubbles
+resumes from its state: its losses equal an uninterrupted run's."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import RunningCluster, own_cluster, processes_of, wait_until
+from cluster import RunningCluster, own_cluster, processes_of, reference, wait_lines, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -38,8 +39,16 @@ def job_file(folder: Path, name: str, kind: str, gpus: int, command: list[str]) 
     return path
 
 
-def trial(folder: Path, name: str, steps: int) -> Path:
-    return job_file(folder, name, "trial", 1, ["python", "examples/trial_fused.py", "--steps", str(steps)])
+def trial(folder: Path, name: str, steps: int, *extra: str) -> Path:
+    return job_file(folder, name, "trial", 1, ["python", "examples/trial_fused.py", "--steps", str(steps), *extra])
+
+
+def pipeline(cluster: RunningCluster, folder: Path, steps: int) -> str:
+    """A 2-stage GPipe job on both GPUs, once it has reported its bubbles."""
+    host: str = cluster.cli_json("submit", str(job_file(folder, "pipe", "training", 2, [
+        "python", "examples/pipeline_bubbles.py", "--steps", str(steps), "--port", str(free_port())])))["id"]
+    wait_until(lambda: "bubble_s" in cluster.cli_json("job", host)["progress"], 90, "the pipeline's bubbles")
+    return host
 
 
 def proc_states(job_id: str) -> set[str]:
@@ -58,9 +67,7 @@ def test_a_trial_takes_a_free_gpu_else_a_pipelines_bubbles_then_its_gpus(cluster
     done = cluster.wait_job(alone, timeout_s=90)
     assert done.state == "SUCCEEDED" and done.guest_of == ""
     # 2. A pipeline job holds both GPUs and reports its bubbles.
-    host = cluster.cli_json("submit", str(job_file(tmp_path, "pipe", "training", 2, [
-        "python", "examples/pipeline_bubbles.py", "--steps", "90", "--port", str(free_port())])))["id"]
-    wait_until(lambda: "bubble_s" in cluster.cli_json("job", host)["progress"], 90, "the pipeline's bubbles")
+    host = pipeline(cluster, tmp_path, 90)
     shown = cluster.cli_json("job", host)["progress"]
     assert 0 < shown["bubble_s"] < shown["step_s"]
     # 3. No GPU is free: the next trial runs as the pipeline's guest on its stage-0 GPU.
@@ -87,3 +94,23 @@ def test_a_trial_takes_a_free_gpu_else_a_pipelines_bubbles_then_its_gpus(cluster
     finished = cluster.wait_job(guest, timeout_s=180)
     assert finished.state == "SUCCEEDED" and finished.attempts == 1, finished.error
     assert finished.progress["step"] == 800
+
+
+def test_a_guest_paused_in_the_bubbles_resumes_from_its_state(cluster: RunningCluster, tmp_path: Path) -> None:
+    command = ["python", "examples/trial_fused.py", "--steps", "150"]
+    want = reference(command, tmp_path / "ref.txt")  # first: beside the jobs it would crowd the two cores
+    host = pipeline(cluster, tmp_path, 150)
+    losses = tmp_path / "losses.txt"
+    guest = cluster.cli_json("submit", str(trial(tmp_path, "paused", 150, "--losses", str(losses))))["id"]
+    assert cluster.wait_job(guest, states=("RUNNING",), timeout_s=60).guest_of == host
+    wait_lines(losses, 10)
+    paused = cluster.cli_json("pause", guest, "--timeout", "30")
+    assert paused["step"] >= 10
+    job = cluster.wait_job(guest, ("PAUSED",), timeout_s=20)
+    assert (job.node, job.gpus, job.guest_of) == ("", [], "")
+    resumed = cluster.cli_json("resume", guest, "--wait", "60")
+    assert resumed["step"] == paused["step"]
+    done = cluster.wait_job(guest, timeout_s=240)
+    assert done.state == "SUCCEEDED", done.error
+    assert losses.read_text().splitlines() == want
+    assert cluster.wait_job(host, timeout_s=120).state == "SUCCEEDED"

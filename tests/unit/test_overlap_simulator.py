@@ -163,3 +163,14 @@ def test_apply_buckets_refuses_incompatible_or_dependent_collectives() -> None:
         apply_buckets(ops, [("a", "b")], COMM)
     with pytest.raises(ValueError, match="not compatible"):
         apply_buckets(ops, [("b", "c")], COMM)
+
+
+@pytest.mark.parametrize(
+    ("plan_ms", "untransformed_ms", "kept"),
+    [(9.0, 10.0, True), (9.65, 10.0, True), (9.8, 10.0, False), (10.0, 10.0, False), (11.0, 10.0, False)],
+    ids=["10% faster", "3.5% faster: past the margin", "2% faster: within noise", "as fast", "slower"],
+)
+def test_a_plan_is_kept_only_when_it_measures_the_margin_faster(plan_ms: float, untransformed_ms: float, kept: bool) -> None:
+    from rota.overlap.planner import measured_faster
+
+    assert measured_faster(plan_ms / 1e3, untransformed_ms / 1e3) is kept

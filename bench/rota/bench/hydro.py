@@ -60,9 +60,12 @@ def _print_table(result: dict[str, Any]) -> None:
     if fus:
         rates = fus["trials_per_s"]
         base = rates["sequential"]
-        print(f"fusion (trial = {fus['steps_per_trial']} steps at S={fus['scale']}): trials/s")
+        spread = fus.get("trials_per_s_range", {})
+        print(f"fusion (trial = {fus['steps_per_trial']} steps at S={fus['scale']}): trials/s, median of "
+              f"{fus.get('repeats', 1)} interleaved rounds [min-max]")
         for arm, rate in rates.items():
-            print(f"  {arm:<10} {rate:7.3f}  ({rate / base:4.2f}x sequential)")
+            low, high = spread.get(arm, [rate, rate])
+            print(f"  {arm:<10} {rate:7.3f} [{low:.3f}-{high:.3f}]  ({rate / base:4.2f}x sequential)")
     bub = result.get("bubbles")
     if bub:
         if bub.get("alone_step_s") is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import random
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -120,24 +121,29 @@ def _sequential_worker(setup: Setup, factor: int, count: int, steps: int) -> Non
         _trial_batch(Setup(**{**setup.__dict__, "seed": setup.seed + i}), factor, 1, steps)
 
 
-def fusion(setup: Setup, steps: int = 20, factor: int = 4) -> dict[str, object]:
-    """Trials per second (a trial = ``steps`` surrogate steps): one at a time, two processes, fused."""
-    rates: dict[str, float] = {}
-    started = time.perf_counter()
-    _sequential_worker(setup, factor, 4, steps)
-    rates["sequential"] = 4 / (time.perf_counter() - started)
+def fusion(setup: Setup, steps: int = 20, factor: int = 4, repeats: int = 3) -> dict[str, object]:
+    """Trials per second (a trial = ``steps`` surrogate steps): one at a time, two processes,
+    fused; each arm ``repeats`` times in interleaved rounds (one of each per round, so drifting
+    load on shared cores falls on every arm alike), the median with the min and max."""
+    samples: dict[str, list[float]] = {}
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_sequential_worker, args=(setup, factor, 2, steps)) for _ in range(2)]
-    started = time.perf_counter()
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-    # Process start-up (spawn + imports) is part of what separate processes cost.
-    rates["processes"] = 4 / (time.perf_counter() - started)
-    for count in (4, 8, 16):
+    for _ in range(repeats):
         started = time.perf_counter()
-        _trial_batch(setup, factor, count, steps)
-        rates[f"fused_{count}"] = count / (time.perf_counter() - started)
-    return {"trials_per_s": rates, "steps_per_trial": steps, "scale": factor,
+        _sequential_worker(setup, factor, 4, steps)
+        samples.setdefault("sequential", []).append(4 / (time.perf_counter() - started))
+        procs = [ctx.Process(target=_sequential_worker, args=(setup, factor, 2, steps)) for _ in range(2)]
+        started = time.perf_counter()
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        # Process start-up (spawn + imports) is part of what separate processes cost.
+        samples.setdefault("processes", []).append(4 / (time.perf_counter() - started))
+        for count in (4, 8, 16):
+            started = time.perf_counter()
+            _trial_batch(setup, factor, count, steps)
+            samples.setdefault(f"fused_{count}", []).append(count / (time.perf_counter() - started))
+    rates = {arm: statistics.median(values) for arm, values in samples.items()}
+    return {"trials_per_s": rates, "trials_per_s_range": {arm: [min(v), max(v)] for arm, v in samples.items()},
+            "repeats": repeats, "steps_per_trial": steps, "scale": factor,
             "fused_8_vs_sequential": rates["fused_8"] / rates["sequential"]}
