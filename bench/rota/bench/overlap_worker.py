@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
         inductor_s = measured.get("inductor")
         forced = {k.split(":", 1)[1]: v for k, v in measured.items() if k.startswith("candidate:")}
         peak_before = measure_peak_bytes(captured.graph, block.inputs, group)
-        peak_after = measure_peak_bytes(plan.module, block.inputs, group)
+        peak_after = peak_before if kept else measure_peak_bytes(plan.module, block.inputs, group)
         if args.rank == 0:
             case = {
                 "block": args.block, "ranks": args.world, "baseline_s": baseline, "inductor_s": inductor_s,
