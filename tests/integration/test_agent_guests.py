@@ -8,10 +8,9 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+import test_agent_processes as agent_tests
 from test_agent_processes import SLEEP, Tables, launch, wait_exit, wait_until
 
 from rota.agent.processes import GUESTS_FILE, LocalJob, ProcessTable
@@ -21,16 +20,9 @@ PY = sys.executable
 COUNTER = [PY, "-c", "import itertools, time\nfor i in itertools.count():\n    print(i, flush=True); time.sleep(0.02)"]
 
 
-@pytest.fixture
-def tables(tmp_path: Path) -> Iterator[Tables]:
-    t = Tables(tmp_path / "agent", lease_timeout_s=60)
-    yield t
-    t.close()
-
-
-@pytest.fixture
-def table(tables: Tables) -> ProcessTable:
-    return tables.new()
+# The same process-table fixtures as the process-table tests.
+tables = agent_tests.tables
+table = agent_tests.table
 
 
 def group(pgid: int) -> list[int]:

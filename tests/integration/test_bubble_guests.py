@@ -4,18 +4,17 @@ planner's blindness to guests, the takeover once the host ends, and the ledger's
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import test_jobs_repository as jobs_tests
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from test_jobs_repository import claims, load, place, placements, register, report, submit, transitions
 
 from rota.allocator import guests_repo
 from rota.allocator import repository as alloc
-from rota.api import repository as api
-from rota.common.db import Database, make_engine
+from rota.common.db import Database
 from rota.common.jobs_repo import Events
 from rota.common.models import GpuGuestRow
 from rota.core import jobstate as js
@@ -26,18 +25,9 @@ from rota.ledger.models import UsageRow
 BUBBLES = {"step_s": 0.2, "bubble_s": 0.08}  # a host whose stage waits 40% of its step
 
 
-@pytest.fixture(scope="module")
-def db(migrated_database_url: str) -> Iterator[Database]:
-    engine = make_engine(migrated_database_url)
-    yield Database(engine)
-    engine.dispose()
-
-
-@pytest.fixture
-def tenant(db: Database) -> str:
-    name = "t-" + secrets.token_hex(4)
-    db.run(lambda s: api.create_tenant(s, name, 1.0, secrets.token_hex(32)))
-    return name
+# The same database and tenant fixtures as the single-node tests.
+db = jobs_tests.db
+tenant = jobs_tests.tenant
 
 
 def running_host(db: Database, tenant: str, node: str, progress: dict[str, object] | None = None) -> Any:

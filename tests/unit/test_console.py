@@ -279,12 +279,13 @@ def test_an_agentic_batch_an_overlap_plan_and_bubbles_get_panels_of_their_own() 
     assert panels["bubbles"]["In bubbles"] == "0.01 s (40% of the step)"
 
 
-def test_the_job_page_shows_an_agentic_batch_s_admission_panel() -> None:
+def job_page(**fields: Any) -> Any:
+    """The console's page of a_job() with `fields` changed (its other parts unavailable)."""
     import dataclasses
 
     from rota.console.gateway import JobPage, Part
 
-    job = dataclasses.replace(a_job(), progress={"window": 8, "active": 6, "held": 2, "usage": 0.5, "hit_rate": 0.7})
+    job = dataclasses.replace(a_job(), **fields)
     missing = Part(None, "UNAVAILABLE: not in this test")
 
     class WithJob(FakeGateway):
@@ -293,22 +294,15 @@ def test_the_job_page_shows_an_agentic_batch_s_admission_panel() -> None:
 
     page = app(WithJob()).handle("GET", "/jobs/j-aaa", COOKIE)
     assert page.status == 200, page.body[:300]
+    return page
+
+
+def test_the_job_page_shows_an_agentic_batch_s_admission_panel() -> None:
+    page = job_page(progress={"window": 8, "active": 6, "held": 2, "usage": 0.5, "hit_rate": 0.7})
     assert b'<table class="facts" id="admission">' in page.body and b"8 agents (6 active, 2 held)" in page.body
     assert b'id="overlap"' not in page.body
 
 
 def test_the_job_page_of_a_guest_names_the_pipeline_whose_bubbles_it_runs_in() -> None:
-    import dataclasses
-
-    from rota.console.gateway import JobPage, Part
-
-    job = dataclasses.replace(a_job(), kind="trial", node="node-1", gpus=[0], guest_of="j-pipe")
-    missing = Part(None, "UNAVAILABLE: not in this test")
-
-    class WithJob(FakeGateway):
-        def job(self, token: str, jid: str) -> JobPage:
-            return JobPage(job, missing, missing, missing, missing, missing)
-
-    page = app(WithJob()).handle("GET", "/jobs/j-aaa", COOKIE)
-    assert page.status == 200, page.body[:300]
+    page = job_page(kind="trial", node="node-1", gpus=[0], guest_of="j-pipe")
     assert b'a guest in the pipeline bubbles of <a href="/jobs/j-pipe">j-pipe</a>' in page.body
