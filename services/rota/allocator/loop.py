@@ -19,11 +19,11 @@ from typing import Any
 
 import grpc
 from sqlalchemy import Connection, Engine, text
-from sqlalchemy.exc import IntegrityError
 
-from rota.allocator import guests_repo, repository
 from rota.allocator import metrics as allocator_metrics
+from rota.allocator import repository
 from rota.allocator.forecasts import Forecast
+from rota.allocator.guest_placement import GuestPlacement
 from rota.allocator.peers import Peers
 from rota.allocator.wakeups import Wakeups
 from rota.common import convert, metrics, nodes_repo, read_models
@@ -34,7 +34,6 @@ from rota.common.jobs_repo import Events
 from rota.common.live import LiveState
 from rota.core.errors import Unavailable
 from rota.core.fairness.ltgf import FairnessConfig
-from rota.core.planning.guests import GuestCandidate, place_guests
 from rota.core.planning.liveplan import Horizon, LiveJob, LiveScenario, Start, StepDecision
 from rota.core.planning.moves import MoveInputs
 from rota.core.planning.planner import PlanOutcome, plan_live
@@ -125,8 +124,6 @@ class _Memory:
     # What job_forecasts already holds, so a re-plan writes only what changed.
     saved_forecasts: dict[str, Forecast] = field(default_factory=dict)
     pruned_at: float = float("-inf")  # clock time of the last plan-step pruning
-    # Trials the last plan left waiting: between plans they may still go into bubbles.
-    waiting_trials: list[LiveJob] = field(default_factory=list)
 
 
 class SchedulingLoop:
@@ -147,6 +144,7 @@ class SchedulingLoop:
         self.peers = peers
         self.forecasts = peers.forecasts
         self.mover = peers.mover
+        self.guests = GuestPlacement(db)
 
     async def run_forever(self) -> None:
         while True:
@@ -201,21 +199,19 @@ class SchedulingLoop:
             await self._stop_stranded(dead)
         #    Guests whose host ended (or lost its GPUs) take the GPUs over, before any plan
         #    can give them away.
-        await asyncio.to_thread(self._take_over_guests, events)
+        await asyncio.to_thread(self.guests.take_over, events)
         # 3. The snapshot, and whether anything calls for a new plan. Resting after a costly
         #    plan (a burst of arrivals), not even the snapshot is read: with thousands
         #    queued, reading it is much of a plan's cost.
         horizon = Horizon(self.settings.plan_step_s, self.settings.plan_horizon, self.clock())
         if self._resting(horizon, force_full):
-            await self._place_waiting_trials(events)
-            await asyncio.to_thread(self._refresh_cache, events)
+            await self._guests_between_plans(events)
             return report
         began = time.process_time()
         view = await asyncio.to_thread(self.db.run, lambda s: repository.live_view(s, self.specs))
         policy, trigger = self._trigger(view, horizon, force_full)
         if trigger is None:
-            await self._place_waiting_trials(events)
-            await asyncio.to_thread(self._refresh_cache, events)
+            await self._guests_between_plans(events)
             return report
         # 4. The pure core plans the horizon (in a thread: full mode takes seconds) on the
         #    forecaster's durations and curves; `fair` first reads the ledger's standings.
@@ -236,14 +232,11 @@ class SchedulingLoop:
         launches, resizes, leaving = await self._commit(outcome, view.addresses, events)
         started = {r.job.id for _, r in launches} - {r.job_id for r in outcome.decision.resizes}
         #    Trials the plan could not start on free GPUs go into running pipelines' bubbles.
-        trials = [j for j in jobs if j.kind == "trial" and j.node is None and not j.nodes
-                  and j.id not in started and j.id not in held_back]
-        guests = await asyncio.to_thread(self.db.run, lambda s: self._commit_guests(s, trials, events))
-        for _, request in guests:
-            outcome.decision.waiting.pop(request.job.id, None)
-        launches += guests
+        guests = await asyncio.to_thread(self.guests.after_plan, jobs, started, held_back, events)
         placed_guests = {r.job.id for _, r in guests}
-        self.memory.waiting_trials = [j for j in trials if j.id not in placed_guests]
+        for job_id in placed_guests:
+            outcome.decision.waiting.pop(job_id, None)
+        launches += guests
         report.placed, report.resized = len(started), len(resizes) + len(leaving)
         report.waiting = len(outcome.decision.waiting)
         report.planned = trigger
@@ -291,6 +284,18 @@ class SchedulingLoop:
                 self.memory.yielded_to[m.job_id] = m.for_job  # not back into the block it freed
                 report.moved.append(m.job_id)
         return report
+
+    async def _guests_between_plans(self, events: Events) -> None:
+        """A cycle without a plan: trials still waiting may go into bubbles opened since the
+        last plan; the cache is refreshed and the events published either way."""
+        guests = await asyncio.to_thread(self.guests.between_plans, events)
+        placed = {r.job.id for _, r in guests}
+        if placed and self.memory.fingerprint is not None:  # leaving the view is no change to re-plan for
+            nodes, jobs = self.memory.fingerprint
+            self.memory.fingerprint = nodes, frozenset(j for j in jobs if j[0] not in placed)
+        await asyncio.to_thread(self._refresh_cache, events)
+        for address, request in guests:
+            self._to_agent(self._launch(address, request))
 
     async def _prune_history(self) -> int:
         """Housekeeping of the leader, once per PRUNE_INTERVAL_S: old plan steps go."""
@@ -422,57 +427,6 @@ class SchedulingLoop:
         # A paused, migrated or requeued job continues from its last checkpoint image.
         message = convert.job_on_node(job, node)
         return agent_pb2.LaunchRequest(job=message, epoch=message.epoch, **read_models.launch_fields(session, job.id))
-
-    async def _place_waiting_trials(self, events: Events) -> None:
-        """Between plans: the trials the last plan left waiting go into bubbles that opened
-        since (a host's first bubble report changes nothing a plan looks at)."""
-        if not self.memory.waiting_trials:
-            return
-        guests = await asyncio.to_thread(
-            self.db.run, lambda s: self._commit_guests(s, self.memory.waiting_trials, events))
-        placed = {r.job.id for _, r in guests}
-        if not placed:
-            return
-        self.memory.waiting_trials = [j for j in self.memory.waiting_trials if j.id not in placed]
-        if self.memory.fingerprint is not None:  # they leave the view: that is no change to re-plan for
-            nodes, jobs = self.memory.fingerprint
-            self.memory.fingerprint = nodes, frozenset(j for j in jobs if j[0] not in placed)
-        await asyncio.to_thread(self._refresh_cache, events)
-        for address, request in guests:
-            self._to_agent(self._launch(address, request))
-
-    @staticmethod
-    def _commit_guests(session, trials: list[LiveJob],  # type: ignore[no-untyped-def]
-                       events: Events) -> list[tuple[str, agent_pb2.LaunchRequest]]:
-        """Waiting trials placed as guests of bubble hosts (rota.core.planning.guests), each
-        in its own savepoint: a host that moved on in the meantime skips that one trial."""
-        if not trials:
-            return []
-        hosts = guests_repo.bubble_hosts(session)
-        addresses = guests_repo.live_addresses(session, {h.node for h in hosts})
-        hosts = [h for h in hosts if h.node in addresses]
-        starts = place_guests(hosts, [GuestCandidate(j.id, j.gpus, j.priority, j.gpu_types) for j in trials])
-        launches: list[tuple[str, agent_pb2.LaunchRequest]] = []
-        for start in starts:
-            try:
-                with session.begin_nested():
-                    job = guests_repo.commit_guest(session, start, events)
-            except IntegrityError:  # the GPU took a guest meanwhile: its key refused a second
-                continue
-            if job is None:
-                continue
-            metrics.BUBBLE_GUESTS.inc()
-            message = convert.job_on_node(job, start.node)
-            launches.append((addresses[start.node], agent_pb2.LaunchRequest(
-                job=message, epoch=message.epoch, **read_models.launch_fields(session, job.id))))
-        return launches
-
-    def _take_over_guests(self, events: Events) -> None:
-        def run(session) -> int:  # type: ignore[no-untyped-def]
-            return sum(guests_repo.take_over(session, job_id, events) for job_id in guests_repo.orphaned_guests(session))
-        taken = self.db.run(run)
-        if taken:
-            metrics.BUBBLE_TAKEOVERS.inc(taken)
 
     @staticmethod
     def _record(  # type: ignore[no-untyped-def]
