@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 
 from rota.overlap.simulator import (
@@ -174,3 +175,20 @@ def test_a_plan_is_kept_only_when_it_measures_the_margin_faster(plan_ms: float, 
     from rota.overlap.planner import measured_faster
 
     assert measured_faster(plan_ms / 1e3, untransformed_ms / 1e3) is kept
+
+
+def test_alpha_and_beta_fit_every_size_to_the_same_share() -> None:
+    from rota.overlap.calibrate import fit_alpha_beta
+
+    sizes = [16 << 10, 256 << 10, 1 << 20, 4 << 20]
+    alpha, beta = 100e-6, 1e-9
+    exact = [alpha + beta * n for n in sizes]
+    assert fit_alpha_beta(sizes, exact) == (pytest.approx(alpha), pytest.approx(beta))
+    # The largest size 5% slow (one busy moment on shared cores): alpha stays near 100 us,
+    # where a plain least-squares fit would move it by hundreds of microseconds.
+    noisy = [*exact[:-1], exact[-1] * 1.05]
+    fitted_alpha, _ = fit_alpha_beta(sizes, noisy)
+    plain_beta, plain_alpha = np.polyfit(np.array(sizes, dtype=float), np.array(noisy), 1)
+    assert abs(fitted_alpha - alpha) < 20e-6 < abs(plain_alpha - alpha)
+    with pytest.raises(ValueError, match="at least two sizes"):
+        fit_alpha_beta(sizes[:1], exact[:1])

@@ -109,14 +109,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--links", nargs="+", default=list(LINKS), choices=LINKS)
     parser.add_argument("--rate", default="500mbit", help="shaped link rate per rank, tc syntax (default 500mbit)")
     parser.add_argument("--k", type=int, default=2, help="tile streams (default 2)")
-    parser.add_argument("--iters", type=int, default=20, help="timed rounds (one step of every variant each; default 20)")
+    parser.add_argument("--iters", type=int, default=60, help="timed rounds (one step of every variant each; default 60)")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--model", type=int, default=256)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--no-inductor", dest="inductor", action="store_false",
                         help="skip Inductor's reordering (it compiles C++ per case: minutes on 2 cores)")
-    parser.add_argument("--verify", type=int, default=5,
+    parser.add_argument("--verify", type=int, default=40,
                         help="steps the planner times its choice against the untransformed graph (0: trust the simulator)")
     parser.add_argument("--case-timeout", type=float, default=900.0)
     parser.add_argument("--detail", help="write plans, refusals and calibration per case as JSON here")

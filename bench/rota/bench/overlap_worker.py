@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--model", type=int, default=256)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--inductor", action="store_true")
-    parser.add_argument("--verify", type=int, default=15)
+    parser.add_argument("--verify", type=int, default=40)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     os.environ.update(MASTER_ADDR=args.master, MASTER_PORT=str(args.port))

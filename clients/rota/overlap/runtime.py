@@ -66,7 +66,7 @@ class OverlapStep:
 def apply_overlap(step: StepFn, inputs: Sequence[torch.Tensor], batch_dims: Sequence[int | None],
                   out_batch_dims: Sequence[int], group: dist.ProcessGroup, k: int = 2,
                   budget_mb: float | None = None, report_rank: int | None = 0,
-                  verify_iters: int = 15) -> OverlapStep:
+                  verify_iters: int = 40) -> OverlapStep:
     """Capture ``step``, plan overlap for it on ``group`` and report the plan once.
 
     Every rank of ``group`` must call this together (capture and calibration run collectives);
