@@ -46,6 +46,18 @@ def _half(width: int, layers: int, seed: int) -> nn.Sequential:
 MODES = ("alone", "naive", "squeezed")
 
 
+def free_mb() -> float:
+    """The memory stage 0 leaves free for a guest, in MiB: its GPU's free memory, or on the
+    CPU (virtual GPU slots) the machine's available memory, which a guest process shares."""
+    if torch.cuda.is_available():
+        return torch.cuda.mem_get_info()[0] / 2**20
+    with open("/proc/meminfo", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def _set_mode(clock: BubbleClock, pid: int, step: int) -> str:
     """Interleave the three arms step by step, so that drifting machine load hits them alike."""
     mode = MODES[step % 3]
@@ -109,6 +121,7 @@ def stage_main(rank: int, args: argparse.Namespace) -> None:
                                   "bubble_s": sum(e - s for s, e, _ in windows),
                                   "bubble_busy_s": sum((e - s) * b for s, e, b in windows)})
                 rota.runtime.report(step=step, step_s=elapsed, bubble_s=sum(e - s for s, e, _ in windows),
+                                    bubble_free_mb=round(free_mb(), 1),
                                     bubbles_ms=[[round((s - started) * 1000, 3), round((e - started) * 1000, 3)]
                                                 for s, e, _ in windows[:32]])
     for pid in (clock.squeeze_pid, args.cycle_pid if on_stage0 else None):

@@ -203,3 +203,20 @@ def test_the_allocators_cycles_place_a_waiting_trial_once_bubbles_open_and_hand_
         asyncio.run(scenario())
     finally:
         loop.leadership.release()
+
+
+def test_a_trial_that_says_its_gpu_memory_waits_for_a_stage_that_leaves_that_much(db: Database, tenant: str) -> None:
+    from rota.allocator.guest_placement import GuestPlacement
+
+    node = register(db, gpus=2)
+    host = running_host(db, tenant, node, {**BUBBLES, "bubble_free_mb": 256})
+    assert hosts_on(db, node)[host.id].free_mb == 256.0
+    trial_id = submit(db, tenant, kind="trial", gpu_memory_mb=512)
+    [waiting] = [j for j in db.run(alloc.live_view).jobs if j.id == trial_id]
+    assert waiting.gpu_memory_mb == 512  # from the stored spec, as the planner reads it
+    placement = GuestPlacement(db, [waiting])
+    assert placement.between_plans(Events()) == [] and load(db, trial_id).state == js.PENDING
+    report(db, node, host, js.RUNNING, progress={**BUBBLES, "bubble_free_mb": 4096})
+    [(_address, launch)] = placement.between_plans(Events())
+    assert launch.job.id == trial_id and launch.job.guest_of == host.id and launch.job.spec.gpu_memory_mb == 512
+    assert placement.waiting == [] and load(db, trial_id).guest_of == host.id

@@ -201,6 +201,7 @@ def test_job_files_follow_the_spec(path: Path) -> None:
         "max_swap",
         "nodes",
         "gpus_per_node",
+        "gpu_memory_mb",
     }
     assert set(job) <= allowed, set(job) - allowed
     assert job["kind"] in {"training", "batch_inference", "quantization", "realtime", "trial"}

@@ -63,3 +63,28 @@ def test_place_guests(hosts: list[BubbleHost], trials: list[GuestCandidate], pla
 )
 def test_bubble_fraction_believes_only_a_sane_report(progress: dict[str, object], fraction: float | None) -> None:
     assert bubble_fraction(progress) == (pytest.approx(fraction) if fraction is not None else None)
+
+
+@pytest.mark.parametrize(
+    ("free_mb", "memory_mb", "placed"),
+    [(4096.0, 512, True), (512.0, 512, True), (256.0, 512, False), (None, 512, False), (None, 0, True),
+     (0.0, 0, True)],
+    ids=["room to spare", "exactly enough", "too little free", "a host that does not say: not for a trial that does",
+         "a trial that says nothing fits", "even beside a full stage"],
+)
+def test_a_trial_that_says_its_memory_goes_only_where_the_stage_leaves_that_much(
+        free_mb: float | None, memory_mb: int, placed: bool) -> None:
+    h = BubbleHost("h", "n1", (0,), 0.4, frozenset(), "", free_mb)
+    assert bool(place_guests([h], [GuestCandidate("t", 1, 0, (), memory_mb)])) is placed
+
+
+@pytest.mark.parametrize(
+    ("progress", "free"),
+    [({"bubble_free_mb": 2048}, 2048.0), ({}, None), ({"bubble_free_mb": -1}, None),
+     ({"bubble_free_mb": "lots"}, None), ({"bubble_free_mb": False}, None)],
+    ids=["a number", "not reported", "negative", "a string", "a boolean"],
+)
+def test_free_memory_is_read_only_from_a_sane_report(progress: dict[str, object], free: float | None) -> None:
+    from rota.core.planning.guests import free_memory_mb
+
+    assert free_memory_mb(progress) == free

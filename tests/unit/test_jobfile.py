@@ -95,6 +95,7 @@ BAD = [
     ("priority as a string", base(priority="high"), "priority"),
     ("max_retries as a float", base(max_retries=1.5), "max_retries"),
     ("max_swap as a string", base(max_swap="1"), "max_swap"),
+    ("gpu_memory_mb as a string", base(gpu_memory_mb="4GiB"), "gpu_memory_mb"),
     ("a command that is a mapping", base(command={"a": 1}), "command"),
     ("a command with a nested list", base(command=["python", ["x"]]), "command"),
     ("a workdir that is a number", base(workdir=1), "workdir"),

@@ -86,6 +86,8 @@ INVALID = [
     ("a realtime app with a too-long demand curve", realtime(demand=[1] * (24 * 7 * 4 + 1)), "demand"),
     ("a realtime app with a negative max_swap", realtime(max_swap=-1), "max_swap"),
     ("a realtime app with gpus not a power of two", realtime(gpus=3), "gpus"),
+    ("a negative GPU memory", spec(gpu_memory_mb=-1), "gpu_memory_mb"),
+    ("a GPU memory past any GPU", spec(gpu_memory_mb=1 << 25), "gpu_memory_mb"),
 ]
 
 

@@ -20,7 +20,7 @@ from rota.v1 import common_pb2
 FIELDS = {
     "name", "tenant", "kind", "priority", "gpus", "command", "workdir", "env", "duration",
     "preemptible", "restart", "max_retries", "features", "demand", "max_swap", "accepts_layout_changes",
-    "nodes", "gpus_per_node", "gpu_types", "gpu_type", "same_switch", "depends_on", "array",
+    "nodes", "gpus_per_node", "gpu_types", "gpu_type", "same_switch", "depends_on", "array", "gpu_memory_mb",
 }
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
 
@@ -103,7 +103,7 @@ def job_spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None)
         if kind not in KINDS:
             raise _bad("kind", f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
         fields["kind"] = kind
-    for key in ("priority", "gpus", "max_retries", "max_swap", "nodes", "gpus_per_node"):
+    for key in ("priority", "gpus", "max_retries", "max_swap", "nodes", "gpus_per_node", "gpu_memory_mb"):
         if key in data:
             fields[key] = _typed(data, key, int, "an integer")
     command = data.get("command", [])

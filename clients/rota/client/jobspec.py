@@ -74,6 +74,7 @@ class JobSpec:
     gpus_per_node: int = 0
     gpu_types: Sequence[str] = ()  # the GPU types it may run on (empty: any)
     same_switch: bool = False  # a gang whose nodes must hang off one switch
+    gpu_memory_mb: int = 0  # MiB it needs on each GPU (0: not said); a trial in bubbles needs that free
     # Waits until each holds; fails once one cannot (a plain id: `succeeded`).
     depends_on: Sequence[Dependency | str] = ()
 
@@ -95,7 +96,7 @@ class JobSpec:
             preemptible=self.preemptible, restart=RESTARTS[self.restart], max_retries=self.max_retries,
             demand=list(self.demand), max_swap=self.max_swap, accepts_layout_changes=self.accepts_layout_changes,
             nodes=self.nodes, gpus_per_node=self.gpus_per_node, gpu_types=list(self.gpu_types),
-            same_switch=self.same_switch,
+            same_switch=self.same_switch, gpu_memory_mb=self.gpu_memory_mb,
         )
         if self.nodes and self.gpus_per_node and self.gpus == 1:
             spec.gpus = 0  # the default: the server sets nodes x gpus_per_node

@@ -31,6 +31,7 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 ENV_KEY_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 GPU_TYPE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,31}$")
 MAX_GANG_NODES = 1024
+MAX_GPU_MEMORY_MB = 1 << 24  # 16 TiB: past any GPU's memory, so a larger figure is a typo
 
 
 @dataclass
@@ -60,6 +61,9 @@ class JobSpecData:
     # Parents and conditions ({"job": id, "when": succeeded|finished|failed}): the job waits
     # until each holds (rota.core.dependencies); the api checks that every parent exists.
     depends_on: list[dict[str, str]] = field(default_factory=list)
+    # The GPU memory it needs on each GPU, in MiB (0: not said). A trial is placed in a
+    # pipeline's bubbles only beside a stage that reports that much free.
+    gpu_memory_mb: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,6 +142,8 @@ def validate(
         spec.max_retries = DEFAULT_MAX_RETRIES
     _require(len(spec.features) <= MAX_FEATURES, "features", f"more than {MAX_FEATURES} entries")
     _require(len(json.dumps(spec.features)) <= 16 * 1024, "features", "larger than 16 KiB")
+    _require(0 <= spec.gpu_memory_mb <= MAX_GPU_MEMORY_MB, "gpu_memory_mb",
+             f"MiB per GPU, from 0 (not said) to {MAX_GPU_MEMORY_MB} (got {spec.gpu_memory_mb})")
     spec.depends_on = dependencies.validate(spec.depends_on)
     return spec
 

@@ -223,6 +223,7 @@ class JobSpec(_message.Message):
     GPU_TYPES_FIELD_NUMBER: _builtins.int
     SAME_SWITCH_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
+    GPU_MEMORY_MB_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     tenant: _builtins.str
     """The owning tenant. Ignored for tenant tokens (the token decides); required for admin."""
@@ -253,6 +254,10 @@ class JobSpec(_message.Message):
     gpus_per_node: _builtins.int
     same_switch: _builtins.bool
     """a gang whose nodes must all hang off one network switch"""
+    gpu_memory_mb: _builtins.int
+    """The GPU memory it needs on each GPU, in MiB (0: not said). A trial goes into a running
+    pipeline's bubbles only beside a stage that reports at least that much free.
+    """
     @_builtins.property
     def command(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """argv; must not be empty"""
@@ -301,10 +306,11 @@ class JobSpec(_message.Message):
         gpu_types: _abc.Iterable[_builtins.str] | None = ...,
         same_switch: _builtins.bool = ...,
         depends_on: _abc.Iterable[Global___Dependency] | None = ...,
+        gpu_memory_mb: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "duration_seconds", b"duration_seconds", "features", b"features"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "accepts_layout_changes", b"accepts_layout_changes", "command", b"command", "demand", b"demand", "depends_on", b"depends_on", "duration_seconds", b"duration_seconds", "env", b"env", "features", b"features", "gpu_types", b"gpu_types", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "kind", b"kind", "max_retries", b"max_retries", "max_swap", b"max_swap", "name", b"name", "nodes", b"nodes", "preemptible", b"preemptible", "priority", b"priority", "restart", b"restart", "same_switch", b"same_switch", "tenant", b"tenant", "workdir", b"workdir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "accepts_layout_changes", b"accepts_layout_changes", "command", b"command", "demand", b"demand", "depends_on", b"depends_on", "duration_seconds", b"duration_seconds", "env", b"env", "features", b"features", "gpu_memory_mb", b"gpu_memory_mb", "gpu_types", b"gpu_types", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "kind", b"kind", "max_retries", b"max_retries", "max_swap", b"max_swap", "name", b"name", "nodes", b"nodes", "preemptible", b"preemptible", "priority", b"priority", "restart", b"restart", "same_switch", b"same_switch", "tenant", b"tenant", "workdir", b"workdir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__duration_seconds: _TypeAlias = _typing.Literal["duration_seconds"]  # noqa: Y015
     _WhichOneofArgType__duration_seconds: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds"]  # noqa: Y015

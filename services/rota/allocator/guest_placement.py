@@ -66,7 +66,8 @@ def _commit_guests(session: Session, trials: list[LiveJob], events: Events) -> l
     hosts = guests_repo.bubble_hosts(session)
     addresses = guests_repo.live_addresses(session, {h.node for h in hosts})
     hosts = [h for h in hosts if h.node in addresses]
-    starts = place_guests(hosts, [GuestCandidate(j.id, j.gpus, j.priority, j.gpu_types) for j in trials])
+    starts = place_guests(hosts, [GuestCandidate(j.id, j.gpus, j.priority, j.gpu_types, j.gpu_memory_mb)
+                                  for j in trials])
     launches: list[Launch] = []
     for start in starts:
         try:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from rota.common.jobs_repo import Events, get_job, lose, transition, utcnow
 from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuGuestRow, GpuRow, JobRow, NodeRow, PlacementRow
 from rota.core import jobstate, nodestate
-from rota.core.planning.guests import BubbleHost, GuestStart, bubble_fraction
+from rota.core.planning.guests import BubbleHost, GuestStart, bubble_fraction, free_memory_mb
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ def bubble_hosts(session: Session) -> list[BubbleHost]:
         .where(JobRow.state == jobstate.RUNNING, JobRow.guest_of == "", JobRow.node.is_not(None),
                JobRow.gang_nodes == [], JobRow.progress.has_key("bubble_s"))
     ).all()
-    hosts = [(job_id, node, gpus, fraction) for job_id, node, gpus, progress in rows
+    hosts = [(job_id, node, gpus, fraction, free_memory_mb(progress or {})) for job_id, node, gpus, progress in rows
              if gpus and (fraction := bubble_fraction(progress or {})) is not None]
     if not hosts:
         return []
@@ -38,10 +38,10 @@ def bubble_hosts(session: Session) -> list[BubbleHost]:
     for host_id, gpu in session.execute(select(GpuGuestRow.host_job_id, GpuGuestRow.gpu_index)):
         lent.setdefault(host_id, set()).add(gpu)
     types = {(g.node, g.index): g.gpu_type for g in session.scalars(
-        select(GpuRow).where(GpuRow.node.in_(sorted({node for _, node, _, _ in hosts}))))}
+        select(GpuRow).where(GpuRow.node.in_(sorted({node for _, node, _, _, _ in hosts}))))}
     return [BubbleHost(job_id, node, tuple(gpus), fraction, frozenset(lent.get(job_id, ())),
-                       types.get((node, gpus[0]), ""))
-            for job_id, node, gpus, fraction in hosts]
+                       types.get((node, gpus[0]), ""), free_mb)
+            for job_id, node, gpus, fraction, free_mb in hosts]
 
 
 def live_addresses(session: Session, nodes: set[str]) -> dict[str, str]:

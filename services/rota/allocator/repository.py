@@ -268,6 +268,7 @@ def live_job(job_id: str, tenant: str, kind: str, priority: int, spec: JobSpecDa
         max_swap=spec.max_swap, preemptible=spec.preemptible, restart=spec.restart,
         nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, gang_nodes=gang_nodes,
         gpu_types=tuple(spec.gpu_types), same_switch=spec.same_switch, replicas=replica_sets,
+        gpu_memory_mb=spec.gpu_memory_mb,
     )
 
 

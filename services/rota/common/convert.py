@@ -104,6 +104,7 @@ def spec_from_proto(spec: common_pb2.JobSpec) -> JobSpecData:
         gpus_per_node=spec.gpus_per_node,
         gpu_types=list(spec.gpu_types),
         same_switch=spec.same_switch,
+        gpu_memory_mb=spec.gpu_memory_mb,
         # An unknown condition number reads as a name validation refuses, naming the field.
         depends_on=[{"job": d.job, "when": CONDITION_NAMES.get(d.when, f"<{d.when}>")} for d in spec.depends_on],
     )
@@ -129,6 +130,7 @@ def spec_to_proto(spec: JobSpecData) -> common_pb2.JobSpec:
         gpus_per_node=spec.gpus_per_node,
         gpu_types=spec.gpu_types,
         same_switch=spec.same_switch,
+        gpu_memory_mb=spec.gpu_memory_mb,
         depends_on=[common_pb2.Dependency(job=d["job"], when=CONDITION_VALUES.get(d["when"], common_pb2.DEPENDENCY_CONDITION_UNSPECIFIED)) for d in spec.depends_on],
     )
     if spec.duration_seconds is not None:

@@ -9,7 +9,10 @@ the host loses no step time and the trial gets the share of the GPU the host lea
 
 Free GPUs come first: the plan runs before this, and only the trials it left waiting (or
 planned for a later step) are candidates. Each GPU takes one guest at most, and a guest
-takes GPUs of one host on one node. Pure: plain data in, plain data out, no clock.
+takes GPUs of one host on one node. A trial that says how much GPU memory it needs
+(`gpu_memory_mb`) goes only beside a stage that reports at least that much free
+(``bubble_free_mb``); one that says nothing is taken to fit. Pure: plain data in, plain
+data out, no clock.
 """
 
 from __future__ import annotations
@@ -31,16 +34,19 @@ class BubbleHost:
     bubble_fraction: float
     lent: frozenset[int] = frozenset()
     gpu_type: str = ""
+    free_mb: float | None = None  # GPU memory its stage leaves free, per GPU (None: not reported)
 
 
 @dataclass(frozen=True)
 class GuestCandidate:
-    """A waiting trial: how many GPUs it needs, and the types it accepts (empty: any)."""
+    """A waiting trial: how many GPUs it needs, the types it accepts (empty: any), and the
+    memory it needs on each (0: not said)."""
 
     job_id: str
     gpus: int
     priority: int = 0
     gpu_types: tuple[str, ...] = ()
+    memory_mb: int = 0
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,23 @@ def bubble_fraction(progress: dict[str, object]) -> float | None:
     return float(bubble) / float(step)
 
 
+def free_memory_mb(progress: dict[str, object]) -> float | None:
+    """The GPU memory a host's stage leaves free (``bubble_free_mb``), or None when it does
+    not say (or says something that is not a non-negative number)."""
+    value = progress.get("bubble_free_mb")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        return None
+    return float(value)
+
+
+def fits(trial: GuestCandidate, host: BubbleHost) -> bool:
+    """Whether the trial's declared memory fits beside the host's stage: a trial that said
+    nothing fits anywhere; one that did, only where the stage reports at least that free."""
+    if trial.memory_mb <= 0:
+        return True
+    return host.free_mb is not None and host.free_mb >= trial.memory_mb
+
+
 def place_guests(hosts: list[BubbleHost], candidates: list[GuestCandidate],
                  min_fraction: float = MIN_BUBBLE_FRACTION) -> list[GuestStart]:
     """Guests for the waiting trials, highest priority first (then in the order given: the
@@ -78,7 +101,8 @@ def place_guests(hosts: list[BubbleHost], candidates: list[GuestCandidate],
             continue
         for host in ranked:
             gpus = free[host.job_id]
-            if len(gpus) < trial.gpus or (trial.gpu_types and host.gpu_type not in trial.gpu_types):
+            if len(gpus) < trial.gpus or (trial.gpu_types and host.gpu_type not in trial.gpu_types) \
+                    or not fits(trial, host):
                 continue
             taken, free[host.job_id] = tuple(gpus[:trial.gpus]), gpus[trial.gpus:]
             starts.append(GuestStart(trial.job_id, host.job_id, host.node, taken, host.bubble_fraction))

@@ -80,6 +80,7 @@ class LiveJob:
     # A placed realtime app: its replicas' GPUs on each node it runs on (`node` first);
     # empty = all of them on `node` (`gpu_indices`).
     replicas: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    gpu_memory_mb: int = 0  # MiB it needs on each GPU (0: not said); guests in bubbles only
 
     @property
     def realtime(self) -> bool:
