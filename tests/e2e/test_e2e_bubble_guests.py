@@ -76,6 +76,8 @@ def test_a_trial_takes_a_free_gpu_else_a_pipelines_bubbles_then_its_gpus(cluster
     assert (placed.guest_of, placed.gpus) == (host, [0])
     assert any("guest in the pipeline bubbles of " + host in h.reason for h in placed.history)
     assert f"in {host}'s bubbles" in cluster.cli("job", guest).stdout
+    assert cluster.cli_json("job", host)["guests"] == [guest]  # the host names its guests
+    assert f"guests:   {guest} (trials in its bubbles)" in cluster.cli("job", host).stdout
     # It runs at idle priority, and the stage stops it outside its bubbles and lets it run inside.
     pids = wait_until(lambda: processes_of(guest), 30, "the guest's processes")
     assert all(os.sched_getscheduler(int(pid)) == os.SCHED_IDLE for pid in pids)

@@ -305,4 +305,7 @@ def test_the_job_page_shows_an_agentic_batch_s_admission_panel() -> None:
 
 def test_the_job_page_of_a_guest_names_the_pipeline_whose_bubbles_it_runs_in() -> None:
     page = job_page(kind="trial", node="node-1", gpus=[0], guest_of="j-pipe")
+    assert b'id="guests"' not in page.body
+    host = job_page(guests=["j-t1", "j-t2"])
+    assert b'<a href="/jobs/j-t1">j-t1</a>, <a href="/jobs/j-t2">j-t2</a> (trials in its pipeline bubbles)' in host.body
     assert b'a guest in the pipeline bubbles of <a href="/jobs/j-pipe">j-pipe</a>' in page.body

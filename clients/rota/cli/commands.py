@@ -201,6 +201,8 @@ def _print_job(job: Job) -> None:
     print(f"  state:    {job.state} — {job.reason}")
     print(f"  command:  {' '.join(job.spec.command)}")
     print(f"  gpus:     {job.spec.gpus} requested; placed on {_where(job)} (epoch {job.epoch})")
+    if job.guests:
+        print(f"  guests:   {', '.join(job.guests)} (trials in its bubbles)")
     # A job cancelled before it ran has no exit code (the wire's 0 would read as a success).
     ran = job.finished and job.started_at is not None
     print(f"  attempts: {job.attempts}   exit code: {job.exit_code if ran else '-'}")

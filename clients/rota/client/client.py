@@ -143,6 +143,7 @@ class Job:
     array_index: int = 0
     # A trial running as a guest in this job's pipeline bubbles, on its GPUs ("" otherwise).
     guest_of: str = ""
+    guests: list[str] = field(default_factory=list)  # trials in this job's bubbles now (GetJob)
 
     @staticmethod
     def from_proto(job: common_pb2.Job) -> Job:
@@ -171,6 +172,7 @@ class Job:
             array_id=job.array_id,
             array_index=job.array_index,
             guest_of=job.guest_of,
+            guests=list(job.guests),
         )
 
     @property
@@ -194,6 +196,7 @@ class Job:
             "array": self.array_id or None,
             "array_index": self.array_index if self.array_id else None,
             "guest_of": self.guest_of or None,
+            "guests": self.guests,
             "depends_on": [{"job": d.job, "when": _CONDITIONS.get(d.when, "succeeded")} for d in self.spec.depends_on],
         }
 

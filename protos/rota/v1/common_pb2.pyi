@@ -371,6 +371,7 @@ class Job(_message.Message):
     ARRAY_ID_FIELD_NUMBER: _builtins.int
     ARRAY_INDEX_FIELD_NUMBER: _builtins.int
     GUEST_OF_FIELD_NUMBER: _builtins.int
+    GUESTS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     state: Global___JobState.ValueType
     node: _builtins.str
@@ -421,6 +422,12 @@ class Job(_message.Message):
         and `epoch` are then that node's).
         """
 
+    @_builtins.property
+    def guests(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The trials running as guests in this job's pipeline bubbles now (those the caller may
+        see); filled by GetJob.
+        """
+
     def __init__(
         self,
         *,
@@ -444,10 +451,11 @@ class Job(_message.Message):
         array_id: _builtins.str = ...,
         array_index: _builtins.int = ...,
         guest_of: _builtins.str = ...,
+        guests: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "gang", b"gang", "progress", b"progress", "spec", b"spec", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_id", b"array_id", "array_index", b"array_index", "attempts", b"attempts", "created_at", b"created_at", "epoch", b"epoch", "error", b"error", "exit_code", b"exit_code", "finished_at", b"finished_at", "gang", b"gang", "gpus", b"gpus", "guest_of", b"guest_of", "history", b"history", "id", b"id", "node", b"node", "progress", b"progress", "reason", b"reason", "replicas", b"replicas", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_id", b"array_id", "array_index", b"array_index", "attempts", b"attempts", "created_at", b"created_at", "epoch", b"epoch", "error", b"error", "exit_code", b"exit_code", "finished_at", b"finished_at", "gang", b"gang", "gpus", b"gpus", "guest_of", b"guest_of", "guests", b"guests", "history", b"history", "id", b"id", "node", b"node", "progress", b"progress", "reason", b"reason", "replicas", b"replicas", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

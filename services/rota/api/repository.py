@@ -227,6 +227,14 @@ def list_jobs(session: Session, tenant: str, states: Sequence[str], limit: int) 
     return session.scalars(stmt).all()
 
 
+def guests_of(session: Session, host_id: str, tenant: str = "") -> list[str]:
+    """The trials running as guests in the host's bubbles now; only `tenant`'s when given."""
+    stmt = select(JobRow.id).where(JobRow.guest_of == host_id, JobRow.state.in_(jobstate.HOLDING_STATES))
+    if tenant:
+        stmt = stmt.where(JobRow.tenant == tenant)
+    return list(session.scalars(stmt.order_by(JobRow.id)).all())
+
+
 def cancel_job(session: Session, job_id: str, reason: str, events: Events) -> tuple[JobRow, list[str]]:
     """Cancels an unfinished job; returns it and the nodes whose agents must stop it (a
     gang's every node; none if it held no GPU)."""

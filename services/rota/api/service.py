@@ -231,7 +231,9 @@ class JobService(api_pb2_grpc.JobServiceServicer):
 
         def read(session: Session) -> common_pb2.Job:
             job = _visible_job(session, request.id, identity)
-            return convert.job_to_proto(job, history(session, job.id))
+            message = convert.job_to_proto(job, history(session, job.id))
+            message.guests.extend(repository.guests_of(session, job.id, "" if identity.is_admin else identity.tenant))
+            return message
 
         return api_pb2.GetJobResponse(job=await self.ctx.tx(read))
 
