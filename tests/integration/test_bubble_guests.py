@@ -220,3 +220,19 @@ def test_a_trial_that_says_its_gpu_memory_waits_for_a_stage_that_leaves_that_muc
     [(_address, launch)] = placement.between_plans(Events())
     assert launch.job.id == trial_id and launch.job.guest_of == host.id and launch.job.spec.gpu_memory_mb == 512
     assert placement.waiting == [] and load(db, trial_id).guest_of == host.id
+
+
+def test_a_host_names_its_running_guests_and_a_tenant_sees_only_its_own(db: Database, tenant: str) -> None:
+    from rota.api import repository as api
+
+    other = "t-" + secrets.token_hex(4)
+    db.run(lambda s: api.create_tenant(s, other, 1.0, secrets.token_hex(32)))
+    node = register(db, gpus=2)
+    host = running_host(db, tenant, node)
+    mine, theirs = submit(db, tenant, kind="trial"), submit(db, other, kind="trial")
+    guest(db, mine, host, (0,))
+    guest(db, theirs, host, (1,))
+    assert db.run(lambda s: api.guests_of(s, host.id)) == sorted([mine, theirs])  # the admin's view
+    assert db.run(lambda s: api.guests_of(s, host.id, tenant)) == [mine]
+    report(db, node, load(db, mine), js.SUCCEEDED)
+    assert db.run(lambda s: api.guests_of(s, host.id)) == [theirs]  # a finished guest is gone from the list
