@@ -8,7 +8,8 @@ stage waits for a neighbour (GPipe's fill and drain, or a slow link).
 When a co-located trial process is given (``squeeze_pid``, or process groups in
 ``squeeze_pgids``: the guests an agent placed in this job's bubbles, from
 ``rota.runtime.bubble_guests()``), the clock resumes it with SIGCONT at a compute end and
-stops it with SIGSTOP at the next compute start, so the trial runs only inside bubbles; a stopped process keeps its whole state and resumes exactly where it was.
+stops it with SIGSTOP at the next compute start, so the trial runs only inside bubbles; a
+stopped process keeps its whole state and resumes exactly where it was.
 Only windows predicted to be long enough are used (``min_squeeze_s``; the prediction is the
 same window of the previous step, since a schedule repeats its bubbles every step): on a
 short one the edges' signals and wake-ups would cost the stage more than the trial gains.
@@ -70,6 +71,9 @@ class BubbleClock:
     def _signal(self, sig: signal.Signals) -> None:
         if self.squeeze_pid is not None:
             os.kill(self.squeeze_pid, sig)
+        self._signal_groups(sig)
+
+    def _signal_groups(self, sig: signal.Signals) -> None:
         for group in self.squeeze_pgids:
             try:
                 os.killpg(group, sig)
@@ -78,11 +82,7 @@ class BubbleClock:
 
     def release(self) -> None:
         """Lets the guests run freely (at this job's end: none may be left stopped)."""
-        for group in self.squeeze_pgids:
-            try:
-                os.killpg(group, signal.SIGCONT)
-            except (ProcessLookupError, PermissionError):
-                pass
+        self._signal_groups(signal.SIGCONT)
 
     @property
     def _squeezing(self) -> bool:
