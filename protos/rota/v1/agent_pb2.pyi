@@ -38,6 +38,12 @@ class LaunchRequest(_message.Message):
     object ROTA_LAYOUT; unset: the job keeps the layout it was written with. layout (deprecated
     since 0.2.0, removed in 0.3.0) is the same as JSON text, for an agent older than 0.2.0; an
     agent reads replanned_layout when it is set, else layout.
+    resume_source: the address of the agent whose staged copy of resume_image is still being
+    written (a migration that resumes before its durable write ends): the agent streams the
+    state from there (DescribeStaged, FetchStaged), or reads the store once the image is in it;
+    empty: the image is complete in the store. resume_fallback_image: the job's newest complete
+    image, restored instead when the streamed image's write fails ("" for none: then the
+    restore fails with the write's reason).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -47,6 +53,8 @@ class LaunchRequest(_message.Message):
     RESUME_IMAGE_FIELD_NUMBER: _builtins.int
     LAYOUT_FIELD_NUMBER: _builtins.int
     REPLANNED_LAYOUT_FIELD_NUMBER: _builtins.int
+    RESUME_SOURCE_FIELD_NUMBER: _builtins.int
+    RESUME_FALLBACK_IMAGE_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     resume_image: _builtins.str
     @_builtins.property
@@ -55,6 +63,8 @@ class LaunchRequest(_message.Message):
     @layout.setter
     @_deprecated("""This field has been marked as deprecated using proto field options.""")
     def layout(self, value: _builtins.str) -> None: ...
+    resume_source: _builtins.str
+    resume_fallback_image: _builtins.str
     @_builtins.property
     def job(self) -> _common_pb2.Job: ...
     @_builtins.property
@@ -67,10 +77,12 @@ class LaunchRequest(_message.Message):
         resume_image: _builtins.str = ...,
         layout: _builtins.str = ...,
         replanned_layout: _detector_pb2.ReplannedLayout | None = ...,
+        resume_source: _builtins.str = ...,
+        resume_fallback_image: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "replanned_layout", b"replanned_layout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "job", b"job", "layout", b"layout", "replanned_layout", b"replanned_layout", "resume_image", b"resume_image"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "job", b"job", "layout", b"layout", "replanned_layout", b"replanned_layout", "resume_fallback_image", b"resume_fallback_image", "resume_image", b"resume_image", "resume_source", b"resume_source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -498,3 +510,168 @@ class AgentImageStatusResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AgentImageStatusResponse: _TypeAlias = AgentImageStatusResponse  # noqa: Y015
+
+@_typing.final
+class DescribeStagedRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IMAGE_ID_FIELD_NUMBER: _builtins.int
+    image_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        image_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["image_id", b"image_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeStagedRequest: _TypeAlias = DescribeStagedRequest  # noqa: Y015
+
+@_typing.final
+class StagedFile(_message.Message):
+    """One file of a staged copy: a rank's blob (tensor bytes) or its index (JSON)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    RANK_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    size: _builtins.int
+    rank: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        size: _builtins.int = ...,
+        rank: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "rank", b"rank", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StagedFile: _TypeAlias = StagedFile  # noqa: Y015
+
+@_typing.final
+class StoredPiece(_message.Message):
+    """A piece of a staged blob the chunk store holds under `digest` (put by the write so far,
+    or there already from an earlier image).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LENGTH_FIELD_NUMBER: _builtins.int
+    DIGEST_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    offset: _builtins.int
+    length: _builtins.int
+    digest: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        length: _builtins.int = ...,
+        digest: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "length", b"length", "name", b"name", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StoredPiece: _TypeAlias = StoredPiece  # noqa: Y015
+
+@_typing.final
+class DescribeStagedResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IMAGE_STATE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    RANKS_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    STORED_FIELD_NUMBER: _builtins.int
+    image_state: _checkpoint_pb2.ImageState.ValueType
+    """writing; failed (with error) when the write failed"""
+    error: _builtins.str
+    ranks: _builtins.int
+    step: _builtins.int
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___StagedFile]: ...
+    @_builtins.property
+    def stored(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoredPiece]: ...
+    def __init__(
+        self,
+        *,
+        image_state: _checkpoint_pb2.ImageState.ValueType = ...,
+        error: _builtins.str = ...,
+        ranks: _builtins.int = ...,
+        step: _builtins.int = ...,
+        files: _abc.Iterable[Global___StagedFile] | None = ...,
+        stored: _abc.Iterable[Global___StoredPiece] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "files", b"files", "image_state", b"image_state", "ranks", b"ranks", "step", b"step", "stored", b"stored"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeStagedResponse: _TypeAlias = DescribeStagedResponse  # noqa: Y015
+
+@_typing.final
+class FetchStagedRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IMAGE_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LENGTH_FIELD_NUMBER: _builtins.int
+    image_id: _builtins.str
+    name: _builtins.str
+    offset: _builtins.int
+    length: _builtins.int
+    def __init__(
+        self,
+        *,
+        image_id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        length: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["image_id", b"image_id", "length", b"length", "name", b"name", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchStagedRequest: _TypeAlias = FetchStagedRequest  # noqa: Y015
+
+@_typing.final
+class FetchStagedResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchStagedResponse: _TypeAlias = FetchStagedResponse  # noqa: Y015

@@ -74,6 +74,16 @@ class AgentServiceStub:
                 request_serializer=rota_dot_v1_dot_agent__pb2.AgentImageStatusRequest.SerializeToString,
                 response_deserializer=rota_dot_v1_dot_agent__pb2.AgentImageStatusResponse.FromString,
                 _registered_method=True)
+        self.DescribeStaged = channel.unary_unary(
+                '/rota.v1.AgentService/DescribeStaged',
+                request_serializer=rota_dot_v1_dot_agent__pb2.DescribeStagedRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_agent__pb2.DescribeStagedResponse.FromString,
+                _registered_method=True)
+        self.FetchStaged = channel.unary_stream(
+                '/rota.v1.AgentService/FetchStaged',
+                request_serializer=rota_dot_v1_dot_agent__pb2.FetchStagedRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_agent__pb2.FetchStagedResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -143,6 +153,26 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeStaged(self, request, context):
+        """The staged copy of an image this agent is still writing (the source of a streaming
+        migration): its files, and the pieces of them the chunk store holds already (which a
+        target reads from the store instead of the wire). NOT_FOUND when this agent holds no
+        staged copy of it (never did, or the write ended: the store has the image, or its
+        record says why not); image_state says whether the write goes on or failed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchStaged(self, request, context):
+        """The bytes of one staged file from offset, length bytes (0: to its end), as a stream of
+        pieces of at most 1 MiB. NOT_FOUND as DescribeStaged; INVALID_ARGUMENT naming the field
+        for a name that is not one of the image's files or a range outside it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +215,16 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.ImageStatus,
                     request_deserializer=rota_dot_v1_dot_agent__pb2.AgentImageStatusRequest.FromString,
                     response_serializer=rota_dot_v1_dot_agent__pb2.AgentImageStatusResponse.SerializeToString,
+            ),
+            'DescribeStaged': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeStaged,
+                    request_deserializer=rota_dot_v1_dot_agent__pb2.DescribeStagedRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_agent__pb2.DescribeStagedResponse.SerializeToString,
+            ),
+            'FetchStaged': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchStaged,
+                    request_deserializer=rota_dot_v1_dot_agent__pb2.FetchStagedRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_agent__pb2.FetchStagedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -403,6 +443,60 @@ class AgentService:
             '/rota.v1.AgentService/ImageStatus',
             rota_dot_v1_dot_agent__pb2.AgentImageStatusRequest.SerializeToString,
             rota_dot_v1_dot_agent__pb2.AgentImageStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeStaged(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.AgentService/DescribeStaged',
+            rota_dot_v1_dot_agent__pb2.DescribeStagedRequest.SerializeToString,
+            rota_dot_v1_dot_agent__pb2.DescribeStagedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchStaged(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rota.v1.AgentService/FetchStaged',
+            rota_dot_v1_dot_agent__pb2.FetchStagedRequest.SerializeToString,
+            rota_dot_v1_dot_agent__pb2.FetchStagedResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -61,6 +61,18 @@ class AgentServiceStub:
     """Launch from an image: the same as Launch with resume_image set."""
     ImageStatus: _grpc.UnaryUnaryMultiCallable[_agent_pb2.AgentImageStatusRequest, _agent_pb2.AgentImageStatusResponse]
     """How the background write of an image goes; its manifest once complete."""
+    DescribeStaged: _grpc.UnaryUnaryMultiCallable[_agent_pb2.DescribeStagedRequest, _agent_pb2.DescribeStagedResponse]
+    """The staged copy of an image this agent is still writing (the source of a streaming
+    migration): its files, and the pieces of them the chunk store holds already (which a
+    target reads from the store instead of the wire). NOT_FOUND when this agent holds no
+    staged copy of it (never did, or the write ended: the store has the image, or its
+    record says why not); image_state says whether the write goes on or failed.
+    """
+    FetchStaged: _grpc.UnaryStreamMultiCallable[_agent_pb2.FetchStagedRequest, _agent_pb2.FetchStagedResponse]
+    """The bytes of one staged file from offset, length bytes (0: to its end), as a stream of
+    pieces of at most 1 MiB. NOT_FOUND as DescribeStaged; INVALID_ARGUMENT naming the field
+    for a name that is not one of the image's files or a range outside it.
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -92,6 +104,18 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """Launch from an image: the same as Launch with resume_image set."""
     ImageStatus: _aio.UnaryUnaryMultiCallable[_agent_pb2.AgentImageStatusRequest, _agent_pb2.AgentImageStatusResponse]  # type: ignore[assignment]
     """How the background write of an image goes; its manifest once complete."""
+    DescribeStaged: _aio.UnaryUnaryMultiCallable[_agent_pb2.DescribeStagedRequest, _agent_pb2.DescribeStagedResponse]  # type: ignore[assignment]
+    """The staged copy of an image this agent is still writing (the source of a streaming
+    migration): its files, and the pieces of them the chunk store holds already (which a
+    target reads from the store instead of the wire). NOT_FOUND when this agent holds no
+    staged copy of it (never did, or the write ended: the store has the image, or its
+    record says why not); image_state says whether the write goes on or failed.
+    """
+    FetchStaged: _aio.UnaryStreamMultiCallable[_agent_pb2.FetchStagedRequest, _agent_pb2.FetchStagedResponse]  # type: ignore[assignment]
+    """The bytes of one staged file from offset, length bytes (0: to its end), as a stream of
+    pieces of at most 1 MiB. NOT_FOUND as DescribeStaged; INVALID_ARGUMENT naming the field
+    for a name that is not one of the image's files or a range outside it.
+    """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -168,5 +192,29 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.AgentImageStatusResponse, _abc.Awaitable[_agent_pb2.AgentImageStatusResponse]]:
         """How the background write of an image goes; its manifest once complete."""
+
+    @_abc_1.abstractmethod
+    def DescribeStaged(
+        self,
+        request: _agent_pb2.DescribeStagedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.DescribeStagedResponse, _abc.Awaitable[_agent_pb2.DescribeStagedResponse]]:
+        """The staged copy of an image this agent is still writing (the source of a streaming
+        migration): its files, and the pieces of them the chunk store holds already (which a
+        target reads from the store instead of the wire). NOT_FOUND when this agent holds no
+        staged copy of it (never did, or the write ended: the store has the image, or its
+        record says why not); image_state says whether the write goes on or failed.
+        """
+
+    @_abc_1.abstractmethod
+    def FetchStaged(
+        self,
+        request: _agent_pb2.FetchStagedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_pb2.FetchStagedResponse], _abc.AsyncIterator[_agent_pb2.FetchStagedResponse]]:
+        """The bytes of one staged file from offset, length bytes (0: to its end), as a stream of
+        pieces of at most 1 MiB. NOT_FOUND as DescribeStaged; INVALID_ARGUMENT naming the field
+        for a name that is not one of the image's files or a range outside it.
+        """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -848,6 +848,8 @@ class Assignment(_message.Message):
     RESUME_IMAGE_FIELD_NUMBER: _builtins.int
     LAYOUT_FIELD_NUMBER: _builtins.int
     REPLANNED_LAYOUT_FIELD_NUMBER: _builtins.int
+    RESUME_SOURCE_FIELD_NUMBER: _builtins.int
+    RESUME_FALLBACK_IMAGE_FIELD_NUMBER: _builtins.int
     resume_image: _builtins.str
     """the image a (re)started job restores from, if any"""
     @_builtins.property
@@ -860,6 +862,10 @@ class Assignment(_message.Message):
     def layout(self, value: _builtins.str) -> None:
         """Deprecated since 0.2.0, removed in 0.3.0: use replanned_layout. Its JSON text."""
 
+    resume_source: _builtins.str
+    """a streamed resume_image's source agent (see LaunchRequest)"""
+    resume_fallback_image: _builtins.str
+    """restored if that image's write fails (see LaunchRequest)"""
     @_builtins.property
     def job(self) -> _common_pb2.Job: ...
     @_builtins.property
@@ -873,10 +879,12 @@ class Assignment(_message.Message):
         resume_image: _builtins.str = ...,
         layout: _builtins.str = ...,
         replanned_layout: _detector_pb2.ReplannedLayout | None = ...,
+        resume_source: _builtins.str = ...,
+        resume_fallback_image: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "replanned_layout", b"replanned_layout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "layout", b"layout", "replanned_layout", b"replanned_layout", "resume_image", b"resume_image"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "layout", b"layout", "replanned_layout", b"replanned_layout", "resume_fallback_image", b"resume_fallback_image", "resume_image", b"resume_image", "resume_source", b"resume_source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

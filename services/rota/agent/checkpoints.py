@@ -16,6 +16,13 @@ tmpfs of this host, so only agents here see it), and a restore of that image sta
 meanwhile (a warm target: its process and imports under way while the source pauses) takes
 the staged files by hard links, no byte copied, while the durable write goes on. The store
 stays the fallback: once the write is done the offer is gone and restores read the store.
+
+A target on another node streams the staged copy from this agent instead
+(rota.agent.streaming): a restore launched with the source agent's address fills its
+folder over gRPC while the write goes on, reads the store once the image is complete
+there, and restores the job's last good image when the write failed. A restore's request
+is kept beside its folder (`restore.json`), so a restarted agent takes up the restores its
+adopted jobs still wait for.
 """
 
 from __future__ import annotations
@@ -34,14 +41,20 @@ from pathlib import Path
 from typing import Any
 
 from rota.agent.processes import PAUSED_MARKER, LocalJob, ProcessTable
+from rota.agent.streaming import SourceUnreachable, StagedFailed, StagedGone, StagedStreams
+from rota.common import metrics
 from rota.core.errors import FailedPrecondition, InvalidArgument
 from rota.imagestore import images
+from rota.imagestore.pacing import RateCap
 from rota.imagestore.settings import EXIT_GRACE_S, CheckpointSettings, default_staging_root
 from rota.runtime import control, imagefmt
 
 log = logging.getLogger(__name__)
 POLL_S = 0.002  # the agent's polls of the control folder: a stat per poll
 WRITING, COMPLETE, FAILED = "writing", "complete", "failed"
+STREAM_WAIT_S = 600.0  # a streamed restore waits this long for its source or the store (the runtime's own wait)
+RETRY_S = 0.2  # between a streamed restore's tries at an unreachable source
+RESTORE_REQUEST = "restore.json"
 
 
 @dataclass
@@ -69,8 +82,10 @@ class ImageRecord:
 
 
 class AgentCheckpoints:
-    def __init__(self, node: str, table: ProcessTable, home: Path, settings: CheckpointSettings) -> None:
+    def __init__(self, node: str, table: ProcessTable, home: Path, settings: CheckpointSettings,
+                 streams: StagedStreams | None = None) -> None:
         self.table = table
+        self.streams = streams
         self.settings = settings
         self.store = settings.store()
         self.staging_root = settings.staging_root or default_staging_root(node)
@@ -80,9 +95,14 @@ class AgentCheckpoints:
         self._records_lock = threading.Lock()
         # One background write at a time: it competes with training for the same cores.
         self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-writer")
-        # Restores must not queue behind a long background write: a pool of their own.
-        self.restorer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-restore")
+        # Restores must not queue behind a long background write: a pool of their own, with
+        # room for a few at once (a streamed restore may wait minutes for a restarting source).
+        self.restorer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="image-restore")
         self._job_locks: dict[str, asyncio.Lock] = {}
+        # Pieces of the images being written that the store holds so far: (rank, offset, length, digest).
+        self._stored: dict[str, list[tuple[int, int, int, str]]] = {}
+        self._stored_lock = threading.Lock()
+        self.write_cap = RateCap(settings.write_mbps)
 
     def staging_of(self, job_id: str, epoch: int) -> Path:
         return self.staging_root / f"{job_id}-{epoch}"
@@ -172,7 +192,7 @@ class AgentCheckpoints:
             rank_ids=expected if local_ranks else [], world=world,
         )
         self._save(record)
-        if not record.rank_ids:  # a whole image (not a gang's part): a restore here may take it now
+        if not record.rank_ids and self.settings.handoff:  # a whole image: a restore here may take it now
             self._offer(record)
         self.writer.submit(self._write, record)
         return record
@@ -255,8 +275,16 @@ class AgentCheckpoints:
     # The background write.
     def _write(self, record: ImageRecord) -> None:
         staging = Path(record.staging)
+        with self._stored_lock:
+            self._stored[record.image_id] = []
+
+        def stored(rank: int, offset: int, length: int, digest: str) -> None:
+            with self._stored_lock:
+                self._stored.setdefault(record.image_id, []).append((rank, offset, length, digest))
+
         try:
-            result = images.write_staged(self.store, staging, record_ranks(record), self.settings.chunk_size)
+            result = images.write_staged(self.store, staging, record_ranks(record), self.settings.chunk_size,
+                                         on_stored=stored, cap=self.write_cap)
             if not record.rank_ids:  # a gang's part: the coordinator stores the joined manifest
                 self.store.put_manifest(record.image_id, json.dumps(result.manifest).encode())
             record.manifest = result.manifest
@@ -271,6 +299,8 @@ class AgentCheckpoints:
             self.handoff_path(record.image_id).unlink(missing_ok=True)
             self._finish(record, FAILED, error=f"{type(exc).__name__}: {exc}")
         finally:
+            with self._stored_lock:
+                self._stored.pop(record.image_id, None)
             shutil.rmtree(staging, ignore_errors=True)
             try:
                 staging.parent.rmdir()  # the launch's staging folder, once nothing else is in it
@@ -290,14 +320,44 @@ class AgentCheckpoints:
     def status(self, image_id: str) -> ImageRecord | None:
         return self.records.get(image_id)
 
+    def stored_pieces(self, image_id: str) -> list[tuple[int, int, int, str]]:
+        """The pieces of an image being written that the store holds so far."""
+        with self._stored_lock:
+            return list(self._stored.get(image_id, ()))
+
     # Restores.
-    def start_restore(self, folder: Path, image_id: str, wait_s: float = 0.0) -> None:
+    def start_restore(self, folder: Path, image_id: str, wait_s: float = 0.0, source: str = "",
+                      fallback: str = "") -> None:
         """Prepares the image beside the starting job (its runtime waits for READY). With
         `wait_s`, the image may still be being taken (a warm target, started while the
-        source pauses): it waits that long for the staged copy's offer or the stored image."""
-        self.restorer.submit(self._materialize, folder, image_id, wait_s)
+        source pauses): it waits that long for the staged copy's offer or the stored image.
+        With `source` (the address of the agent writing it), it streams the staged copy from
+        there meanwhile, and restores `fallback` if the write fails."""
+        folder.mkdir(parents=True, exist_ok=True)
+        request = {"image_id": image_id, "wait_s": wait_s, "source": source, "fallback": fallback,
+                   "until": time.time() + wait_s}
+        control.write_atomic(folder / RESTORE_REQUEST, json.dumps(request))
+        self.restorer.submit(self._materialize, folder, image_id, wait_s, source, fallback)
 
-    def _materialize(self, folder: Path, image_id: str, wait_s: float = 0.0) -> None:
+    def resume_restores(self) -> int:
+        """After a restart: the restores that adopted jobs still wait for, started again."""
+        resumed = 0
+        for job in self.table.jobs.values():
+            folder = self.restore_dir(job.job_id, job.epoch)
+            if job.exit_code() is not None or (folder / control.READY).exists() or (folder / control.FAILED).exists():
+                continue
+            try:
+                request = json.loads((folder / RESTORE_REQUEST).read_text())
+            except (FileNotFoundError, ValueError):
+                continue
+            left = max(0.0, float(request.get("until", 0.0)) - time.time())
+            self.restorer.submit(self._materialize, folder, str(request["image_id"]), left,
+                                 str(request.get("source", "")), str(request.get("fallback", "")))
+            resumed += 1
+        return resumed
+
+    def _materialize(self, folder: Path, image_id: str, wait_s: float = 0.0, source: str = "",
+                     fallback: str = "") -> None:
         until = time.monotonic() + wait_s
         try:
             while True:
@@ -307,9 +367,20 @@ class AgentCheckpoints:
                 except FileNotFoundError:
                     if self._take_offer(folder, image_id):
                         return
+                    if source:
+                        try:
+                            if self._stream(folder, image_id, source):
+                                return
+                        except StagedFailed as exc:
+                            if not fallback:
+                                raise RuntimeError(f"its write failed at the source ({exc}) and the job has "
+                                                   "no earlier image") from exc
+                            log.warning("image %s failed at its source (%s): restoring %s", image_id, exc, fallback)
+                            image_id, source, fallback = fallback, "", ""
+                            continue
                     if time.monotonic() >= until:
                         raise
-                time.sleep(POLL_S)
+                time.sleep(RETRY_S if source else POLL_S)
             # Chunks in local files are read in place by the job; otherwise copied here first.
             if not images.link(self.store, manifest, folder, verify=self.settings.verify):
                 images.materialize(self.store, manifest, folder, verify=self.settings.verify)
@@ -317,6 +388,24 @@ class AgentCheckpoints:
             log.exception("materialising image %s failed", image_id)
             folder.mkdir(parents=True, exist_ok=True)
             control.write_atomic(folder / control.FAILED, f"image {image_id}: {type(exc).__name__}: {exc}")
+
+    def _stream(self, folder: Path, image_id: str, source: str) -> bool:
+        """The staged copy from the source agent, READY; False when it cannot be had now
+        (the source is unreachable, or its write ended: then the store has it, or soon)."""
+        if self.streams is None:
+            return False
+        try:
+            result = self.streams.fetch(source, image_id, folder, self.store)
+        except (StagedGone, SourceUnreachable) as exc:
+            log.info("streaming image %s from %s: %s", image_id, source, exc)
+            return False
+        control.write_atomic(folder / control.READY, "")
+        metrics.CHECKPOINT_STREAM_BYTES.labels(via="wire").inc(result.wire_bytes)
+        metrics.CHECKPOINT_STREAM_BYTES.labels(via="store").inc(result.store_bytes)
+        metrics.CHECKPOINT_STREAM_SECONDS.observe(result.seconds)
+        log.info("streamed image %s from %s in %.2fs: %d bytes over the wire, %d from the store", image_id, source,
+                 result.seconds, result.wire_bytes, result.store_bytes)
+        return True
 
     def forget(self, job: LocalJob) -> None:
         """A finished launch's tmpfs leftovers: a restore it never loaded, a copy a late rank
@@ -332,6 +421,8 @@ class AgentCheckpoints:
     def close(self) -> None:
         self.writer.shutdown(wait=False)
         self.restorer.shutdown(wait=False)
+        if self.streams is not None:
+            self.streams.close()
 
 
 def record_ranks(record: ImageRecord) -> list[int]:

@@ -26,6 +26,7 @@ from rota.agent.gpus import discover
 from rota.agent.metrics import register_gpu_metrics
 from rota.agent.processes import LocalJob, ProcessTable
 from rota.agent.service import AgentRuntime, AgentService, report_of
+from rota.agent.streaming import StagedStreams
 from rota.common import metrics
 from rota.common.auth import ADMIN, Identity
 from rota.common.config import Settings
@@ -154,7 +155,8 @@ class Heartbeats:
         self, reply: node_pb2.NodeServiceHeartbeatResponse | api_pb2.NodeHeartbeatResponse, sent_at: float,
     ) -> None:
         wanted = {a.job.id: a.job for a in reply.assignments}
-        images = {a.job.id: (a.resume_image, layout_text(a)) for a in reply.assignments}
+        images = {a.job.id: (a.resume_image, layout_text(a), a.resume_source, a.resume_fallback_image)
+                  for a in reply.assignments}
         for job in self.runtime.table.running():
             target = wanted.get(job.job_id)
             launched_after_request = job.started_at > sent_at
@@ -253,8 +255,11 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     lapsed = table.lease_expired()
     table.lease_file.touch()
     table.adopt(fence=lapsed)
-    checkpoints = AgentCheckpoints(args.name, table, home, settings.checkpoint)
+    streams = StagedStreams(settings.admin_token, tls_files(settings), settings.checkpoint.streams)
+    checkpoints = AgentCheckpoints(args.name, table, home, settings.checkpoint, streams)
     checkpoints.adopt()
+    if checkpoints.resume_restores():
+        log.info("took up the restores adopted jobs still wait for")
     runtime = AgentRuntime(args.name, table, virtual=all(d.virtual for d in devices), checkpoints=checkpoints)
     gpus = [common_pb2.Gpu(index=d.index, uuid=d.uuid, model=d.model, virtual=d.virtual, type=d.gpu_type)
             for d in devices]

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 
 import grpc
 
-from rota.agent.checkpoints import COMPLETE, FAILED, WRITING, AgentCheckpoints, ImageRecord
+from rota.agent.checkpoints import COMPLETE, FAILED, STREAM_WAIT_S, WRITING, AgentCheckpoints, ImageRecord
 from rota.agent.processes import GangLaunch, LocalJob, ProcessTable
+from rota.agent.streaming import StagedSource
 from rota.common.auth import current_identity
 from rota.common.layouts import layout_text
 from rota.core.arrays import task_environment
@@ -77,13 +79,15 @@ class AgentRuntime:
         self.table = table
         self.virtual = virtual
         self.checkpoints = checkpoints
+        self.staged = StagedSource(checkpoints, checkpoints.settings.stream_mbps)  # a streaming migration's source
         # Serialises launches and stops so fencing checks and process starts do not interleave.
         self.lock = asyncio.Lock()
         # Set by a launch: the heartbeat loop reports the new process without waiting out
         # its interval (the control plane learns RUNNING from heartbeats).
         self.launched = asyncio.Event()
 
-    async def launch(self, job: common_pb2.Job, epoch: int, resume_image: str = "", layout: str = "") -> LocalJob:
+    async def launch(self, job: common_pb2.Job, epoch: int, resume_image: str = "", layout: str = "",
+                     resume_source: str = "", resume_fallback_image: str = "") -> LocalJob:
         if not job.id or epoch <= 0:
             raise InvalidArgument("epoch" if job.id else "job.id", "required")
         check_layout(layout)
@@ -100,8 +104,10 @@ class AgentRuntime:
                 guest_of=job.guest_of,
             )
         if restore is not None and fresh:
-            # The image is made ready while the interpreter and torch start up.
-            self.checkpoints.start_restore(restore, resume_image)
+            # The image is made ready while the interpreter and torch start up; a migration's
+            # image still being written is streamed from its source agent meanwhile.
+            wait_s = STREAM_WAIT_S if resume_source else 0.0
+            self.checkpoints.start_restore(restore, resume_image, wait_s, resume_source, resume_fallback_image)
         if fresh:
             self.launched.set()
         return local
@@ -137,7 +143,8 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
 
     async def Launch(self, request: agent_pb2.LaunchRequest, context: grpc.aio.ServicerContext) -> agent_pb2.LaunchResponse:
         current_identity().require_admin()
-        job = await self.runtime.launch(request.job, request.epoch, request.resume_image, layout_text(request))
+        job = await self.runtime.launch(request.job, request.epoch, request.resume_image, layout_text(request),
+                                        request.resume_source, request.resume_fallback_image)
         return agent_pb2.LaunchResponse(report=report_of(job))
 
     async def Restore(self, request: agent_pb2.AgentRestoreRequest, context: grpc.aio.ServicerContext) -> agent_pb2.AgentRestoreResponse:
@@ -165,6 +172,17 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         current_identity().require_admin()
         record = self.runtime.checkpoints.status(request.image_id)
         return image_status_of(record)
+
+    async def DescribeStaged(self, request: agent_pb2.DescribeStagedRequest,
+                             context: grpc.aio.ServicerContext) -> agent_pb2.DescribeStagedResponse:
+        current_identity().require_admin()
+        return self.runtime.staged.describe(request.image_id)
+
+    async def FetchStaged(self, request: agent_pb2.FetchStagedRequest,
+                          context: grpc.aio.ServicerContext) -> AsyncIterator[agent_pb2.FetchStagedResponse]:
+        current_identity().require_admin()
+        async for piece in self.runtime.staged.fetch(request):
+            yield piece
 
     async def Stop(self, request: agent_pb2.StopRequest, context: grpc.aio.ServicerContext) -> agent_pb2.StopResponse:
         current_identity().require_admin()

@@ -4,6 +4,7 @@ Every operation is a row that moves through states, committed before the step it
 
     checkpoint, periodic, pause:  requested -> copying -> writing -> done | failed
     migrate:                      requested -> copying -> writing -> resuming -> done | failed
+    migrate, streamed:            requested -> copying -> writing -> done | failed
     resume:                       requested -> done | failed (waits for a pause's write)
 
 `requested`: the agent has not been asked, so a restart rolls the operation back and
@@ -12,6 +13,14 @@ took the copy (finish) or not (roll back: the ranks were told to carry on). `wri
 the copy was taken (a paused job is PAUSED and holds no GPU); a restart keeps polling the
 agent's background write. The image being written is never the only one kept: retention
 counts complete images only, so the last good image survives any failure here.
+
+A migration of a job on one node is streamed (ROTA_CHECKPOINT_STREAM, the default): the
+commit that records the copy also puts the job back in the queue, so it resumes on its
+target while the image is written. The target's agent streams the state from the source
+agent's staged copy (rota.agent.streaming; the read model checkpoint_streamed_images names
+the image and its source for as long as the write goes on), and the operation is done
+once the image is written. A write that fails leaves the job to resume from its last good
+image: a target still waiting hears of the failure from the source and restores that one.
 
 A gang (a job on several nodes) is one operation over every node's agent: each is asked
 for its rank group's copy under the same request number, the ranks' own vote makes the
@@ -333,8 +342,18 @@ class Coordinator:
                 why = f": {op.reason}" if op.reason else ""
                 pause(s, job, f"paused at step {copied['step']} into image {op.image_id} "
                               f"({copied['pause_s']:.2f}s to GPUs released){why}", events)
+            if op.kind == "migrate" and job is not None and self._streams(op) and job.state == jobstate.PAUSED:
+                where = f" ({op.target_node} preferred)" if op.target_node else ""
+                transition(s, job, jobstate.PENDING, f"resumed from image {op.image_id} at step {copied['step']} "
+                           f"as it is written, its state streamed from {op.detail['node']}{where}", events)
+                copied = {**copied, "streamed": True}
         op.detail = {**op.detail, **copied}
         repo.set_operation(s, op_id, repo.WRITING)
+
+    def _streams(self, op: OperationRow) -> bool:
+        """Whether this migration resumes its job before the image is written: one node's
+        job (a gang's parts are joined only once all are written), streaming switched on."""
+        return self.settings.stream_migrations and "nodes" not in op.detail
 
     def _fail(self, s: Session, op: OperationRow, error: str) -> None:
         if op.image_id:
@@ -412,10 +431,14 @@ class Coordinator:
         repo.complete_image(s, op.image_id, written.manifest, step=written.step, copy_s=copy_s,
                             write_s=written.write_s)
         repo.merge_detail(s, op.id, write_s=written.write_s, stored_bytes=written.stored_bytes)
-        repo.set_operation(s, op.id, repo.RESUMING if op.kind == "migrate" else repo.DONE)
+        # A migration ends once resumed (_requeue); a streamed one was resumed at its copy.
+        resumes = op.kind == "migrate" and not op.detail.get("streamed")
+        if op.kind == "migrate" and not resumes:
+            repo.merge_detail(s, op.id, image_id=op.image_id, step=written.step)
+        repo.set_operation(s, op.id, repo.RESUMING if resumes else repo.DONE)
         metrics.CHECKPOINT_BYTES.labels(kind="logical").inc(int(op.detail.get("logical_bytes", 0)))
         metrics.CHECKPOINT_BYTES.labels(kind="stored").inc(written.stored_bytes)
-        if op.kind != "migrate":  # a migration ends once resumed (_requeue)
+        if not resumes:
             _observe_end(op, "done")
 
     async def _resume(self, op: OperationRow) -> None:

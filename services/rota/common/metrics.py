@@ -92,6 +92,12 @@ CHECKPOINT_SECONDS = Histogram("rota_checkpoint_operation_seconds", "Checkpoint 
                                ["kind", "outcome"], buckets=SLOW_BUCKETS, registry=REGISTRY)
 CHECKPOINT_BYTES = Counter("rota_checkpoint_bytes", "Image bytes: logical (the state) and stored (new chunks)",
                            ["kind"], registry=REGISTRY)
+# Restores that streamed a migration's state from its source agent (rota.agent.streaming):
+# bytes by where each piece came from (wire: the source agent; store: pieces it had written).
+CHECKPOINT_STREAM_BYTES = Counter("rota_checkpoint_stream_bytes", "Streamed restore bytes, by where they came from",
+                                  ["via"], registry=REGISTRY)
+CHECKPOINT_STREAM_SECONDS = Histogram("rota_checkpoint_stream_seconds", "Streamed restores, first request to state here",
+                                      buckets=SLOW_BUCKETS, registry=REGISTRY)
 
 # Node agents (rota.agent.metrics collects, at scrape time: rota_gpu_utilization_ratio,
 # rota_gpu_memory_used_bytes and rota_agent_jobs_running, per node and GPU index).

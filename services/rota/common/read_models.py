@@ -3,13 +3,15 @@
 A service owns its tables and is their only writer (docs/architecture.md). Where another
 service must read some of that data inside its own transaction (the allocator commits a
 start with the image to resume from; the api answers a heartbeat with it), it reads a view
-the owner publishes (migrations/versions/0010_read_models.py, 0012_ledger_gpu_rates.py)
+the owner publishes (migrations/versions/0010_read_models.py, 0012_ledger_gpu_rates.py,
+0016_streamed_resume_images.py)
 instead of the owner's tables or code. The view's columns are the contract; the owner may
 reshape its tables behind it.
 
 | view                        | owner      | readers             |
 |-----------------------------|------------|---------------------|
 | checkpoint_resume_images    | checkpoint | allocator, api, detector |
+| checkpoint_streamed_images  | checkpoint | allocator, api      |
 | checkpoint_move_costs       | checkpoint | allocator           |
 | checkpoint_resume_targets   | checkpoint | allocator           |
 | detector_bad_gpus           | detector   | allocator           |
@@ -28,7 +30,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from rota.common.layouts import layout_fields, layout_json
-from rota.common.models import JobRow
+from rota.common.models import JobRow, NodeRow
 from rota.core import jobstate
 
 # Views, not tables: on their own metadata so that migrations never try to create them.
@@ -38,6 +40,10 @@ resume_images = Table(
     "checkpoint_resume_images", VIEWS,
     Column("job_id", String(32), primary_key=True), Column("image_id", String(40)), Column("sequence", Integer),
     Column("write_s", Float), Column("copy_s", Float), Column("logical_bytes", BigInteger),
+)
+streamed_images = Table(
+    "checkpoint_streamed_images", VIEWS,
+    Column("job_id", String(32), primary_key=True), Column("image_id", String(40)), Column("source_node", String(64)),
 )
 move_costs = Table(
     "checkpoint_move_costs", VIEWS,
@@ -89,6 +95,24 @@ def resume_image(session: Session, job_id: str) -> str | None:
     return session.scalar(select(resume_images.c.image_id).where(resume_images.c.job_id == job_id))
 
 
+@dataclass(frozen=True)
+class StreamedImage:
+    """A migration's image still being written, which its job resumes from meanwhile."""
+
+    image_id: str
+    source_address: str  # the agent holding the staged copy ("" when its node is gone)
+
+
+def streamed_image(session: Session, job_id: str) -> StreamedImage | None:
+    """The image a migrated job resumes from while its durable write goes on, or None."""
+    row = session.execute(
+        select(streamed_images.c.image_id, NodeRow.address)
+        .join(NodeRow, NodeRow.name == streamed_images.c.source_node, isouter=True)
+        .where(streamed_images.c.job_id == job_id)
+    ).first()
+    return StreamedImage(row[0], row[1] or "") if row is not None else None
+
+
 def checkpoint_costs(session: Session, job_ids: Sequence[str]) -> dict[str, CheckpointCost]:
     """Measured costs of the jobs that have a complete image; a job without one is absent
     (it has never been checkpointed: its cost is unknown, and so is whether it can be)."""
@@ -137,8 +161,16 @@ def applied_layout_document(session: Session, job_id: str) -> dict[str, Any] | N
 def launch_fields(session: Session, job_id: str) -> dict[str, Any]:
     """What a (re)start of the job carries to its agent, under the field names LaunchRequest
     (the allocator's launch) and Assignment (a heartbeat's answer) share: the image it restores
-    from ("" for none) and the layout an applied re-plan gave it (none: no layout fields)."""
-    return {"resume_image": resume_image(session, job_id) or "", **layout_fields(applied_layout_document(session, job_id))}
+    from ("" for none) and the layout an applied re-plan gave it (none: no layout fields).
+    A migration still writing its image hands the job that image, where to stream it from,
+    and the newest complete image to fall back on."""
+    complete = resume_image(session, job_id) or ""
+    streamed = streamed_image(session, job_id)
+    images: dict[str, Any] = {"resume_image": complete}
+    if streamed is not None and streamed.source_address:
+        images = {"resume_image": streamed.image_id, "resume_source": streamed.source_address,
+                  "resume_fallback_image": complete}
+    return {**images, **layout_fields(applied_layout_document(session, job_id))}
 
 
 def gpu_types(session: Session, nodes: Collection[str]) -> dict[tuple[str, int], str]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rota.imagestore.chunks import DEFAULT_CHUNK_SIZE, HASH, ChunkStore
+from rota.imagestore.pacing import RateCap
 from rota.runtime import control, imagefmt
 
 # Threads hashing and writing chunks (hashlib and file writes release the GIL): one a core, up to 8.
@@ -44,11 +45,17 @@ def digest_of(data: memoryview | bytes) -> str:
     return hashlib.new(HASH, data).hexdigest()
 
 
+# (rank, offset in its blob, length, digest) of a piece the store now holds.
+Stored = Callable[[int, int, int, str], None]
+
+
 def write_staged(
     store: ChunkStore, folder: Path, ranks: int | Sequence[int], chunk_size: int = DEFAULT_CHUNK_SIZE,
-    workers: int = WORKERS,
+    workers: int = WORKERS, on_stored: Stored | None = None, cap: RateCap | None = None,
 ) -> WriteResult:
-    """`ranks`: how many (0..ranks-1), or which ranks were staged in `folder` (a gang's node)."""
+    """`ranks`: how many (0..ranks-1), or which ranks were staged in `folder` (a gang's node).
+    `on_stored` hears of each piece once the store holds it (a streaming target skips it);
+    `cap` paces what is put (ROTA_CHECKPOINT_WRITE_MBPS)."""
     started = time.perf_counter()
     claimed: set[str] = set()
     lock = threading.Lock()
@@ -61,6 +68,8 @@ def write_staged(
             with lock:
                 first = digest not in claimed
                 claimed.add(digest)
+            if first and cap is not None:
+                time.sleep(cap.reserve(len(view), time.monotonic()))
             # A digest already put by this write (a replicated rank) is not put twice.
             if first and store.put(digest, view):
                 with lock:
@@ -74,7 +83,8 @@ def write_staged(
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for rank in (range(ranks) if isinstance(ranks, int) else ranks):
             index = imagefmt.read_index(folder, rank)
-            segments = _chunk_rank(pool, put, imagefmt.blob_path(folder, rank), index["segments"], chunk_size)
+            stored = (lambda o, n, d, r=rank: on_stored(r, o, n, d)) if on_stored is not None else None
+            segments = _chunk_rank(pool, put, imagefmt.blob_path(folder, rank), index["segments"], chunk_size, stored)
             # What the rank stands for: its shares of replicated state written by others included.
             logical += int(index.get("logical_bytes", sum(length for _, length in index["segments"])))
             manifests.append({**index, "segments": segments})
@@ -84,7 +94,7 @@ def write_staged(
 
 def _chunk_rank(
     pool: ThreadPoolExecutor, put: Callable[[memoryview], tuple[str, int]], blob: Path,
-    segments: list[list[int]], chunk_size: int,
+    segments: list[list[int]], chunk_size: int, on_stored: Callable[[int, int, str], None] | None = None,
 ) -> list[dict[str, Any]]:
     size = max((o + n for o, n in segments), default=0)
     if size == 0:
@@ -94,7 +104,8 @@ def _chunk_rank(
         futures: list[list[Future[tuple[str, int]]]] = []
         try:
             futures = [
-                [pool.submit(put, view[o + k: o + min(n, k + chunk_size)]) for k in range(0, n, chunk_size)]
+                [pool.submit(_put_at, put, view[o + k: o + min(n, k + chunk_size)], o + k, on_stored)
+                 for k in range(0, n, chunk_size)]
                 for o, n in segments
             ]
             out = [
@@ -105,6 +116,14 @@ def _chunk_rank(
             wait([f for fs in futures for f in fs])  # each task releases its slice of the mapping
             view.release()
     return out
+
+
+def _put_at(put: Callable[[memoryview], tuple[str, int]], view: memoryview, offset: int,
+            on_stored: Callable[[int, int, str], None] | None) -> tuple[str, int]:
+    digest, length = put(view)
+    if on_stored is not None:
+        on_stored(offset, length, digest)
+    return digest, length
 
 
 def materialize(store: ChunkStore, manifest: dict[str, Any], folder: Path, *, verify: bool = True,

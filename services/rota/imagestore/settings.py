@@ -12,6 +12,16 @@
     ROTA_CHECKPOINT_KEEP        complete images kept per job (default 3)
     ROTA_CHECKPOINT_GC_INTERVAL seconds between retention + garbage collection runs (default 300)
     ROTA_CHECKPOINT_GC_GRACE    a chunk younger than this is never collected (default 600)
+    ROTA_CHECKPOINT_STREAM      1 (default): a migration of a one-node job resumes it as soon as
+                                the copy is taken, the target streaming the state from the
+                                source agent while the durable write goes on; 0: after the write
+    ROTA_CHECKPOINT_HANDOFF     1 (default): a restore on the source's own host takes its staged
+                                copy by hard links; 0: it streams or reads the store like any other
+    ROTA_CHECKPOINT_STREAMS     streams in flight from a migration's source agent (default 4)
+    ROTA_CHECKPOINT_STREAM_MBPS what a source agent sends to targets at most, MB/s (0: no cap; the
+                                default), so a migration does not flood a link training shares
+    ROTA_CHECKPOINT_WRITE_MBPS  what an agent's background image write puts in the store at most,
+                                MB/s (0: no cap; the default)
     ROTA_ZERO_COPY              read by a job's runtime: 1 (default) a restore maps the chunk
                                 files in place (rota.runtime.mapping); 0: it copies each tensor out
 """
@@ -66,6 +76,11 @@ class CheckpointSettings:
     keep: int = 3
     gc_interval_s: float = 300.0
     gc_grace_s: float = 600.0
+    stream_migrations: bool = True
+    handoff: bool = True
+    streams: int = 4
+    stream_mbps: float = 0.0
+    write_mbps: float = 0.0
 
     @staticmethod
     def from_env(home: Path) -> CheckpointSettings:
@@ -81,6 +96,11 @@ class CheckpointSettings:
             keep=int(_float("ROTA_CHECKPOINT_KEEP", 3, 1)),
             gc_interval_s=_float("ROTA_CHECKPOINT_GC_INTERVAL", 300.0, 0.1),
             gc_grace_s=_float("ROTA_CHECKPOINT_GC_GRACE", 600.0),
+            stream_migrations=_flag("ROTA_CHECKPOINT_STREAM", True),
+            handoff=_flag("ROTA_CHECKPOINT_HANDOFF", True),
+            streams=int(_float("ROTA_CHECKPOINT_STREAMS", 4, 1)),
+            stream_mbps=_float("ROTA_CHECKPOINT_STREAM_MBPS", 0.0),
+            write_mbps=_float("ROTA_CHECKPOINT_WRITE_MBPS", 0.0),
         )
 
     def store(self) -> FileChunkStore:
