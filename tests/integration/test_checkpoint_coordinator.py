@@ -52,6 +52,8 @@ class ScriptedAgent:
         self.seed = secrets.randbits(48)
         self.calls: list[agent_pb2.AgentCheckpointRequest] = []  # every Checkpoint the agent was asked
         self.delay_s = 0.0
+        self.writing = False  # True: every write reads as still going on
+        self.write_error = ""  # set: every write reads as failed with this reason
 
     def take(self, image_id: str) -> agent_pb2.AgentImageStatusResponse:
         self.step += 10
@@ -83,7 +85,12 @@ class ScriptedAgent:
         )
 
     async def image_status(self, address: str, image_id: str) -> agent_pb2.AgentImageStatusResponse:
-        return self.images.get(image_id, agent_pb2.AgentImageStatusResponse(state="unknown"))
+        status = self.images.get(image_id, agent_pb2.AgentImageStatusResponse(state="unknown"))
+        if status.state == "complete" and self.write_error:
+            return agent_pb2.AgentImageStatusResponse(state="failed", error=self.write_error)
+        if status.state == "complete" and self.writing:  # the background write is still going on
+            return agent_pb2.AgentImageStatusResponse(state="writing", step=status.step, ranks=2)
+        return status
 
 
 @pytest.fixture(scope="module")
@@ -328,3 +335,95 @@ def test_a_repeated_migrate_or_pause_with_one_request_id_is_one_operation_even_w
     with pytest.raises(AlreadyExists, match="was used for a migrate"):
         run(first.pause(other, "mig-" + job_id))
     assert len(agent.calls) == 2
+
+
+async def until_written(c: Coordinator) -> None:
+    while c.tasks:
+        await asyncio.gather(*list(c.tasks))
+
+
+def test_a_migration_resumes_its_job_at_the_copy_and_hands_the_start_the_image_being_written(
+    db: Database, agent: ScriptedAgent
+) -> None:
+    job_id = running_job(db)
+    c = coordinator(db, agent)
+    good = run(settled(c, c.checkpoint(job_id)))
+
+    async def scenario() -> OperationRow:
+        agent.writing = True
+        op, placed = await c.migrate(job_id, budget_s=0.5)
+        # 1. Still being written, and the job is back in the queue already, not PAUSED.
+        assert op.state == repo.WRITING and op.detail["streamed"] is True and placed.state == js.PENDING
+        job = db.run(lambda s: get_job(s, job_id))
+        assert "as it is written" in job.reason and op.image_id in job.reason
+        # 2. A start now restores the image being written, streamed from the source's agent,
+        #    with the last complete image to fall back on.
+        fields = db.run(lambda s: read_models.launch_fields(s, job_id))
+        assert fields["resume_image"] == op.image_id and fields["resume_fallback_image"] == good.image_id
+        assert fields["resume_source"] == "127.0.0.1:1"  # the source node's registered agent address
+        assert db.run(lambda s: read_models.resume_image(s, job_id)) == good.image_id  # complete images only
+        node = "n-" + secrets.token_hex(4)  # the target
+        db.run(lambda s: nodes_repo.register(s, node, "127.0.0.1:2", [GpuRow(node=node, index=0, uuid=f"{node}-0",
+                                                                            model="virtual", virtual=True)]))
+        request = db.run(lambda s: SchedulingLoop._commit_start(s, Start(job_id, node, (0,)), Events()))
+        assert (request.resume_image, request.resume_source) == (op.image_id, "127.0.0.1:1")
+        # 3. Written: the operation is done, and the image is the job's newest complete one.
+        agent.writing = False
+        await until_written(c)
+        return op
+
+    op = run(scenario())
+    done = db.run(lambda s: s.get(OperationRow, op.id))
+    assert done.state == repo.DONE and done.detail["image_id"] == op.image_id
+    assert db.run(lambda s: repo.latest_image(s, job_id)).id == op.image_id
+    fields = db.run(lambda s: read_models.launch_fields(s, job_id))
+    assert fields["resume_image"] == op.image_id and "resume_source" not in fields
+
+
+def test_a_streamed_migration_whose_write_fails_leaves_the_job_its_last_good_image(
+    db: Database, agent: ScriptedAgent
+) -> None:
+    job_id = running_job(db)
+    c = coordinator(db, agent)
+    good = run(settled(c, c.checkpoint(job_id)))
+    agent.write_error = "OSError: the store's disk is full"
+    op, placed = run(settled(c, c.migrate(job_id)))
+    assert op.state == repo.FAILED and "disk is full" in op.error and good.image_id in op.error
+    assert placed.state == js.PENDING  # resumed at the copy: it goes on from the last good image
+    assert db.run(lambda s: s.get(ImageRow, op.image_id)).state == repo.FAILED
+    assert db.run(lambda s: read_models.launch_fields(s, job_id))["resume_image"] == good.image_id
+    assert db.run(lambda s: read_models.streamed_image(s, job_id)) is None
+
+
+def test_a_restarted_coordinator_resumes_a_migration_the_agent_had_copied_and_finishes_its_write(
+    db: Database, agent: ScriptedAgent
+) -> None:
+    job_id = running_job(db)
+    op = start_op(db, coordinator(db, agent), job_id, "migrate", repo.COPYING)
+    agent.take(op.image_id)  # the agent took the copy; the coordinator was killed before hearing it
+    fresh = coordinator(db, agent)
+    assert run(settled(fresh, fresh.recover())) == 1
+    done = db.run(lambda s: s.get(OperationRow, op.id))
+    assert done.state == repo.DONE and done.detail["streamed"] is True
+    job = db.run(lambda s: get_job(s, job_id))
+    assert job.state == js.PENDING and claims(db, job_id) == []
+    assert db.run(lambda s: read_models.resume_image(s, job_id)) == op.image_id
+
+
+def test_with_streaming_off_a_migration_resumes_only_once_its_image_is_written(
+    db: Database, agent: ScriptedAgent
+) -> None:
+    job_id = running_job(db)
+    c = Coordinator(db, agent, CheckpointSettings(store_dir=agent.store.root, timeout_s=1.0, stream_migrations=False),
+                    poll_s=0.01)
+
+    async def scenario() -> None:
+        agent.writing = True
+        op, placed = await c.migrate(job_id, budget_s=0.5)
+        assert op.state == repo.WRITING and placed.state == js.PAUSED and "streamed" not in op.detail
+        assert db.run(lambda s: read_models.streamed_image(s, job_id)) is None
+        agent.writing = False
+        await until_written(c)
+
+    run(scenario())
+    assert db.run(lambda s: get_job(s, job_id)).state == js.PENDING
