@@ -262,14 +262,15 @@ class Harness:
                 return agent.pid
         return int(self.info["pids"][node])
 
-    def restart_agent(self, node: str, api_addr: str = "") -> None:
+    def restart_agent(self, node: str, api_addr: str = "", extra_env: dict[str, str] | None = None) -> None:
         """A node comes back: a new agent process under the same name (as after a reboot),
-        talking to the api at `api_addr` (a fault proxy, say) or directly."""
+        talking to the api at `api_addr` (a fault proxy, say) or directly, with `extra_env`
+        (the settings its cluster's agents were started with)."""
         info, spec = self.info, self.info["agents"][node]
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
         env.update({"ROTA_ADMIN_TOKEN": self.token, "ROTA_API_ADDR": api_addr or info["endpoint"],
                     "ROTA_HOME": str(self.home.resolve()),
-                    "ROTA_HEARTBEAT_INTERVAL": "0.5", "PYTHONUNBUFFERED": "1"})
+                    "ROTA_HEARTBEAT_INTERVAL": "0.5", "PYTHONUNBUFFERED": "1", **(extra_env or {})})
         log = (self.home / "logs" / f"{node}.log").open("ab")
         # The node declares what `rota up` gave it (cluster.json), and its name comes last (agent_pid).
         declared = (["--gpu-type", spec["gpu_type"]] if spec.get("gpu_type") else []) + [

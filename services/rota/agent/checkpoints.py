@@ -359,6 +359,7 @@ class AgentCheckpoints:
     def _materialize(self, folder: Path, image_id: str, wait_s: float = 0.0, source: str = "",
                      fallback: str = "") -> None:
         until = time.monotonic() + wait_s
+        tries = 0
         try:
             while True:
                 try:
@@ -368,8 +369,9 @@ class AgentCheckpoints:
                     if self._take_offer(folder, image_id):
                         return
                     if source:
+                        tries += 1
                         try:
-                            if self._stream(folder, image_id, source):
+                            if self._stream(folder, image_id, source, quiet=tries % 25 != 1):
                                 return
                         except StagedFailed as exc:
                             if not fallback:
@@ -389,15 +391,16 @@ class AgentCheckpoints:
             folder.mkdir(parents=True, exist_ok=True)
             control.write_atomic(folder / control.FAILED, f"image {image_id}: {type(exc).__name__}: {exc}")
 
-    def _stream(self, folder: Path, image_id: str, source: str) -> bool:
+    def _stream(self, folder: Path, image_id: str, source: str, quiet: bool = False) -> bool:
         """The staged copy from the source agent, READY; False when it cannot be had now
-        (the source is unreachable, or its write ended: then the store has it, or soon)."""
+        (the source is unreachable, or its write ended: then the store has it, or soon).
+        `quiet`: a retry, not logged (a source down for a while is told every 5 s)."""
         if self.streams is None:
             return False
         try:
             result = self.streams.fetch(source, image_id, folder, self.store)
         except (StagedGone, SourceUnreachable) as exc:
-            log.info("streaming image %s from %s: %s", image_id, source, exc)
+            log.log(logging.DEBUG if quiet else logging.INFO, "streaming image %s from %s: %s", image_id, source, exc)
             return False
         control.write_atomic(folder / control.READY, "")
         metrics.CHECKPOINT_STREAM_BYTES.labels(via="wire").inc(result.wire_bytes)
