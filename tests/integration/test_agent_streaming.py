@@ -5,7 +5,6 @@ reading the store once the write ended, and refusing what it must."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
@@ -19,15 +18,12 @@ from typing import Any
 import grpc
 import pytest
 import torch
-from opentelemetry import trace
 
 from rota.agent.checkpoints import FAILED, RESTORE_REQUEST, AgentCheckpoints, ImageRecord
 from rota.agent.processes import LocalJob, ProcessTable
-from rota.agent.service import AgentRuntime, AgentService
 from rota.agent.streaming import StagedStreams
+from rota.bench.agent_server import AgentServer
 from rota.cli.localcluster import free_port
-from rota.common.auth import ADMIN, Identity
-from rota.common.server import RotaInterceptor, Serving, start_server
 from rota.imagestore.images import write_staged
 from rota.imagestore.settings import CheckpointSettings
 from rota.runtime import control, imagefmt
@@ -47,35 +43,9 @@ def make_checkpoints(root: Path, node: str, streams: StagedStreams | None = None
     return AgentCheckpoints(node, ProcessTable(node, home, home / "lease", 60), home, settings, streams)
 
 
-class SourceAgent:
-    """Node a's AgentService on a loop thread, as `rota agent` serves it (admin token only)."""
-
-    def __init__(self, checkpoints: AgentCheckpoints, port: int = 0) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        runtime = AgentRuntime("a", checkpoints.table, virtual=True, checkpoints=checkpoints)
-
-        async def admin_only(token: str) -> Identity | None:
-            return Identity(ADMIN) if token == TOKEN else None
-
-        def register(server: grpc.aio.Server) -> list[str]:
-            agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentService(runtime), server)
-            return []
-
-        async def start() -> Serving:
-            interceptor = RotaInterceptor(tracer=trace.get_tracer("test"), authenticate=admin_only,
-                                          default_deadline_s=20)
-            return await start_server(listen=f"127.0.0.1:{port}", register=register, interceptor=interceptor,
-                                      max_message_bytes=1 << 22)
-
-        self.serving = asyncio.run_coroutine_threadsafe(start(), self.loop).result(20)
-        self.address = f"127.0.0.1:{self.serving.port}"
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.serving.server.stop(0), self.loop).result(20)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+def source_agent(checkpoints: AgentCheckpoints, port: int = 0) -> AgentServer:
+    """Node a's AgentService, as `rota agent` serves it (admin token only)."""
+    return AgentServer(checkpoints, TOKEN, port)
 
 
 @dataclass
@@ -83,7 +53,7 @@ class Pair:
     root: Path
     source: AgentCheckpoints
     target: AgentCheckpoints
-    agent: SourceAgent
+    agent: AgentServer
 
     def stage(self, image_id: str, step: int, numel: int = 600_000) -> tuple[ImageRecord, dict[int, torch.Tensor]]:
         """A two-rank staged copy on node a, its write not started (as right after a pause)."""
@@ -108,7 +78,7 @@ class Pair:
 def pair(tmp_path: Path) -> Iterator[Pair]:
     source = make_checkpoints(tmp_path, "a")
     target = make_checkpoints(tmp_path, "b", StagedStreams(TOKEN, streams=3))
-    agent = SourceAgent(source)
+    agent = source_agent(source)
     try:
         yield Pair(tmp_path, source, target, agent)
     finally:
@@ -182,7 +152,7 @@ def test_a_target_waits_out_a_source_that_is_down_and_streams_once_it_is_back(tm
     waiting.start()
     waiting.join(1.0)
     assert waiting.is_alive() and not (folder / control.READY).exists()  # nothing answers at that address yet
-    agent = SourceAgent(source, port)  # the source agent is back (a restarted agent adopts its records)
+    agent = source_agent(source, port)  # the source agent is back (a restarted agent adopts its records)
     try:
         waiting.join(30)
         assert not waiting.is_alive()

@@ -20,6 +20,10 @@ on a temporary home and a fresh chunk store:
 - migrate_s: the pause request on node A to the first step done on node B, with a warm
   target: B's process is launched with the pause request and takes the staged copy
   (hard links: one host) while A's agent writes it to the store;
+- migrate_stream_s: the same with node C, which shares no staging folder with A (as on
+  another machine): C's agent streams the staged copy from A's AgentService over gRPC
+  (rota.agent.streaming; loopback here), taking what the write has already stored from the
+  store, while the write goes on;
 - stored_bytes: what the first image added to an empty store (ranks deduplicated);
 - baseline: rank 0 writes the state with torch.save and every rank exits (save_s, the
   same start and end as pause_s); a new launch torch.loads it to its first step done
@@ -38,17 +42,20 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rota.agent.checkpoints import AgentCheckpoints, ImageRecord
 from rota.agent.processes import LocalJob, ProcessTable
+from rota.agent.streaming import StagedStreams
+from rota.bench.agent_server import AgentServer
 from rota.imagestore.chunks import DEFAULT_CHUNK_SIZE, MIB
 from rota.imagestore.settings import CheckpointSettings, default_staging_root
 from rota.runtime import control
@@ -74,6 +81,7 @@ class Case:
     pause: list[float] = field(default_factory=list)
     restore: list[float] = field(default_factory=list)
     migrate: list[float] = field(default_factory=list)
+    migrate_stream: list[float] = field(default_factory=list)
     save: list[float] = field(default_factory=list)
     load: list[float] = field(default_factory=list)
     durable: list[float] = field(default_factory=list)
@@ -86,11 +94,12 @@ class Case:
 
     def to_dict(self) -> dict[str, Any]:
         timed = {"pause_s": self.pause, "durable_s": self.durable, "restore_s": self.restore,
-                 "migrate_s": self.migrate, "save_s": self.save, "load_s": self.load, "dcp_save_s": self.dcp_save,
+                 "migrate_s": self.migrate, "migrate_stream_s": self.migrate_stream, "save_s": self.save, "load_s": self.load, "dcp_save_s": self.dcp_save,
                  "dcp_async_block_s": self.dcp_async_block, "dcp_load_s": self.dcp_load}
         return {
             "state_mb": self.state_mb, "ranks": self.ranks, "pause_s": _median(self.pause),
-            "restore_s": _median(self.restore), "migrate_s": _median(self.migrate), "stored_bytes": self.stored_bytes,
+            "restore_s": _median(self.restore), "migrate_s": _median(self.migrate),
+            "migrate_stream_s": _median(self.migrate_stream), "stored_bytes": self.stored_bytes,
             "baseline": {"save_s": _median(self.save), "load_s": _median(self.load), "bytes": self.baseline_bytes},
             "durable_s": _median(self.durable),
             "dcp": {"save_s": _median(self.dcp_save), "async_block_s": _median(self.dcp_async_block),
@@ -109,11 +118,11 @@ def _median(values: list[float]) -> float:
     return _round(statistics.median(values)) if values else 0.0
 
 
-def _node(name: str, home: Path, settings: CheckpointSettings) -> Node:
+def _node(name: str, home: Path, settings: CheckpointSettings, streams: StagedStreams | None = None) -> Node:
     home.mkdir(parents=True, exist_ok=True)
     (home / "lease").touch()
     table = ProcessTable(name, home, home / "lease", 1e9)  # the bench keeps no lease: no fencing
-    return Node(table, AgentCheckpoints(name, table, home, settings))
+    return Node(table, AgentCheckpoints(name, table, home, settings, streams))
 
 
 class Runner:
@@ -124,18 +133,25 @@ class Runner:
                                            fsync=fsync)
         self.a = _node("bench-a", work / "a", self.settings)
         self.b = _node("bench-b", work / "b", self.settings)
+        # Node C: staging of its own (so no hard links from A's), streaming from A's AgentService.
+        token = secrets.token_hex(16)
+        self.c_staging = staging.parent / f"bench-{os.getpid()}-c"
+        self.c = _node("bench-c", work / "c", replace(self.settings, staging_root=self.c_staging / "c"),
+                       StagedStreams(token))
+        self.source = AgentServer(self.a.checkpoints, token)
         self.work = work
         self.epoch = 0
         self.launched_unix = 0.0
 
-    def launch(self, node: Node, command: list[str], image: str = "", wait_s: float = 0.0) -> tuple[LocalJob, float]:
+    def launch(self, node: Node, command: list[str], image: str = "", wait_s: float = 0.0,
+               source: str = "") -> tuple[LocalJob, float]:
         self.epoch += 1
         restore = node.checkpoints.restore_dir("bench", self.epoch) if image else None
         started = time.perf_counter()
         self.launched_unix = time.time()
         job = node.table.launch("bench", self.epoch, [0], command, str(Path.cwd()), {}, True, restore)
         if restore is not None:
-            node.checkpoints.start_restore(restore, image, wait_s)
+            node.checkpoints.start_restore(restore, image, wait_s, source)
         return job, started
 
     async def pause(self, node: Node, job: LocalJob) -> ImageRecord:
@@ -155,11 +171,27 @@ class Runner:
                 return record
             await asyncio.sleep(0.005)
 
+    async def migrate(self, job: LocalJob, target: Node, command: list[str], source: str = "") -> tuple[float, str]:
+        """A migration from A with a warm target: the target's process starts (imports,
+        builds its model) while A's ranks copy their state, and takes it as soon as it is
+        there (hard links on one host, or streamed from `source`), the durable write going
+        on meanwhile. Its seconds to the first step on the target, and the image."""
+        started = time.perf_counter()
+        moved, _ = self.launch(target, command, image_of(job), wait_s=STEP_TIMEOUT_S, source=source)
+        record = await self.pause(self.a, job)
+        await first_step(moved, record.step)
+        seconds = time.perf_counter() - started
+        await self.written(self.a, record.image_id)
+        target.table.stop("bench", moved.epoch, "measured", 5)
+        return seconds, record.image_id
+
     def close(self) -> None:
-        for node in (self.a, self.b):
+        self.source.stop()
+        for node in (self.a, self.b, self.c):
             node.table.stop_all("bench done", 5)
             node.checkpoints.close()
         shutil.rmtree(self.staging, ignore_errors=True)
+        shutil.rmtree(self.c_staging, ignore_errors=True)
 
 
 def image_of(job: LocalJob) -> str:
@@ -223,16 +255,13 @@ async def run_case(case: Case, repeats: int, chunk_size: int, base: Path, fsync:
             case.restore.append(time.perf_counter() - started)
             step = int(report["step"])
             add_breakdown(case, report, launched)
-            # A migration with a warm target: node B's process starts (imports, builds its
-            # model) while node A's ranks copy their state, and takes the staged copy as soon
-            # as it is there (this host: hard links), the durable write going on meanwhile.
-            started = time.perf_counter()
-            target, _ = runner.launch(runner.b, command, image_of(job), wait_s=STEP_TIMEOUT_S)
-            record = await runner.pause(runner.a, job)
-            await first_step(target, record.step)
-            case.migrate.append(time.perf_counter() - started)
-            await runner.written(runner.a, record.image_id)
-            runner.b.table.stop("bench", target.epoch, "measured", 5)
+            seconds, image = await runner.migrate(job, runner.b, command)
+            case.migrate.append(seconds)
+            # The same to node C, streamed node to node, from a job on A again.
+            job, _ = runner.launch(runner.a, command, image)
+            await first_step(job, 0)
+            seconds, _ = await runner.migrate(job, runner.c, command, source=runner.source.address)
+            case.migrate_stream.append(seconds)
             await baseline(runner, case, command, step)
             await dcp_baseline(runner, case, command, fsync)
     finally:
@@ -310,7 +339,7 @@ def render(cases: list[dict[str, Any]]) -> str:
         return f"{value:.3f}s [{lo:.3f}-{hi:.3f}]"
 
     head = ("STATE", "RANKS", "PAUSE", "DCP.ASYNC", "x", "DURABLE", "SAVE", "x", "DCP.SAVE", "x", "RESTORE", "LOAD", "x",
-            "DCP.LOAD", "x", "MIGRATE", "SAVE+LOAD", "x", "STORED", "TORCH.SAVE")
+            "DCP.LOAD", "x", "MIGRATE", "SAVE+LOAD", "x", "STREAMED", "x", "STORED", "TORCH.SAVE")
     rows = []
     for c in cases:
         b, d = c["baseline"], c["dcp"]
@@ -323,6 +352,7 @@ def render(cases: list[dict[str, Any]]) -> str:
             t(c, "restore_s", c["restore_s"]), t(c, "load_s", b["load_s"]), _x(b["load_s"], c["restore_s"]),
             t(c, "dcp_load_s", d["load_s"]), _x(d["load_s"], c["restore_s"]),
             t(c, "migrate_s", c["migrate_s"]), f"{both:.3f}s", _x(both, c["migrate_s"]),
+            t(c, "migrate_stream_s", c.get("migrate_stream_s", 0.0)), _x(both, c.get("migrate_stream_s", 0.0)),
             f"{c['stored_bytes'] / MIB:.1f} MiB", f"{b['bytes'] / MIB:.1f} MiB",
         ))
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]

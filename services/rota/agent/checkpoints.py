@@ -55,6 +55,7 @@ WRITING, COMPLETE, FAILED = "writing", "complete", "failed"
 STREAM_WAIT_S = 600.0  # a streamed restore waits this long for its source or the store (the runtime's own wait)
 RETRY_S = 0.2  # between a streamed restore's tries at an unreachable source
 RESTORE_REQUEST = "restore.json"
+STREAMED, GONE, UNREACHABLE = "streamed", "gone", "unreachable"  # how a try at streaming went
 
 
 @dataclass
@@ -359,7 +360,7 @@ class AgentCheckpoints:
     def _materialize(self, folder: Path, image_id: str, wait_s: float = 0.0, source: str = "",
                      fallback: str = "") -> None:
         until = time.monotonic() + wait_s
-        tries = 0
+        tries, outcome = 0, ""
         try:
             while True:
                 try:
@@ -371,7 +372,8 @@ class AgentCheckpoints:
                     if source:
                         tries += 1
                         try:
-                            if self._stream(folder, image_id, source, quiet=tries % 25 != 1):
+                            outcome = self._stream(folder, image_id, source, quiet=tries % 25 != 1)
+                            if outcome == STREAMED:
                                 return
                         except StagedFailed as exc:
                             if not fallback:
@@ -382,7 +384,9 @@ class AgentCheckpoints:
                             continue
                     if time.monotonic() >= until:
                         raise
-                time.sleep(RETRY_S if source else POLL_S)
+                # A source that answered (no staged copy yet: its ranks are still copying) is
+                # asked again soon; one that did not, less often.
+                time.sleep(RETRY_S if source and outcome == UNREACHABLE else POLL_S * 5)
             # Chunks in local files are read in place by the job; otherwise copied here first.
             if not images.link(self.store, manifest, folder, verify=self.settings.verify):
                 images.materialize(self.store, manifest, folder, verify=self.settings.verify)
@@ -391,24 +395,24 @@ class AgentCheckpoints:
             folder.mkdir(parents=True, exist_ok=True)
             control.write_atomic(folder / control.FAILED, f"image {image_id}: {type(exc).__name__}: {exc}")
 
-    def _stream(self, folder: Path, image_id: str, source: str, quiet: bool = False) -> bool:
-        """The staged copy from the source agent, READY; False when it cannot be had now
-        (the source is unreachable, or its write ended: then the store has it, or soon).
-        `quiet`: a retry, not logged (a source down for a while is told every 5 s)."""
+    def _stream(self, folder: Path, image_id: str, source: str, quiet: bool = False) -> str:
+        """The staged copy from the source agent, READY (STREAMED); else why not now: GONE
+        (the source holds no staged copy: not yet, or its write ended and the store has it)
+        or UNREACHABLE. `quiet`: a retry, not logged (a source down is told every 5 s)."""
         if self.streams is None:
-            return False
+            return UNREACHABLE
         try:
             result = self.streams.fetch(source, image_id, folder, self.store)
         except (StagedGone, SourceUnreachable) as exc:
             log.log(logging.DEBUG if quiet else logging.INFO, "streaming image %s from %s: %s", image_id, source, exc)
-            return False
+            return GONE if isinstance(exc, StagedGone) else UNREACHABLE
         control.write_atomic(folder / control.READY, "")
         metrics.CHECKPOINT_STREAM_BYTES.labels(via="wire").inc(result.wire_bytes)
         metrics.CHECKPOINT_STREAM_BYTES.labels(via="store").inc(result.store_bytes)
         metrics.CHECKPOINT_STREAM_SECONDS.observe(result.seconds)
         log.info("streamed image %s from %s in %.2fs: %d bytes over the wire, %d from the store", image_id, source,
                  result.seconds, result.wire_bytes, result.store_bytes)
-        return True
+        return STREAMED
 
     def forget(self, job: LocalJob) -> None:
         """A finished launch's tmpfs leftovers: a restore it never loaded, a copy a late rank
