@@ -147,6 +147,12 @@ def test_a_migrated_job_runs_on_its_target_while_its_image_is_written_its_state_
         log = (cluster.home / "logs" / f"{target}.log").read_text()
         assert f"from {cluster.info['agents'][source]['address']}" in log and "streamed image" in log
         finish(cluster, job_id, losses, tmp_path, watch)
+    # The operation says so, in the JSON and the table of `rota checkpoints`.
+    ops = cluster.cli_json("checkpoints", job_id)["operations"]
+    moved = next(o for o in ops if o["kind"] == "migrate")
+    assert moved["streamed"] is True and moved["source_node"] == source and moved["target_node"] == target
+    assert moved["pause_seconds"] > 0 and moved["write_seconds"] > 0 and moved["seconds"] >= moved["write_seconds"]
+    assert "STREAMED" in cluster.cli("checkpoints", job_id).stdout
 
 
 def kill_mid_stream(cluster: RunningCluster, harness: Harness, tmp_path: Path, victim: Callable[[str, str], str],

@@ -309,3 +309,33 @@ def test_the_job_page_of_a_guest_names_the_pipeline_whose_bubbles_it_runs_in() -
     host = job_page(guests=["j-t1", "j-t2"])
     assert b'<a href="/jobs/j-t1">j-t1</a>, <a href="/jobs/j-t2">j-t2</a> (trials in its pipeline bubbles)' in host.body
     assert b'a guest in the pipeline bubbles of <a href="/jobs/j-pipe">j-pipe</a>' in page.body
+
+
+def test_the_job_page_lists_checkpoint_operations_with_a_streamed_migration_and_its_times() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from rota.client.checkpoint import CheckpointImage, CheckpointOperation, JobImages
+    from rota.console.gateway import JobPage, Part
+
+    at = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
+    image = CheckpointImage("img-1", 2, "pause", "complete", "node-1", 1, 40, 13 << 20, 9 << 20, 13 << 20, 4,
+                            0.05, 3.2, at, "")
+    moved = CheckpointOperation(7, "allocator-1", "migrate", "done", "node-2", "img-1", "", at,
+                                at + timedelta(seconds=3.5), streamed=True, source_node="node-1", pause_seconds=0.12,
+                                write_seconds=3.2)
+    failed = CheckpointOperation(8, "", "pause", "failed", "", "img-2", "ranks [1] of 2 did not reach a safe point",
+                                 at, None, source_node="node-2")
+    missing = Part(None, "UNAVAILABLE: not in this test")
+
+    class WithImages(FakeGateway):
+        def job(self, token: str, jid: str) -> JobPage:
+            return JobPage(a_job(), missing, missing, Part(JobImages("j-aaa", [image], [moved, failed])), missing,
+                           missing)
+
+    page = app(WithImages()).handle("GET", "/jobs/j-aaa", COOKIE)
+    assert page.status == 200, page.body[:300]
+    body = page.body.decode()
+    table = body[body.index('<table class="operations">'):]
+    assert "<td>migrate</td><td>done</td><td>node-1</td><td>node-2</td>" in table and "<td>yes</td>" in table
+    assert "<td>0.12 s</td>" in table and "<td>3.20 s</td>" in table and "<td>3.50 s</td>" in table
+    assert "did not reach a safe point" in table and table.count("<td>yes</td>") == 1

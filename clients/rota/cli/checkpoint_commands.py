@@ -103,6 +103,13 @@ def checkpoints(args: argparse.Namespace) -> int:
                 rows))
     print(f"total: {size(found.logical_bytes)} of state in {size(found.stored_bytes)} stored "
           f"(dedup {ratio(found.dedup_ratio)})")
+    if found.operations:
+        print()
+        print(table(("OP", "KIND", "STATE", "FROM", "TO", "STREAMED", "PAUSE", "WRITE", "TOOK", "ERROR"), [
+            (o.id, o.kind, o.state, o.source_node or "-", o.target_node or "-", "yes" if o.streamed else "-",
+             f"{o.pause_seconds:.2f}s" if o.pause_seconds else "-", f"{o.write_seconds:.2f}s" if o.write_seconds else "-",
+             f"{o.seconds:.2f}s" if o.seconds is not None else "-", o.error[:60])
+            for o in found.operations]))
     return 0
 
 

@@ -136,16 +136,29 @@ class CheckpointOperation:
     error: str
     created_at: datetime | None
     finished_at: datetime | None
+    streamed: bool = False  # a migration that resumed its job at the copy, its state streamed node to node
+    source_node: str = ""  # where the copy was taken ("" for a resume)
+    pause_seconds: float = 0.0  # request to the ranks gone
+    write_seconds: float = 0.0  # the image's background write
+
+    @property
+    def seconds(self) -> float | None:
+        """Request to end, once ended."""
+        if self.created_at is None or self.finished_at is None:
+            return None
+        return max(0.0, (self.finished_at - self.created_at).total_seconds())
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "created_at": _iso(self.created_at), "finished_at": _iso(self.finished_at)}
+        return {**asdict(self), "created_at": _iso(self.created_at), "finished_at": _iso(self.finished_at),
+                "seconds": self.seconds}
 
     @staticmethod
     def from_proto(o: checkpoint_pb2.CheckpointOperation) -> CheckpointOperation:
         kind = enum_name(checkpoint_pb2.OperationKind, o.operation_kind, "OPERATION_KIND_", o.kind, lower=True)
         state = enum_name(checkpoint_pb2.OperationState, o.operation_state, "OPERATION_STATE_", o.state, lower=True)
         return CheckpointOperation(o.id, o.operation_id, kind, state, o.target_node, o.image_id, o.error,
-                                   _when(o.created_unix), _when(o.finished_unix))
+                                   _when(o.created_unix), _when(o.finished_unix), o.streamed, o.source_node,
+                                   o.pause_seconds, o.write_seconds)
 
 
 @dataclass(frozen=True)

@@ -560,6 +560,10 @@ class CheckpointOperation(_message.Message):
     FINISHED_UNIX_FIELD_NUMBER: _builtins.int
     OPERATION_KIND_FIELD_NUMBER: _builtins.int
     OPERATION_STATE_FIELD_NUMBER: _builtins.int
+    STREAMED_FIELD_NUMBER: _builtins.int
+    SOURCE_NODE_FIELD_NUMBER: _builtins.int
+    PAUSE_SECONDS_FIELD_NUMBER: _builtins.int
+    WRITE_SECONDS_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     operation_id: _builtins.str
     @_builtins.property
@@ -593,6 +597,16 @@ class CheckpointOperation(_message.Message):
     finished_unix: _builtins.float
     operation_kind: Global___OperationKind.ValueType
     operation_state: Global___OperationState.ValueType
+    streamed: _builtins.bool
+    """A migration that put its job back in the queue at the copy, the target streaming the
+    state from source_node's agent while the image was written.
+    """
+    source_node: _builtins.str
+    """the node the copy was taken on ("" for a resume)"""
+    pause_seconds: _builtins.float
+    """request to the ranks gone (pause, migrate)"""
+    write_seconds: _builtins.float
+    """the image's background write, once written"""
     def __init__(
         self,
         *,
@@ -607,10 +621,14 @@ class CheckpointOperation(_message.Message):
         finished_unix: _builtins.float = ...,
         operation_kind: Global___OperationKind.ValueType = ...,
         operation_state: Global___OperationState.ValueType = ...,
+        streamed: _builtins.bool = ...,
+        source_node: _builtins.str = ...,
+        pause_seconds: _builtins.float = ...,
+        write_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_unix", b"created_unix", "error", b"error", "finished_unix", b"finished_unix", "id", b"id", "image_id", b"image_id", "kind", b"kind", "operation_id", b"operation_id", "operation_kind", b"operation_kind", "operation_state", b"operation_state", "state", b"state", "target_node", b"target_node"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_unix", b"created_unix", "error", b"error", "finished_unix", b"finished_unix", "id", b"id", "image_id", b"image_id", "kind", b"kind", "operation_id", b"operation_id", "operation_kind", b"operation_kind", "operation_state", b"operation_state", "pause_seconds", b"pause_seconds", "source_node", b"source_node", "state", b"state", "streamed", b"streamed", "target_node", b"target_node", "write_seconds", b"write_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -156,4 +156,6 @@ def _operation(op: OperationRow) -> checkpoint_pb2.CheckpointOperation:
         operation_kind=convert.enum_value(checkpoint_pb2.OperationKind, "OPERATION_KIND_", op.kind),
         operation_state=convert.enum_value(checkpoint_pb2.OperationState, "OPERATION_STATE_", op.state),
         image_id=op.image_id or "", error=op.error, created_unix=_unix(op.created_at), finished_unix=_unix(op.finished_at),
+        streamed=bool(op.detail.get("streamed")), source_node=str(op.detail.get("node", "")),
+        pause_seconds=float(op.detail.get("pause_s", 0.0)), write_seconds=float(op.detail.get("write_s", 0.0)),
     )
