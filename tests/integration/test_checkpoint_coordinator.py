@@ -27,7 +27,7 @@ from rota.checkpoint.coordinator import AgentCallFailed, Coordinator
 from rota.checkpoint.models import ImageRow, ManifestRow, OperationRow
 from rota.common import nodes_repo, read_models
 from rota.common.db import Database
-from rota.common.jobs_repo import Events, get_job
+from rota.common.jobs_repo import Events, get_job, lose
 from rota.common.models import GpuClaimRow, GpuRow, PlacementRow
 from rota.core import jobstate as js
 from rota.core.errors import AlreadyExists
@@ -367,6 +367,14 @@ def test_a_migration_resumes_its_job_at_the_copy_and_hands_the_start_the_image_b
                                                                             model="virtual", virtual=True)]))
         request = db.run(lambda s: SchedulingLoop._commit_start(s, Start(job_id, node, (0,)), Events()))
         assert (request.resume_image, request.resume_source) == (op.image_id, "127.0.0.1:1")
+        # 2b. Lost there before the write ends (the target node died): requeued to restore the
+        #     image being written, whatever its restart policy (never).
+        def lost(s: Any) -> None:
+            job = get_job(s, job_id, lock=True)
+            lose(s, job, "node died", Events(), release_reason="node died")
+        db.run(lost)
+        job = db.run(lambda s: get_job(s, job_id))
+        assert job.state == js.PENDING and f"restored from its last image {op.image_id}" in job.reason
         # 3. Written: the operation is done, and the image is the job's newest complete one.
         agent.writing = False
         await until_written(c)

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from rota.common import metrics
 from rota.common.models import GpuClaimRow, GpuGuestRow, JobRow, JobTransitionRow, PlacementRow
-from rota.common.read_models import resume_image
+from rota.common.read_models import resume_image, streamed_image
 from rota.core import jobstate
 
 
@@ -120,7 +120,9 @@ def lose(session: Session, job: JobRow, why: str, events: Events, *, release_rea
     restart policy. The caller holds the job's row lock."""
     release(session, job, release_reason)
     transition(session, job, jobstate.LOST, why, events)
-    requeue_or_fail(session, job, why, events, resume_image(session, job.id) or "")
+    # A migration's image still being written counts: the next start streams or reads it.
+    streamed = streamed_image(session, job.id)
+    requeue_or_fail(session, job, why, events, streamed.image_id if streamed else resume_image(session, job.id) or "")
 
 
 def _requeue(session: Session, job: JobRow, reason: str, events: Events) -> None:
