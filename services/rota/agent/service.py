@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from rota.agent.checkpoints import COMPLETE, FAILED, STREAM_WAIT_S, WRITING, AgentCheckpoints, ImageRecord
+from rota.agent.checkpoints import STREAM_WAIT_S, AgentCheckpoints, ImageRecord
 from rota.agent.processes import GangLaunch, LocalJob, ProcessTable
-from rota.agent.streaming import StagedSource
+from rota.agent.streaming import IMAGE_STATES, StagedSource
 from rota.common.auth import current_identity
 from rota.common.layouts import layout_text
 from rota.core.arrays import task_environment
@@ -20,10 +20,6 @@ from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, checkpoint_pb2, common_p
 
 MAX_LOG_CHUNK = 1024 * 1024
 MAX_LAYOUT_BYTES = 64 * 1024  # a re-plan of the largest layout the detector takes, with room
-IMAGE_STATES = {
-    WRITING: checkpoint_pb2.IMAGE_STATE_WRITING, COMPLETE: checkpoint_pb2.IMAGE_STATE_COMPLETE,
-    FAILED: checkpoint_pb2.IMAGE_STATE_FAILED,
-}
 
 
 def report_of(job: LocalJob) -> api_pb2.AgentJobReport:

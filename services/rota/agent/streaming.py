@@ -43,6 +43,9 @@ from rota.v1 import agent_pb2, agent_pb2_grpc, checkpoint_pb2
 PIECE = 1 << 20  # bytes a FetchStaged message carries
 RANGE = 8 << 20  # bytes one FetchStaged asks for: a blob is several ranges, in flight at once
 DESCRIBE_TIMEOUT_S = 10.0
+# An image record's state on the wire (AgentImageStatusResponse, DescribeStagedResponse).
+IMAGE_STATES = {"writing": checkpoint_pb2.IMAGE_STATE_WRITING, "complete": checkpoint_pb2.IMAGE_STATE_COMPLETE,
+                "failed": checkpoint_pb2.IMAGE_STATE_FAILED}
 FETCH_TIMEOUT_S = 600.0  # one range; a paced stream of 8 MiB stays far inside it
 
 
@@ -110,10 +113,9 @@ class StagedSource:
 
     def describe(self, image_id: str) -> agent_pb2.DescribeStagedResponse:
         record = self._record(image_id)
-        state = {"writing": checkpoint_pb2.IMAGE_STATE_WRITING, "complete": checkpoint_pb2.IMAGE_STATE_COMPLETE,
-                 "failed": checkpoint_pb2.IMAGE_STATE_FAILED}.get(record.state, checkpoint_pb2.IMAGE_STATE_UNKNOWN)
-        reply = agent_pb2.DescribeStagedResponse(image_state=state, error=record.error, ranks=record.ranks,
-                                                 step=record.step)
+        reply = agent_pb2.DescribeStagedResponse(
+            image_state=IMAGE_STATES.get(record.state, checkpoint_pb2.IMAGE_STATE_UNKNOWN), error=record.error,
+            ranks=record.ranks, step=record.step)
         if record.state != "writing":
             return reply
         files = staged_files(record)

@@ -430,11 +430,10 @@ class Coordinator:
         copy_s = float(op.detail.get("copy_s", 0.0))
         repo.complete_image(s, op.image_id, written.manifest, step=written.step, copy_s=copy_s,
                             write_s=written.write_s)
-        repo.merge_detail(s, op.id, write_s=written.write_s, stored_bytes=written.stored_bytes)
         # A migration ends once resumed (_requeue); a streamed one was resumed at its copy.
         resumes = op.kind == "migrate" and not op.detail.get("streamed")
-        if op.kind == "migrate" and not resumes:
-            repo.merge_detail(s, op.id, image_id=op.image_id, step=written.step)
+        resumed = {"image_id": op.image_id, "step": written.step} if op.kind == "migrate" and not resumes else {}
+        repo.merge_detail(s, op.id, write_s=written.write_s, stored_bytes=written.stored_bytes, **resumed)
         repo.set_operation(s, op.id, repo.RESUMING if resumes else repo.DONE)
         metrics.CHECKPOINT_BYTES.labels(kind="logical").inc(int(op.detail.get("logical_bytes", 0)))
         metrics.CHECKPOINT_BYTES.labels(kind="stored").inc(written.stored_bytes)

@@ -68,8 +68,9 @@ def write_staged(
             with lock:
                 first = digest not in claimed
                 claimed.add(digest)
-            if first and cap is not None:
-                time.sleep(cap.reserve(len(view), time.monotonic()))
+            delay = cap.reserve(len(view), time.monotonic()) if first and cap is not None else 0.0
+            if delay > 0:
+                time.sleep(delay)
             # A digest already put by this write (a replicated rank) is not put twice.
             if first and store.put(digest, view):
                 with lock:
