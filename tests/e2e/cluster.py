@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from rota.client import TLS, Client, Job, UnavailableError, spec_from_mapping
+from rota.client import TLS, Client, Job, UnavailableError, job_spec_from_mapping
 from rota.client.home import ClusterHome, read_info
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ class RunningCluster:
 
     def submit_job(self, name: str, command: list[str], *, tenant: str = "demo", **fields: Any) -> str:
         """A one-GPU training job (`fields` add to or override the spec) through the SDK; its id."""
-        spec = spec_from_mapping({"name": name, "tenant": tenant, "kind": "training", "gpus": 1, "command": command,
+        spec = job_spec_from_mapping({"name": name, "tenant": tenant, "kind": "training", "gpus": 1, "command": command,
                                   **fields}, base_dir=REPO)
         with self.client() as client:
             return client.submit(spec=spec).id

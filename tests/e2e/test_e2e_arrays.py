@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from cluster import FINAL, REPO, RunningCluster, own_cluster
 
-from rota.client import spec_from_mapping
+from rota.client import job_spec_from_mapping
 
 pytestmark = pytest.mark.e2e
 HOLDING = ("SCHEDULED", "RUNNING")
@@ -118,7 +118,7 @@ def test_bad_arrays_and_dependencies_are_refused_naming_the_field(cluster: Runni
 
 
 def test_an_array_of_10000_is_one_call(cluster: RunningCluster) -> None:
-    spec = spec_from_mapping({"name": "many", "tenant": "demo", "kind": "training", "gpus": 1,
+    spec = job_spec_from_mapping({"name": "many", "tenant": "demo", "kind": "training", "gpus": 1,
                               "command": ["sleep", "600"], "priority": 1}, base_dir=REPO)
     with cluster.client() as client:
         started = time.perf_counter()

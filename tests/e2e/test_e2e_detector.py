@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from cluster import REPO, RunningCluster, own_cluster, wait_until
 
-from rota.client import load_job_file, spec_from_mapping
+from rota.client import job_spec_from_mapping, load_job_file
 
 SLOW_RANK, SLOW_FROM = 5, 60
 
@@ -26,7 +26,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url:
 
 
 def _spec(file: str, **changes: Any) -> Any:
-    return spec_from_mapping({**load_job_file(REPO / "examples" / file), **changes}, base_dir=REPO)
+    return job_spec_from_mapping({**load_job_file(REPO / "examples" / file), **changes}, base_dir=REPO)
 
 
 def test_a_report_stream_reaches_verdicts_and_a_hung_job_is_stopped(cluster: RunningCluster) -> None:

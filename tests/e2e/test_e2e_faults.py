@@ -13,14 +13,14 @@ from cluster import REPO, RunningCluster, job_processes, processes_of
 from sqlalchemy import create_engine, text
 
 from rota.bench.fault_harness import Watch
-from rota.client import load_job_file, spec_from_mapping
+from rota.client import job_spec_from_mapping, load_job_file
 
 
 def _sleep_spec(seconds: int, *, restart: str = "on-failure") -> Any:
     data = load_job_file(REPO / "examples" / "sleep.yaml")
     data["command"] = ["python", "examples/sleep_job.py", "--seconds", str(seconds)]
     data["restart"] = restart
-    return spec_from_mapping(data, base_dir=REPO)
+    return job_spec_from_mapping(data, base_dir=REPO)
 
 
 def _overlapping_claims(database_url: str) -> list[Any]:

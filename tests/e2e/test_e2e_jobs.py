@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import signal
@@ -18,8 +19,8 @@ from rota.client import (
     InvalidArgumentError,
     NotFoundError,
     UnauthenticatedError,
+    job_spec_from_mapping,
     load_job_file,
-    spec_from_mapping,
 )
 
 
@@ -36,7 +37,7 @@ def test_the_example_job_submitted_through_the_cli_succeeds_with_its_loss_in_pro
 
 def test_the_example_job_submitted_through_the_sdk_succeeds(cluster: RunningCluster) -> None:
     data = load_job_file(REPO / "examples" / "train-2gpu.yaml")
-    spec = spec_from_mapping(data, base_dir=REPO)
+    spec = job_spec_from_mapping(data, base_dir=REPO)
     with cluster.client() as client:
         job = client.submit(spec=spec)
         finished = client.wait(job.id)
@@ -138,7 +139,7 @@ def test_bad_submissions_exit_non_zero_with_one_line_naming_the_field(
 def test_a_tenant_sees_only_its_own_jobs_and_needs_a_token(cluster: RunningCluster) -> None:
     other = cluster.cli_json("tenants", "add", "other")
     with cluster.client() as admin:
-        spec = spec_from_mapping(load_job_file(REPO / "examples" / "fail.yaml"), base_dir=REPO)
+        spec = job_spec_from_mapping(load_job_file(REPO / "examples" / "fail.yaml"), base_dir=REPO)
         demo_job = admin.submit(spec=spec)
     with cluster.client(token=other["token"]) as client:
         with pytest.raises(NotFoundError):
@@ -146,9 +147,8 @@ def test_a_tenant_sees_only_its_own_jobs_and_needs_a_token(cluster: RunningClust
         with pytest.raises(NotFoundError):
             client.cancel(demo_job.id)
         assert all(j.tenant == "other" for j in client.list_jobs())
-        spec.tenant = "demo"
         with pytest.raises(InvalidArgumentError) as bad:
-            client.submit(spec=spec)
+            client.submit(spec=dataclasses.replace(spec, tenant="demo"))
         assert bad.value.field == "tenant"
         assert client.whoami() == (False, "other")
     with cluster.client() as admin:
@@ -184,16 +184,15 @@ def test_a_token_with_a_lifetime_expires_and_a_reissued_token_replaces_the_old_o
 
 
 def test_a_retried_submission_with_the_same_request_id_creates_one_job(cluster: RunningCluster) -> None:
-    spec = spec_from_mapping(load_job_file(REPO / "examples" / "fail.yaml"), base_dir=REPO)
+    spec = job_spec_from_mapping(load_job_file(REPO / "examples" / "fail.yaml"), base_dir=REPO)
     with cluster.client() as client:
         first = client.submit(spec=spec, request_id="retry-1")
         again = client.submit(spec=spec, request_id="retry-1")
         assert again.id == first.id
-        spec.priority = 9
         from rota.client import AlreadyExistsError
 
         with pytest.raises(AlreadyExistsError):
-            client.submit(spec=spec, request_id="retry-1")
+            client.submit(spec=dataclasses.replace(spec, priority=9), request_id="retry-1")
 
 
 def test_several_files_in_one_submit_are_all_submitted_or_none(cluster: RunningCluster, tmp_path: Path) -> None:
@@ -232,18 +231,16 @@ def test_nodes_lists_every_node_with_its_gpus_and_health(cluster: RunningCluster
     assert all(n["health"] == "ALIVE" and len(n["gpus"]) == 2 for n in nodes)
 
 
-def test_node_rpcs_are_served_on_the_node_port_only_and_the_deprecated_ones_still_work(cluster: RunningCluster) -> None:
+def test_node_rpcs_are_served_on_the_node_port_only(cluster: RunningCluster) -> None:
     """NodeService answers on the api's node port (the agents' ROTA_API_NODE_ADDR), not on the
-    public endpoint, which in turn serves no NodeService; ClusterService's deprecated node RPCs
-    (an agent of before 0.2.0) still work on the public endpoint until 0.3.0. Last in this
-    module: the node it registers (no GPUs, so nothing is placed there) goes DEAD afterwards."""
+    public endpoint, which in turn serves no NodeService, and no node RPC of any other service.
+    Last in this module: the node it registers (no GPUs, so nothing is placed there) goes DEAD
+    afterwards."""
     import grpc
 
     from rota.v1 import api_pb2, api_pb2_grpc, common_pb2, node_pb2, node_pb2_grpc
 
     info, metadata = cluster.info, (("authorization", f"Bearer {cluster.token}"),)
-    api_log = cluster.home / "logs" / "api.log"
-    assert "deprecated ClusterService" not in api_log.read_text(), "the local cluster's agents use NodeService"
     with grpc.insecure_channel(info["endpoint"]) as public, grpc.insecure_channel(info["node_endpoint"]) as internal:
         fresh = common_pb2.Node(name="node-rpc-check", address="127.0.0.1:9")
         with pytest.raises(grpc.RpcError) as on_public:
@@ -262,9 +259,7 @@ def test_node_rpcs_are_served_on_the_node_port_only_and_the_deprecated_ones_stil
         assert nodes.Register(node_pb2.NodeServiceRegisterRequest(node=fresh), timeout=10, metadata=metadata).node.name == fresh.name
         beat = nodes.Heartbeat(node_pb2.NodeServiceHeartbeatRequest(node=fresh.name), timeout=10, metadata=metadata)
         assert beat.health == common_pb2.NODE_HEALTH_ALIVE and not beat.assignments
-
-        old = api_pb2_grpc.ClusterServiceStub(public)
-        assert old.RegisterNode(api_pb2.RegisterNodeRequest(node=fresh), timeout=10, metadata=metadata).node.name == fresh.name
-        beat_old = old.NodeHeartbeat(api_pb2.NodeHeartbeatRequest(node=fresh.name), timeout=10, metadata=metadata)
-        assert beat_old.health == common_pb2.NODE_HEALTH_ALIVE and not beat_old.assignments
-    assert "deprecated ClusterService.NodeHeartbeat" in api_log.read_text()
+        # The copies ClusterService kept before 0.3.0 are gone: the public endpoint has no node RPC.
+        with pytest.raises(grpc.RpcError) as old:
+            public.unary_unary("/rota.v1.ClusterService/RegisterNode")(b"", timeout=10, metadata=metadata)
+        assert old.value.code() == grpc.StatusCode.UNIMPLEMENTED

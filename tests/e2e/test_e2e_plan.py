@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from cluster import REPO, RunningCluster, own_cluster
 
-from rota.client import load_job_file, spec_from_mapping
+from rota.client import job_spec_from_mapping, load_job_file
 
 STEP_S = 3  # short plan steps, so a demand curve changes within the test
 
@@ -21,7 +21,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url:
 
 def _spec(file: str, **changes: Any) -> Any:
     data = {**load_job_file(REPO / "examples" / file), **changes}
-    return spec_from_mapping(data, base_dir=REPO)
+    return job_spec_from_mapping(data, base_dir=REPO)
 
 
 def test_two_blocks_run_and_a_third_waits_with_the_step_it_is_planned_at(cluster: RunningCluster) -> None:

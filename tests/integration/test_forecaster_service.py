@@ -18,7 +18,7 @@ import pytest
 from opentelemetry import trace
 
 from rota.api import repository as api
-from rota.client import Client, InvalidArgumentError, NotFoundError, spec_from_mapping
+from rota.client import Client, InvalidArgumentError, NotFoundError, job_spec_from_mapping
 from rota.client.forecast import TrafficSample
 from rota.common.auth import hash_token
 from rota.common.bootstrap import TokenAuthenticator
@@ -77,7 +77,7 @@ def tenant_token(db: Database) -> str:
 
 
 def spec(**fields: Any) -> common_pb2.JobSpec:
-    return spec_from_mapping({"kind": "training", "gpus": 2, "command": ["true"], "features": FEATURES, **fields})
+    return job_spec_from_mapping({"kind": "training", "gpus": 2, "command": ["true"], "features": FEATURES, **fields})
 
 
 def observe(endpoint: str, request: forecaster_pb2.ObserveRequest, token: str = ADMIN) -> bool:

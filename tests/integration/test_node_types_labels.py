@@ -1,5 +1,5 @@
 """A node's GPU types and labels through the api on a real PostgreSQL and Redis: what an agent
-registers (NodeService.Register, and the deprecated ClusterService.RegisterNode) is what
+registers (NodeService.Register) is what
 ListNodes, the SDK and `rota nodes --json` read back; a re-registration replaces it; a bad
 type or label is INVALID_ARGUMENT naming the field, and nothing of it is stored."""
 
@@ -27,7 +27,7 @@ from rota.common.config import Settings
 from rota.common.db import Database
 from rota.common.live import LiveState, connect_redis
 from rota.common.server import RotaInterceptor, Serving, start_server
-from rota.v1 import api_pb2, api_pb2_grpc, common_pb2, node_pb2, node_pb2_grpc
+from rota.v1 import api_pb2_grpc, common_pb2, node_pb2, node_pb2_grpc
 
 ADMIN = "admin-" + secrets.token_hex(8)
 METADATA = (("authorization", f"Bearer {ADMIN}"),)
@@ -115,15 +115,6 @@ def test_a_re_registration_replaces_types_and_labels(api: Api) -> None:
     register(api, node("typed-2", [""], {}))  # a virtual slot that declares nothing
     found = listed(api, "typed-2")
     assert ([g.type for g in found.gpus], found.labels, found.gpu_types, found.switch) == ([""], {}, [], "")
-
-
-def test_the_deprecated_register_node_stores_them_too(api: Api) -> None:
-    with grpc.insecure_channel(api.target) as channel:
-        api_pb2_grpc.ClusterServiceStub(channel).RegisterNode(
-            api_pb2.RegisterNodeRequest(node=node("typed-3", ["l40s"], {"switch": "s9"})), timeout=10,
-            metadata=METADATA)
-    found = listed(api, "typed-3")
-    assert ([g.type for g in found.gpus], found.labels) == (["l40s"], {"switch": "s9"})
 
 
 @pytest.mark.parametrize(("types", "labels", "field"), [

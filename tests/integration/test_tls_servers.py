@@ -34,7 +34,7 @@ from rota.client import (
     NotFoundError,
     PermissionDeniedError,
     UnauthenticatedError,
-    spec_from_mapping,
+    job_spec_from_mapping,
 )
 from rota.common.agents import AgentClients
 from rota.common.bootstrap import TokenAuthenticator
@@ -157,7 +157,7 @@ def jobs(servers: Servers, certs: Certs) -> dict[str, str]:
     with Client.connect(servers.target, token=ADMIN, timeout=TIMEOUT, tls=certs.cli) as admin:
         for tenant in ("alpha", "beta"):
             admin.create_tenant(tenant)
-            spec = spec_from_mapping({"name": f"{tenant}-job", "tenant": tenant, "gpus": 1, "command": ["true"]})
+            spec = job_spec_from_mapping({"name": f"{tenant}-job", "tenant": tenant, "gpus": 1, "command": ["true"]})
             ids[tenant] = admin.submit(spec=spec).id
     return ids
 
@@ -210,11 +210,11 @@ def test_a_tenant_certificate_without_a_token_acts_as_that_tenant(
         assert alpha.get_job(jobs["alpha"]).tenant == "alpha"
         with pytest.raises(NotFoundError):
             alpha.get_job(jobs["beta"])
-        spec = spec_from_mapping({"name": "mine", "gpus": 1, "command": ["true"]})
+        spec = job_spec_from_mapping({"name": "mine", "gpus": 1, "command": ["true"]})
         mine = alpha.submit(spec=spec)
         assert mine.tenant == "alpha"
         with pytest.raises(InvalidArgumentError) as err:
-            alpha.submit(spec=spec_from_mapping({"name": "theirs", "tenant": "beta", "gpus": 1, "command": ["true"]}))
+            alpha.submit(spec=job_spec_from_mapping({"name": "theirs", "tenant": "beta", "gpus": 1, "command": ["true"]}))
         assert err.value.field == "tenant"
         with pytest.raises(PermissionDeniedError):
             alpha.create_tenant("gamma")
@@ -256,11 +256,11 @@ def test_only_a_service_certificate_may_name_a_tenant_in_metadata(
     claim = ((ON_BEHALF_OF, "tenant:beta"),)
     with open_channel(servers.target, certs.service) as channel:
         reply = api_pb2_grpc.JobServiceStub(channel).ListJobs(request, timeout=5, metadata=claim)
-        _assert_only(map(Job.from_proto, reply.jobs), "beta", jobs)
+        _assert_only(map(Job._from_proto, reply.jobs), "beta", jobs)
     with grpc.secure_channel(servers.target, certs.cli.credentials()) as channel:
         with pytest.raises(grpc.RpcError) as err:
             api_pb2_grpc.JobServiceStub(channel).ListJobs(request, timeout=5, metadata=claim)
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     with grpc.secure_channel(servers.target, certs.alpha.credentials()) as channel:
         reply = api_pb2_grpc.JobServiceStub(channel).ListJobs(request, timeout=5, metadata=claim)
-        _assert_only(map(Job.from_proto, reply.jobs), "alpha", jobs)
+        _assert_only(map(Job._from_proto, reply.jobs), "alpha", jobs)

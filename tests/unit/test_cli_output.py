@@ -48,7 +48,7 @@ def make_job(state: str = "CANCELLED", *, started: bool = True, exit_code: int =
     )
     if started:
         proto.started_at.CopyFrom(_ts(T0))
-    return Job.from_proto(proto)
+    return Job._from_proto(proto)
 
 
 class FakeClient:

@@ -9,6 +9,7 @@ import pytest
 
 from rota.cli.array_commands import grouped_table, with_after
 from rota.client import Dependency, InvalidArgumentError, JobArray, JobSpec, job_spec_from_mapping
+from rota.client._wire import spec_to_proto
 from rota.client.arrays import indices_text
 from rota.client.jobfile import array_of
 from rota.v1 import common_pb2
@@ -38,10 +39,13 @@ def test_a_bad_array_field_names_it() -> None:
 def test_depends_on_in_a_job_file_and_on_the_wire() -> None:
     spec = job_spec_from_mapping({**BASE, "depends_on": ["j-1", {"job": "j-2", "when": "failed"}]})
     assert spec.depends_on == (Dependency("j-1"), Dependency("j-2", "failed"))
-    wire = spec.to_proto()
+    wire = spec_to_proto(spec)
     assert [(d.job, d.when) for d in wire.depends_on] == [
         ("j-1", common_pb2.DEPENDENCY_CONDITION_SUCCEEDED), ("j-2", common_pb2.DEPENDENCY_CONDITION_FAILED)]
-    assert [d.job for d in with_after(wire, ["j-2", "j-3"]).depends_on] == ["j-1", "j-2", "j-3"]
+    after = with_after(spec, ["j-2", "j-3"])
+    assert [(d.job, d.when) for d in spec_to_proto(after).depends_on] == [
+        ("j-1", common_pb2.DEPENDENCY_CONDITION_SUCCEEDED), ("j-2", common_pb2.DEPENDENCY_CONDITION_FAILED),
+        ("j-3", common_pb2.DEPENDENCY_CONDITION_SUCCEEDED)]
 
 
 @pytest.mark.parametrize(("raw", "field"), [
@@ -57,7 +61,7 @@ def test_bad_dependencies_in_a_file_name_the_field(raw: Any, field: str) -> None
 
 def test_an_unknown_condition_in_the_sdk_names_the_field() -> None:
     with pytest.raises(InvalidArgumentError) as err:
-        JobSpec(command=["true"], depends_on=[Dependency("j-1", "sometimes")]).to_proto()
+        spec_to_proto(JobSpec(command=["true"], depends_on=[Dependency("j-1", "sometimes")]))
     assert err.value.field == "depends_on[0].when"
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rota.client import Job, NotFoundError, PermissionDeniedError, UnauthenticatedError
+from rota.client import Job, JobState, NotFoundError, PermissionDeniedError, UnauthenticatedError
 from rota.console.app import ConsoleApp
 from rota.console.gateway import Viewer, allowed_actions
 from rota.console.grid import OTHER, job_colour, mask_ids, node_rows, plan_grid, progress_fraction, runs
@@ -90,10 +90,10 @@ def test_progress_fraction() -> None:
 
 
 def test_buttons_follow_the_state() -> None:
-    assert allowed_actions("RUNNING") == ["cancel", "pause"]
-    assert allowed_actions("PAUSED") == ["cancel", "resume"]
-    assert allowed_actions("PENDING") == ["cancel"]
-    assert allowed_actions("SUCCEEDED") == allowed_actions("CANCELLED") == []
+    assert allowed_actions(JobState.RUNNING) == ["cancel", "pause"]
+    assert allowed_actions(JobState.PAUSED) == ["cancel", "resume"]
+    assert allowed_actions(JobState.PENDING) == ["cancel"]
+    assert allowed_actions(JobState.SUCCEEDED) == allowed_actions(JobState.CANCELLED) == []
 
 
 # --- parameters and errors --------------------------------------------------------------------
@@ -153,7 +153,7 @@ def test_static_files_are_only_the_consoles_own() -> None:
 def a_job(state: str = "RUNNING", job_id: str = "j-aaa") -> Job:
     proto = common_pb2.Job(id=job_id, state=common_pb2.JobState.Value(f"JOB_STATE_{state}"),
                            spec=common_pb2.JobSpec(name="n", tenant="demo", gpus=1, command=["python", "x.py"]))
-    return Job.from_proto(proto)
+    return Job._from_proto(proto)
 
 
 @dataclass

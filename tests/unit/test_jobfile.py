@@ -7,12 +7,18 @@ from typing import Any
 
 import pytest
 
+from rota.client._wire import spec_to_proto
 from rota.client.errors import InvalidArgumentError
-from rota.client.jobfile import load_job_file, parse_duration, spec_from_mapping
+from rota.client.jobfile import job_spec_from_mapping, load_job_file, parse_duration
 from rota.v1 import common_pb2
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+
+def spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None) -> common_pb2.JobSpec:
+    """A job file's fields as the SDK sends them: read, then converted to the wire message."""
+    return spec_to_proto(job_spec_from_mapping(data, base_dir=base_dir))
 
 
 @pytest.mark.parametrize(

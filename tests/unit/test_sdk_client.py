@@ -3,6 +3,7 @@ the cluster (`Client.from_home`, `Client.from_env`) and its errors, and `JobSpec
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -12,12 +13,14 @@ import pytest
 
 from rota.client import (
     Client,
+    Dependency,
     InvalidArgumentError,
     JobSpec,
     NoClusterError,
+    job_spec_from_mapping,
     load_job_spec,
-    spec_from_mapping,
 )
+from rota.client._wire import spec_from_proto, spec_to_proto
 from rota.client.client import log_lines
 from rota.client.home import ClusterHome, resolve_connection
 from rota.v1 import common_pb2
@@ -189,11 +192,11 @@ def test_a_job_spec_is_frozen_and_keyword_only() -> None:
 
 
 def test_a_job_spec_becomes_the_wire_message(tmp_path: Path) -> None:
-    proto = JobSpec(
+    proto = spec_to_proto(JobSpec(
         name="ft", tenant="nlp", kind="batch_inference", priority=7, gpus=4, command=["python", "x.py", 3],  # type: ignore[list-item]
         workdir="sub", env={"A": "1"}, duration=timedelta(minutes=90), preemptible=True, restart="on-failure",
         max_retries=2, features={"params": 1.3e9, "variant": "lora"}, max_swap=1, accepts_layout_changes=True,
-    ).to_proto(base_dir=tmp_path)
+    ), base_dir=tmp_path)
     assert (proto.name, proto.tenant, proto.priority, proto.gpus, proto.max_retries) == ("ft", "nlp", 7, 4, 2)
     assert proto.kind == common_pb2.JOB_KIND_BATCH_INFERENCE and proto.restart == common_pb2.RESTART_POLICY_ON_FAILURE
     assert list(proto.command) == ["python", "x.py", "3"] and dict(proto.env) == {"A": "1"}
@@ -204,7 +207,7 @@ def test_a_job_spec_becomes_the_wire_message(tmp_path: Path) -> None:
 
 def test_a_job_spec_defaults_as_a_job_file_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    proto = JobSpec(command=["true"]).to_proto()
+    proto = spec_to_proto(JobSpec(command=["true"]))
     assert proto.kind == common_pb2.JOB_KIND_TRAINING and (proto.priority, proto.gpus) == (5, 1)
     assert proto.workdir == str(tmp_path.resolve()) and not proto.HasField("duration_seconds")
     assert not proto.HasField("features")
@@ -218,17 +221,24 @@ def test_a_job_spec_defaults_as_a_job_file_does(tmp_path: Path, monkeypatch: pyt
 )
 def test_what_cannot_go_on_the_wire_names_the_field(spec: JobSpec, field: str) -> None:
     with pytest.raises(InvalidArgumentError) as info:
-        spec.to_proto()
+        spec_to_proto(spec)
     assert info.value.field == field
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.yaml")), ids=lambda p: p.name)
-def test_a_job_file_reads_as_a_job_spec_and_the_same_proto(path: Path) -> None:
+def test_a_job_file_reads_as_a_job_spec_and_back_from_the_wire(path: Path) -> None:
     from rota.client import load_job_file
 
     spec = load_job_spec(path, base_dir=REPO)
     assert isinstance(spec, JobSpec)
-    assert spec.to_proto() == spec_from_mapping(load_job_file(path), base_dir=REPO)
+    assert spec == job_spec_from_mapping(load_job_file(path), base_dir=REPO)
+    # Job.spec: what the api answers reads back as the same JobSpec, field for field.
+    back = spec_from_proto(spec_to_proto(spec))
+    wire_gpus = 0 if spec.nodes and spec.gpus_per_node and spec.gpus == 1 else spec.gpus
+    assert back == dataclasses.replace(spec, gpus=wire_gpus, command=tuple(spec.command), demand=tuple(spec.demand),
+                                       gpu_types=tuple(spec.gpu_types), env=dict(spec.env),
+                                       features=dict(spec.features), depends_on=tuple(
+                                           Dependency(d) if isinstance(d, str) else d for d in spec.depends_on))
 
 
 # The CLI passes the raw bytes through.

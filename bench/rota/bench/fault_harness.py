@@ -29,10 +29,9 @@ from typing import Any
 from sqlalchemy import create_engine, make_url, text
 
 from rota.cli.netproxy import FaultProxy
-from rota.client import Client, Job, UnavailableError, load_job_file, spec_from_mapping
+from rota.client import Client, Job, JobSpec, UnavailableError, job_spec_from_mapping, load_job_file
 from rota.client.home import ClusterHome, read_info
 from rota.common.db import normalize_url
-from rota.v1 import common_pb2
 
 REPO = Path(__file__).resolve().parents[3]
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -318,12 +317,12 @@ class Harness:
             time.sleep(1)
 
 
-def sleep_spec(seconds: float, *, interval: float, **fields: Any) -> common_pb2.JobSpec:
+def sleep_spec(seconds: float, *, interval: float, **fields: Any) -> JobSpec:
     """`examples/sleep.yaml` for the suite's tenant, running `seconds`, with `fields` changed."""
     data = load_job_file(REPO / "examples" / "sleep.yaml")
     data.update(tenant=TENANT, command=["python", "examples/sleep_job.py", "--seconds", str(seconds),
                                         "--interval", str(interval)], **fields)
-    return spec_from_mapping(data, base_dir=REPO)
+    return job_spec_from_mapping(data, base_dir=REPO)
 
 
 def percentiles(values: list[float]) -> dict[str, float]:

@@ -40,7 +40,8 @@ import redis
 from rota.bench.fault_harness import TENANT, Harness, Watch, job_processes, percentiles, sleep_spec
 from rota.cli.netproxy import FaultProxy
 from rota.cli.tls_probe import tls_cases
-from rota.client import RotaError
+from rota.client import JobSpec, RotaError
+from rota.client._wire import spec_to_proto  # raw RPCs: replays and refusals the SDK would not send
 from rota.common.bootstrap import TOKEN_CACHE_S
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
 
@@ -204,7 +205,7 @@ def postgres_outage(h: Harness, outage_s: float = 10.0) -> dict[str, Any]:
             "internal_errors": codes.get("INTERNAL", 0)}
 
 
-def _try_submit(client: Any, spec: common_pb2.JobSpec) -> str | None:
+def _try_submit(client: Any, spec: JobSpec) -> str | None:
     try:
         return str(client.submit(spec=spec).id)
     except RotaError:
@@ -273,7 +274,7 @@ def replays(h: Harness, rounds: int) -> dict[str, Any]:
         meta = (("authorization", f"Bearer {h.token}"),)
         for _ in range(rounds):
             rid = str(uuid.uuid4())
-            request = api_pb2.SubmitJobRequest(spec=spec, request_id=rid)
+            request = api_pb2.SubmitJobRequest(spec=spec_to_proto(spec), request_id=rid)
             for _ in range(3):
                 try:
                     stub.SubmitJob(request, timeout=0.002, metadata=meta)
@@ -281,7 +282,7 @@ def replays(h: Harness, rounds: int) -> dict[str, Any]:
                     pass  # DEADLINE_EXCEEDED: the client cannot tell whether it landed
             job = client.submit(spec=spec, request_id=rid)
             h.submitted.append(job.id)
-            other = api_pb2.SubmitJobRequest(spec=spec, request_id=rid)
+            other = api_pb2.SubmitJobRequest(spec=spec_to_proto(spec), request_id=rid)
             other.spec.priority = spec.priority % 10 + 1
             try:
                 stub.SubmitJob(other, timeout=10, metadata=meta)
@@ -294,7 +295,7 @@ def replays(h: Harness, rounds: int) -> dict[str, Any]:
     return {"rounds": rounds, "duplicates": len(by_request), "different_body_already_exists": conflict_refused}
 
 
-def short_job_spec() -> common_pb2.JobSpec:
+def short_job_spec() -> JobSpec:
     return sleep_spec(0.5, interval=0.1)
 
 
@@ -336,10 +337,10 @@ def security(h: Harness) -> dict[str, Any]:
     expect("replaced_token", grpc.StatusCode.UNAUTHENTICATED, list_as(first_token))
     as_other = (("authorization", f"Bearer {other_token}"),)
     expect("other_tenants_job", grpc.StatusCode.NOT_FOUND, lambda: jobs.GetJob(get, timeout=10, metadata=as_other))
-    foreign = api_pb2.SubmitJobRequest(spec=short_job_spec())
+    foreign = api_pb2.SubmitJobRequest(spec=spec_to_proto(short_job_spec()))
     expect("body_names_another_tenant", grpc.StatusCode.INVALID_ARGUMENT,
            lambda: jobs.SubmitJob(foreign, timeout=10, metadata=as_other))
-    huge = api_pb2.SubmitJobRequest(spec=short_job_spec(), request_id="x")
+    huge = api_pb2.SubmitJobRequest(spec=spec_to_proto(short_job_spec()), request_id="x")
     huge.spec.env["PAD"] = "x" * (5 * 1024 * 1024)
     expect("oversized_message", grpc.StatusCode.RESOURCE_EXHAUSTED,
            lambda: jobs.SubmitJob(huge, timeout=10, metadata=(("authorization", f"Bearer {h.token}"),)))

@@ -21,6 +21,7 @@ on a small machine a threaded client measures itself as much as the api.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -38,9 +39,8 @@ import grpc
 
 from rota.bench import load_breakdown, load_cli
 from rota.bench.fault_harness import TENANT, Harness, percentiles, sleep_spec
-from rota.client import Client
+from rota.client import Client, JobSpec
 from rota.client.client import _RETRY_CONFIG
-from rota.v1 import common_pb2
 
 START_DELAY_S = 0.5  # every client process is up and connected before the clock starts
 # Between idle samples: the previous job's completion is planned for (and the allocator's
@@ -57,11 +57,8 @@ CONNECT_TIMEOUT_S = 10.0
 JOB_COMMAND = ("sleep", "1")
 
 
-def _spec(priority: int = 1) -> common_pb2.JobSpec:
-    spec = sleep_spec(0.2, interval=0.1, priority=priority, restart="never")
-    spec.ClearField("command")
-    spec.command.extend(JOB_COMMAND)
-    return spec
+def _spec(priority: int = 1) -> JobSpec:
+    return dataclasses.replace(sleep_spec(0.2, interval=0.1, priority=priority, restart="never"), command=JOB_COMMAND)
 
 
 def _connect(endpoint: str, token: str) -> Client:

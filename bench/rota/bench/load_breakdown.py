@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rota.bench.fault_harness import Harness, percentiles
-from rota.v1 import common_pb2
+from rota.client import JobSpec
 
 SAMPLES = 300
 
@@ -34,7 +34,7 @@ def _timed(call: Callable[[], Any], samples: int) -> dict[str, float]:
     return {k: round(v * 1000, 2) for k, v in percentiles(times).items() if k != "n"}
 
 
-def breakdown(h: Harness, spec: common_pb2.JobSpec, samples: int = SAMPLES) -> dict[str, Any]:
+def breakdown(h: Harness, spec: JobSpec, samples: int = SAMPLES) -> dict[str, Any]:
     import redis
     from sqlalchemy import create_engine, text
 

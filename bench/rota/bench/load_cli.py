@@ -109,9 +109,9 @@ def cli(h: Harness, seconds: float, threads: int, processes: int, work: Path, *,
 
 
 def array(h: Harness, jobs: int) -> dict[str, Any]:
-    from rota.client import spec_from_mapping
+    from rota.client import job_spec_from_mapping
 
-    spec = spec_from_mapping(dict(CLI_JOB, name="array-load"), base_dir=Path.cwd())
+    spec = job_spec_from_mapping(dict(CLI_JOB, name="array-load"), base_dir=Path.cwd())
     with h.client() as client:
         t0 = time.perf_counter()
         submitted = client.submit_array(spec=spec, indices=range(jobs))

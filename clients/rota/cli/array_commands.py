@@ -6,19 +6,22 @@ counted by state (`--expand` lists the tasks)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rota.cli.output import ago, print_json, table
 from rota.client.arrays import JobArray
+from rota.client.enums import JobState
 from rota.client.jobfile import array_of, load_job_file
-from rota.v1 import common_pb2
+from rota.client.jobspec import Dependency, JobSpec
 
 if TYPE_CHECKING:  # the gRPC client: `rota submit` over HTTP imports this module without it
     from rota.client import Client, Job
 
-STATE_ORDER = ("RUNNING", "SCHEDULED", "PENDING", "PAUSED", "LOST", "SUCCEEDED", "FAILED", "CANCELLED")
+STATE_ORDER = (JobState.RUNNING, JobState.SCHEDULED, JobState.PENDING, JobState.PAUSED, JobState.LOST,
+               JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 
 
 def array_text(args: argparse.Namespace) -> str | None:
@@ -31,12 +34,13 @@ def array_text(args: argparse.Namespace) -> str | None:
     return array_of(load_job_file(args.files[0]))
 
 
-def with_after(spec: common_pb2.JobSpec, after: Sequence[str] | None) -> common_pb2.JobSpec:
+def with_after(spec: JobSpec, after: Sequence[str] | None) -> JobSpec:
     """`--after ID`: each parent must succeed first (Slurm's --dependency=afterok:ID)."""
+    depends = [Dependency(d) if isinstance(d, str) else d for d in spec.depends_on]
     for parent in after or ():
-        if all(d.job != parent for d in spec.depends_on):
-            spec.depends_on.add(job=parent, when=common_pb2.DEPENDENCY_CONDITION_SUCCEEDED)
-    return spec
+        if all(d.job != parent for d in depends):
+            depends.append(Dependency(parent, "succeeded"))
+    return dataclasses.replace(spec, depends_on=tuple(depends)) if after else spec
 
 
 def check_array_flags(args: argparse.Namespace) -> None:
@@ -47,7 +51,7 @@ def check_array_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--array: one FILE at a time (got {len(args.files)})")
 
 
-def submit_array(args: argparse.Namespace, spec: common_pb2.JobSpec, indices: str,
+def submit_array(args: argparse.Namespace, spec: JobSpec, indices: str,
                  connect: Callable[[argparse.Namespace], Client]) -> int:
     check_array_flags(args)
     with connect(args) as client:
@@ -82,8 +86,8 @@ def grouped_table(found: Sequence[Job], arrays: Sequence[JobArray], job_rows: Ca
     return f"{text}\n\n{arrays_text}" if text else arrays_text
 
 
-def _counts(states: dict[str, int]) -> str:
-    order = {s: i for i, s in enumerate(STATE_ORDER)}
+def _counts(states: dict[JobState, int]) -> str:
+    order: dict[JobState, int] = {s: i for i, s in enumerate(STATE_ORDER)}
     return " ".join(f"{s.lower()}={n}" for s, n in sorted(states.items(), key=lambda kv: order.get(kv[0], 99)) if n)
 
 

@@ -21,16 +21,17 @@ from rota.client import (
     Client,
     DeadlineExceededError,
     Job,
+    JobSpec,
+    JobState,
     NotFoundError,
     RotaError,
     UnavailableError,
     UnimplementedError,
+    job_spec_from_mapping,
     load_job_file,
     parse_duration,
-    spec_from_mapping,
 )
 from rota.client.client import iso_utc
-from rota.v1 import common_pb2
 
 if TYPE_CHECKING:  # loaded by the SDK when `rota job` asks for them, not by every command
     from rota.client import Explanation, Verdict
@@ -115,10 +116,10 @@ def submit(args: argparse.Namespace) -> int:
         print_json(job.to_dict())
     else:
         print(f"{job.id} {job.state}")
-    return 0 if job.state == "SUCCEEDED" else 1
+    return 0 if job.state == JobState.SUCCEEDED else 1
 
 
-def _submit_many(args: argparse.Namespace, specs: list[common_pb2.JobSpec]) -> int:
+def _submit_many(args: argparse.Namespace, specs: list[JobSpec]) -> int:
     """Several files over one channel, SUBMIT_CONCURRENCY at a time, so the api's batcher
     commits them together (one fsync for the lot, not one per file). Each is a submission
     of its own, as a loop of `sbatch` is: one the api refuses stops none of the others, and
@@ -128,7 +129,7 @@ def _submit_many(args: argparse.Namespace, specs: list[common_pb2.JobSpec]) -> i
             raise ValueError(f"{flag}: one FILE at a time (got {len(specs)})")
     from concurrent.futures import ThreadPoolExecutor
 
-    def send(spec: common_pb2.JobSpec) -> Job | RotaError:
+    def send(spec: JobSpec) -> Job | RotaError:
         try:
             return client.submit(spec=spec)
         except RotaError as exc:
@@ -419,7 +420,7 @@ def demo(args: argparse.Namespace) -> int:
                     client.create_tenant("demo", share=1.0)
                 ids = []
                 for file in files:
-                    spec = spec_from_mapping(load_job_file(file), base_dir=examples.parent)
+                    spec = job_spec_from_mapping(load_job_file(file), base_dir=examples.parent)
                     ids.append(client.submit(spec=spec).id)
                     print(f"submitted {file.name}", flush=True)
                 return _demo_table(client, ids, args.timeout)
@@ -444,11 +445,11 @@ def _demo_table(client: Client, ids: list[str], timeout_s: float) -> int:
         found = [client.get_job(i) for i in ids]
         screen.show(demo_table(found), only_changed=True)
         if all(j.finished for j in found):
-            done = sum(j.state == "SUCCEEDED" for j in found)
+            done = sum(j.state == JobState.SUCCEEDED for j in found)
             print(f"\nall {len(found)} jobs finished: {done} succeeded, "
-                  f"{sum(j.state == 'FAILED' for j in found)} failed (fail.yaml fails on purpose)")
+                  f"{sum(j.state == JobState.FAILED for j in found)} failed (fail.yaml fails on purpose)")
             expected_fail = {j.id for j in found if j.name.startswith("fail")}
-            ok = all(j.state == "SUCCEEDED" or j.id in expected_fail for j in found)
+            ok = all(j.state == JobState.SUCCEEDED or j.id in expected_fail for j in found)
             return 0 if ok else 1
         if time.monotonic() > deadline:
             raise TimeoutError(f"demo jobs did not finish within {timeout_s:.0f}s")

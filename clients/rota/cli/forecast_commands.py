@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rota.cli.commands import connect
 from rota.cli.output import print_json, table
-from rota.client import load_job_file, spec_from_mapping
+from rota.client import job_spec_from_mapping, load_job_file
 from rota.client.forecast import load_traffic
 
 Handler = Callable[[argparse.Namespace], int]
@@ -33,16 +33,18 @@ def human(seconds: float) -> str:
 
 def forecast(args: argparse.Namespace) -> int:
     data = load_job_file(args.file)
-    spec = spec_from_mapping(data, base_dir=Path(args.file).resolve().parent)
+    spec = job_spec_from_mapping(data, base_dir=Path(args.file).resolve().parent)
     with connect(args) as client:
         f = client.forecast(spec=spec, quantile=args.quantile)
     name = spec.name or Path(args.file).stem
     kind = str(data.get("kind", "training"))
-    declared = spec.duration_seconds if spec.HasField("duration_seconds") else None
+    declared = spec.duration.total_seconds() if spec.duration is not None else None
+    # A gang's GPUs: nodes x gpus_per_node when `gpus` is left at its default (as the server sets it).
+    gpus = spec.nodes * spec.gpus_per_node if spec.nodes and spec.gpus_per_node and spec.gpus == 1 else spec.gpus
     if args.json:
-        print_json({"name": name, "kind": kind, "gpus": spec.gpus, "declared_seconds": declared, **f.to_dict()})
+        print_json({"name": name, "kind": kind, "gpus": gpus, "declared_seconds": declared, **f.to_dict()})
         return 0
-    print(f"{name} ({kind}, {spec.gpus} GPU{'s' if spec.gpus != 1 else ''}): P50 {human(f.p50_seconds)}, "
+    print(f"{name} ({kind}, {gpus} GPU{'s' if gpus != 1 else ''}): P50 {human(f.p50_seconds)}, "
           f"P90 {human(f.p90_seconds)}  (80% interval {human(f.p10_seconds)} .. {human(f.p90_seconds)})")
     if args.quantile != 0.5:
         print(f"  at P{round(100 * args.quantile)}: {human(f.seconds)}")

@@ -24,25 +24,30 @@ from google.protobuf.message import Message
 
 from rota.cli.output import print_json
 from rota.cli.running import run
+from rota.client._wire import job_state, spec_to_proto
 from rota.client.arrays import JobArray, array_request
 from rota.client.errors import RotaError, UnavailableError, error_of
 from rota.client.home import NoClusterError, resolve_connection
-from rota.client.jobfile import load_job_file, spec_from_mapping
-from rota.v1 import api_pb2, common_pb2
+from rota.client.jobfile import job_spec_from_mapping, load_job_file
+from rota.client.jobspec import JobSpec
+from rota.v1 import api_pb2
 
 TIMEOUT_S = 30.0  # as the gRPC client's default deadline for a CLI call
 CONCURRENCY = 16  # several files: connections in flight, so the api commits them as one batch
 
 
-def spec_of(path: str, tenant: str | None) -> common_pb2.JobSpec:
-    """A job file as the spec to submit, `--tenant` over the file's."""
+def spec_of(path: str, tenant: str | None) -> JobSpec:
+    """A job file as the spec to submit, `--tenant` over the file's; what could not be put
+    on the wire at all (features that are not JSON) is refused here, before anything is sent."""
     data = load_job_file(path)
     if tenant:
         data["tenant"] = tenant
-    return spec_from_mapping(data, base_dir=Path.cwd())
+    spec = job_spec_from_mapping(data, base_dir=Path.cwd())
+    spec_to_proto(spec)
+    return spec
 
 
-def specs_of(args: argparse.Namespace) -> list[common_pb2.JobSpec]:
+def specs_of(args: argparse.Namespace) -> list[JobSpec]:
     """Every file of `rota submit`, read and checked before anything is sent (a bad one
     submits nothing), with `--tenant` and `--after` applied: both transports' specs."""
     from rota.cli import array_commands
@@ -98,7 +103,7 @@ def _submit(args: argparse.Namespace, api: HttpApi) -> int:
         array_commands.check_array_flags(args)
         request = array_request(specs[0], indices, None, args.request_id)
         reply = api.call("JobService/SubmitJobArray", request, api_pb2.SubmitJobArrayResponse())
-        return array_commands.print_array(args, JobArray.from_proto(reply.array))
+        return array_commands.print_array(args, JobArray._from_proto(reply.array))
     if len(specs) > 1:
         if args.request_id:
             raise ValueError(f"--request-id: one FILE at a time (got {len(specs)})")
@@ -110,22 +115,22 @@ def _submit(args: argparse.Namespace, api: HttpApi) -> int:
     return 0
 
 
-def _submit_one(api: HttpApi, spec: common_pb2.JobSpec, request_id: str | None) -> tuple[str, str] | RotaError:
-    request = api_pb2.SubmitJobRequest(spec=spec, request_id=request_id or str(uuid.uuid4()))
+def _submit_one(api: HttpApi, spec: JobSpec, request_id: str | None) -> tuple[str, str] | RotaError:
+    request = api_pb2.SubmitJobRequest(spec=spec_to_proto(spec), request_id=request_id or str(uuid.uuid4()))
     try:
         job = api.call("JobService/SubmitJob", request, api_pb2.SubmitJobResponse()).job
     except RotaError as exc:
         return exc
-    return job.id, common_pb2.JobState.Name(job.state).removeprefix("JOB_STATE_")
+    return job.id, job_state(job.state)
 
 
-def _submit_many(api: HttpApi, specs: list[common_pb2.JobSpec]) -> list[tuple[str, str] | RotaError]:
+def _submit_many(api: HttpApi, specs: list[JobSpec]) -> list[tuple[str, str] | RotaError]:
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
     own = threading.local()  # one connection per thread: HTTP/1.1 answers one request at a time
 
-    def send(spec: common_pb2.JobSpec) -> tuple[str, str] | RotaError:
+    def send(spec: JobSpec) -> tuple[str, str] | RotaError:
         if not hasattr(own, "api"):
             own.api = api.another()
         return _submit_one(own.api, spec, None)

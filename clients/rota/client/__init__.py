@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from rota.client.arrays import JobArray
+from rota.client.enums import JobKind, JobState
 from rota.client.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
@@ -30,7 +31,6 @@ from rota.client.jobfile import (
     load_job_file,
     load_job_spec,
     parse_duration,
-    spec_from_mapping,
 )
 from rota.client.jobspec import Dependency, JobSpec
 from rota.client.tls import TLS
@@ -76,8 +76,8 @@ __all__ = [
     "AdmissionEndpoint", "Client", "TLS", "CurrentPlan", "PlannedJob", "ScenarioPlan", "WhatIf", "Explanation", "Gpu", "Job", "JobEvent", "Node", "StateChange", "Tenant",
     "RotaError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError", "PermissionDeniedError",
     "UnauthenticatedError", "FailedPreconditionError", "UnavailableError", "DeadlineExceededError",
-    "UnimplementedError", "load_job_file", "parse_duration", "spec_from_mapping",
-    "JobSpec", "Dependency", "JobArray", "load_job_spec", "job_spec_from_mapping", "ClusterHome", "NoClusterError",
+    "UnimplementedError", "load_job_file", "parse_duration",
+    "JobSpec", "JobState", "JobKind", "Dependency", "JobArray", "load_job_spec", "job_spec_from_mapping", "ClusterHome", "NoClusterError",
     "JobFairness", "Standings", "TenantFairness", "UsageEntry",
     "CheckpointImage", "CheckpointOperation", "CheckpointResult", "JobImages", "MigrateResult", "PauseResult",
     "ResumeResult",

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from rota.client.jobspec import JobSpec, spec_proto
-from rota.v1 import api_pb2, common_pb2
-
-FINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+from rota.client import _wire
+from rota.client.enums import FINISHED, JobState
+from rota.client.jobspec import JobSpec
+from rota.v1 import api_pb2
 
 
 def indices_text(indices: range | Sequence[int] | str) -> str:
@@ -34,11 +34,11 @@ def indices_text(indices: range | Sequence[int] | str) -> str:
 
 
 def array_request(
-    spec: JobSpec | common_pb2.JobSpec, indices: range | Sequence[int] | str, max_running: int | None,
+    spec: JobSpec, indices: range | Sequence[int] | str, max_running: int | None,
     request_id: str | None,
 ) -> api_pb2.SubmitJobArrayRequest:
     return api_pb2.SubmitJobArrayRequest(
-        spec=spec_proto(spec), indices=indices_text(indices), max_running=max_running or 0,
+        spec=_wire.spec_to_proto(spec), indices=indices_text(indices), max_running=max_running or 0,
         request_id=request_id or str(uuid.uuid4()))
 
 
@@ -53,23 +53,23 @@ class JobArray:
     count: int
     max_running: int  # 0: no cap
     job_ids: list[str] = field(default_factory=list)
-    states: dict[str, int] = field(default_factory=dict)
+    states: dict[JobState, int] = field(default_factory=dict)
     created_at: datetime | None = None
 
     @staticmethod
-    def from_proto(message: api_pb2.JobArray) -> JobArray:
+    def _from_proto(message: api_pb2.JobArray) -> JobArray:
         created = message.created_at
         return JobArray(
             id=message.id, tenant=message.tenant, name=message.name, count=message.count,
             max_running=message.max_running, job_ids=list(message.job_ids),
-            states={common_pb2.JobState.Name(s.state).removeprefix("JOB_STATE_"): s.count for s in message.states},
+            states={_wire.job_state(s.state): s.count for s in message.states},
             created_at=created.ToDatetime(tzinfo=UTC) if created.seconds or created.nanos else None,
         )
 
     @property
     def finished(self) -> bool:
         """Every task has ended (known once `states` counts them all)."""
-        return sum(n for s, n in self.states.items() if s in FINAL) == self.count
+        return sum(n for s, n in self.states.items() if s in FINISHED) == self.count
 
     def to_dict(self) -> dict[str, Any]:
         return {"array": self.id, "jobs": list(self.job_ids), "count": self.count, "tenant": self.tenant,

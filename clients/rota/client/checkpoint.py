@@ -11,8 +11,9 @@ from typing import Any
 
 import grpc
 
-from rota.client.enums import enum_name
-from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc, common_pb2
+from rota.client._wire import enum_name, job_state
+from rota.client.enums import JobState
+from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc
 
 # Past the ranks' own timeout, a pause waits for the ranks to exit and the api forwards:
 # the RPC deadline leaves room for both.
@@ -42,7 +43,7 @@ class CheckpointResult:
     write_seconds: float
 
     @staticmethod
-    def from_proto(r: checkpoint_pb2.CheckpointResponse) -> CheckpointResult:
+    def _from_proto(r: checkpoint_pb2.CheckpointResponse) -> CheckpointResult:
         return CheckpointResult(r.image_id, r.step, r.ranks, r.logical_bytes, r.bytes_written, r.copy_seconds,
                                 r.write_seconds)
 
@@ -56,21 +57,21 @@ class PauseResult:
     ranks: int
 
     @staticmethod
-    def from_proto(r: checkpoint_pb2.PauseResponse) -> PauseResult:
+    def _from_proto(r: checkpoint_pb2.PauseResponse) -> PauseResult:
         return PauseResult(r.image_id, r.step, r.pause_seconds, r.node, r.ranks)
 
 
 @dataclass(frozen=True)
 class ResumeResult:
-    state: str
+    state: JobState
     node: str  # "" while not placed yet
     gpus: list[int]
     image_id: str  # "" when the job had no image: it starts over
     step: int
 
     @staticmethod
-    def from_proto(r: checkpoint_pb2.ResumeResponse) -> ResumeResult:
-        state = enum_name(common_pb2.JobState, r.job_state, "JOB_STATE_", r.state)
+    def _from_proto(r: checkpoint_pb2.ResumeResponse) -> ResumeResult:
+        state = job_state(r.job_state)
         return ResumeResult(state, r.node, list(r.gpus), r.image_id, r.step)
 
 
@@ -85,7 +86,7 @@ class MigrateResult:
     migrate_seconds: float  # request to placed again (0 when not waited for)
 
     @staticmethod
-    def from_proto(r: checkpoint_pb2.MigrateResponse) -> MigrateResult:
+    def _from_proto(r: checkpoint_pb2.MigrateResponse) -> MigrateResult:
         return MigrateResult(r.image_id, r.step, r.from_node, r.node, list(r.gpus), r.pause_seconds, r.migrate_seconds)
 
 
@@ -116,9 +117,9 @@ class CheckpointImage:
         return {**asdict(self), "created_at": _iso(self.created_at), "dedup_ratio": self.dedup_ratio}
 
     @staticmethod
-    def from_proto(i: checkpoint_pb2.CheckpointImage) -> CheckpointImage:
-        kind = enum_name(checkpoint_pb2.ImageKind, i.image_kind, "IMAGE_KIND_", i.kind, lower=True)
-        state = enum_name(checkpoint_pb2.ImageState, i.image_state, "IMAGE_STATE_", i.state, lower=True)
+    def _from_proto(i: checkpoint_pb2.CheckpointImage) -> CheckpointImage:
+        kind = enum_name(checkpoint_pb2.ImageKind, i.image_kind, "IMAGE_KIND_", lower=True)
+        state = enum_name(checkpoint_pb2.ImageState, i.image_state, "IMAGE_STATE_", lower=True)
         return CheckpointImage(
             i.id, i.sequence, kind, state, i.node, i.ranks, i.step, i.logical_bytes, i.stored_bytes,
             i.unique_bytes, i.chunks, i.copy_seconds, i.write_seconds, _when(i.created_unix), i.error,
@@ -153,9 +154,9 @@ class CheckpointOperation:
                 "seconds": self.seconds}
 
     @staticmethod
-    def from_proto(o: checkpoint_pb2.CheckpointOperation) -> CheckpointOperation:
-        kind = enum_name(checkpoint_pb2.OperationKind, o.operation_kind, "OPERATION_KIND_", o.kind, lower=True)
-        state = enum_name(checkpoint_pb2.OperationState, o.operation_state, "OPERATION_STATE_", o.state, lower=True)
+    def _from_proto(o: checkpoint_pb2.CheckpointOperation) -> CheckpointOperation:
+        kind = enum_name(checkpoint_pb2.OperationKind, o.operation_kind, "OPERATION_KIND_", lower=True)
+        state = enum_name(checkpoint_pb2.OperationState, o.operation_state, "OPERATION_STATE_", lower=True)
         return CheckpointOperation(o.id, o.operation_id, kind, state, o.target_node, o.image_id, o.error,
                                    _when(o.created_unix), _when(o.finished_unix), o.streamed, o.source_node,
                                    o.pause_seconds, o.write_seconds)
@@ -188,6 +189,6 @@ class JobImages:
         }
 
     @staticmethod
-    def from_proto(job_id: str, r: checkpoint_pb2.ListImagesResponse) -> JobImages:
-        return JobImages(job_id, [CheckpointImage.from_proto(i) for i in r.images],
-                         [CheckpointOperation.from_proto(o) for o in r.operations])
+    def _from_proto(job_id: str, r: checkpoint_pb2.ListImagesResponse) -> JobImages:
+        return JobImages(job_id, [CheckpointImage._from_proto(i) for i in r.images],
+                         [CheckpointOperation._from_proto(o) for o in r.operations])

@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 from google.protobuf import duration_pb2, json_format
 
+from rota.client import _wire
 from rota.client.arrays import JobArray, array_request
+from rota.client.enums import FINISHED, JobKind, JobState
 from rota.client.errors import NotFoundError, RotaError, from_rpc_error
 from rota.client.home import ClusterHome, resolve_connection
-from rota.client.jobspec import JobSpec, spec_proto
+from rota.client.jobspec import Dependency, JobSpec
 from rota.client.tls import TLS
 from rota.v1 import api_pb2, api_pb2_grpc, common_pb2
 
@@ -51,13 +53,6 @@ _RETRY_CONFIG = json.dumps({
         },
     }]
 })
-
-
-_CONDITIONS = {1: "succeeded", 2: "finished", 3: "failed"}  # DependencyCondition, as job files name them
-
-
-def state_name(value: int) -> str:
-    return common_pb2.JobState.Name(value).removeprefix("JOB_STATE_")  # type: ignore[arg-type]
 
 
 def _time(ts: Any) -> datetime | None:
@@ -107,8 +102,8 @@ def _numbers(values: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class StateChange:
-    from_state: str
-    to_state: str
+    from_state: JobState
+    to_state: JobState
     reason: str
     at: datetime | None  # aware, UTC (as every time of a Job)
 
@@ -118,9 +113,9 @@ class Job:
     id: str
     name: str
     tenant: str
-    kind: str
+    kind: JobKind
     priority: int
-    state: str
+    state: JobState
     reason: str
     node: str
     gpus: list[int]
@@ -133,7 +128,7 @@ class Job:
     created_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
-    spec: common_pb2.JobSpec = field(repr=False)
+    spec: JobSpec = field(repr=False)  # what it was submitted with
     # A gang: its nodes in node-rank order (nodes[0] == node; `gpus` on each); [] otherwise.
     nodes: list[str] = field(default_factory=list)
     # A realtime app: each node's replica GPUs, its home node first ({} otherwise).
@@ -146,14 +141,14 @@ class Job:
     guests: list[str] = field(default_factory=list)  # trials in this job's bubbles now (GetJob)
 
     @staticmethod
-    def from_proto(job: common_pb2.Job) -> Job:
+    def _from_proto(job: common_pb2.Job) -> Job:
         return Job(
             id=job.id,
             name=job.spec.name,
             tenant=job.spec.tenant,
-            kind=common_pb2.JobKind.Name(job.spec.kind).removeprefix("JOB_KIND_").lower(),
+            kind=_wire.job_kind(job.spec.kind),
             priority=job.spec.priority,
-            state=state_name(job.state),
+            state=_wire.job_state(job.state),
             reason=job.reason,
             node=job.node,
             gpus=list(job.gpus),
@@ -162,11 +157,12 @@ class Job:
             exit_code=job.exit_code,
             error=job.error,
             progress=_numbers(json_format.MessageToDict(job.progress)),
-            history=[StateChange(state_name(h.from_state), state_name(h.to_state), h.reason, _time(h.at)) for h in job.history],
+            history=[StateChange(_wire.job_state(h.from_state), _wire.job_state(h.to_state), h.reason, _time(h.at))
+                     for h in job.history],
             created_at=_time(job.created_at),
             started_at=_time(job.started_at),
             finished_at=_time(job.finished_at),
-            spec=job.spec,
+            spec=_wire.spec_from_proto(job.spec),
             nodes=list(job.gang.nodes),
             replicas={r.node: list(r.gpus) for r in job.replicas},
             array_id=job.array_id,
@@ -177,7 +173,7 @@ class Job:
 
     @property
     def finished(self) -> bool:
-        return self.state in ("SUCCEEDED", "FAILED", "CANCELLED")
+        return self.state in FINISHED
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -197,7 +193,8 @@ class Job:
             "array_index": self.array_index if self.array_id else None,
             "guest_of": self.guest_of or None,
             "guests": self.guests,
-            "depends_on": [{"job": d.job, "when": _CONDITIONS.get(d.when, "succeeded")} for d in self.spec.depends_on],
+            "depends_on": [{"job": d.job, "when": d.when}
+                           for d in (Dependency(d) if isinstance(d, str) else d for d in self.spec.depends_on)],
         }
 
 
@@ -321,14 +318,13 @@ class Client:
             raise from_rpc_error(exc) from None
 
     # Jobs.
-    def submit(self, *, spec: JobSpec | common_pb2.JobSpec, request_id: str | None = None) -> Job:
-        """Submits a job (a JobSpec, or its proto); safe to retry with the same request_id
-        (one is made if not given)."""
-        request = api_pb2.SubmitJobRequest(spec=spec_proto(spec), request_id=request_id or str(uuid.uuid4()))
-        return Job.from_proto(self._call(self._jobs.SubmitJob, request).job)
+    def submit(self, *, spec: JobSpec, request_id: str | None = None) -> Job:
+        """Submits a job; safe to retry with the same request_id (one is made if not given)."""
+        request = api_pb2.SubmitJobRequest(spec=_wire.spec_to_proto(spec), request_id=request_id or str(uuid.uuid4()))
+        return Job._from_proto(self._call(self._jobs.SubmitJob, request).job)
 
     def get_job(self, job_id: str) -> Job:
-        return Job.from_proto(self._call(self._jobs.GetJob, api_pb2.GetJobRequest(id=job_id)).job)
+        return Job._from_proto(self._call(self._jobs.GetJob, api_pb2.GetJobRequest(id=job_id)).job)
 
     def admission(self, job_id: str, *, timeout: timedelta = timedelta(seconds=5)) -> AdmissionEndpoint:
         """The admission controller of a running agentic batch (its progress's `admission_url`),
@@ -341,17 +337,17 @@ class Client:
     def get_array(self, array_id: str) -> JobArray:
         """A job array: its tasks' ids in index order and how many are in each state."""
         reply = self._call(self._jobs.GetJobArray, api_pb2.GetJobArrayRequest(id=array_id))
-        return JobArray.from_proto(reply.array)
+        return JobArray._from_proto(reply.array)
 
     def submit_array(
-        self, *, spec: JobSpec | common_pb2.JobSpec, indices: range | Sequence[int] | str,
+        self, *, spec: JobSpec, indices: range | Sequence[int] | str,
         max_running: int | None = None, request_id: str | None = None, timeout: timedelta | None = None,
     ) -> JobArray:
         """One job per index (`range(100)`, `[1, 3, 5]`, or the text "0-99%4"), in one call and
         one commit; at most `max_running` tasks SCHEDULED or RUNNING at once (None: no cap).
         Safe to retry with the same request_id. The array's `job_ids` are in index order."""
         request = array_request(spec, indices, max_running, request_id)
-        return JobArray.from_proto(self._call(self._jobs.SubmitJobArray, request, timeout).array)
+        return JobArray._from_proto(self._call(self._jobs.SubmitJobArray, request, timeout).array)
 
     def cancel_array(self, array_id: str, *, reason: str = "") -> JobArray:
         """Cancels every unfinished task of the array (`cancel` does too, answering an empty Job)."""
@@ -363,23 +359,25 @@ class Client:
     def cancel_job_or_array(self, id: str, *, reason: str = "") -> Job | JobArray:
         """`rota cancel ID`: a job, or every unfinished task of an array; what it cancelled."""
         reply = self._call(self._jobs.CancelJob, api_pb2.CancelJobRequest(id=id, reason=reason))
-        return JobArray.from_proto(reply.array) if reply.HasField("array") else Job.from_proto(reply.job)
+        return JobArray._from_proto(reply.array) if reply.HasField("array") else Job._from_proto(reply.job)
 
     def list_jobs_and_arrays(
-        self, *, tenant: str = "", states: list[str] | None = None, limit: int = 0,
+        self, *, tenant: str = "", states: Sequence[JobState | str] = (), limit: int = 0,
     ) -> tuple[list[Job], list[JobArray]]:
         """As `list_jobs`, with the arrays of the listed tasks, every task of each counted by state."""
-        values = [common_pb2.JobState.Value("JOB_STATE_" + s.upper()) for s in states or []]
+        values = _wire.states_values(states or ())
         reply = self._call(self._jobs.ListJobs, api_pb2.ListJobsRequest(tenant=tenant, states=values, limit=limit))
-        return [Job.from_proto(j) for j in reply.jobs], [JobArray.from_proto(a) for a in reply.arrays]
+        return [Job._from_proto(j) for j in reply.jobs], [JobArray._from_proto(a) for a in reply.arrays]
 
-    def list_jobs(self, *, tenant: str = "", states: list[str] | None = None, limit: int = 0) -> list[Job]:
-        values = [common_pb2.JobState.Value("JOB_STATE_" + s.upper()) for s in states or []]
+    def list_jobs(self, *, tenant: str = "", states: Sequence[JobState | str] = (), limit: int = 0) -> list[Job]:
+        """Jobs the caller may see, newest first; `states` (JobState or its name, any case)
+        filters; ValueError naming the states for a name that is none."""
+        values = _wire.states_values(states or ())
         reply = self._call(self._jobs.ListJobs, api_pb2.ListJobsRequest(tenant=tenant, states=values, limit=limit))
-        return [Job.from_proto(j) for j in reply.jobs]
+        return [Job._from_proto(j) for j in reply.jobs]
 
     def cancel(self, job_id: str, *, reason: str = "") -> Job:
-        return Job.from_proto(self._call(self._jobs.CancelJob, api_pb2.CancelJobRequest(id=job_id, reason=reason)).job)
+        return Job._from_proto(self._call(self._jobs.CancelJob, api_pb2.CancelJobRequest(id=job_id, reason=reason)).job)
 
     def watch(self, job_id: str, *, timeout: timedelta = timedelta(hours=24)) -> Iterator[JobEvent]:
         """Events of one job until it finishes (or the timeout passes)."""
@@ -388,7 +386,7 @@ class Client:
         )
         try:
             for reply in stream:
-                yield JobEvent(reply.event, Job.from_proto(reply.job))
+                yield JobEvent(reply.event, Job._from_proto(reply.job))
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
@@ -428,21 +426,21 @@ class Client:
         from rota.client.plan import Explanation
         from rota.v1 import allocator_pb2
 
-        return Explanation.from_proto(self._call(self._allocator.Explain, allocator_pb2.ExplainRequest(job_id=job_id)))
+        return Explanation._from_proto(self._call(self._allocator.Explain, allocator_pb2.ExplainRequest(job_id=job_id)))
 
     def current_plan(self) -> CurrentPlan:
         """The live cluster's latest committed plan step. NotFoundError before the first plan."""
         from rota.client.plan import CurrentPlan
         from rota.v1 import allocator_pb2
 
-        return CurrentPlan.from_proto(self._call(self._allocator.CurrentPlan, allocator_pb2.CurrentPlanRequest()))
+        return CurrentPlan._from_proto(self._call(self._allocator.CurrentPlan, allocator_pb2.CurrentPlanRequest()))
 
-    def what_if(self, *, spec: JobSpec | common_pb2.JobSpec) -> WhatIf:
+    def what_if(self, *, spec: JobSpec) -> WhatIf:
         """When the job would start if submitted now; INVALID_ARGUMENT for a bad spec, as submit."""
         from rota.client.plan import WhatIf
         from rota.v1 import allocator_pb2
 
-        reply = self._call(self._allocator.WhatIf, allocator_pb2.WhatIfRequest(spec=spec_proto(spec)))
+        reply = self._call(self._allocator.WhatIf, allocator_pb2.WhatIfRequest(spec=_wire.spec_to_proto(spec)))
         return WhatIf(reply.start_step, reply.expected_start_seconds, reply.reason)
 
     def plan_scenario(
@@ -455,7 +453,7 @@ class Client:
         request = allocator_pb2.PlanRequest(
             scenario_json=json.dumps(scenario), policy=policy, time_limit_seconds=time_limit.total_seconds()
         )
-        return ScenarioPlan.from_proto(self._call(self._allocator.Plan, request, timeout=time_limit + timedelta(seconds=30)))
+        return ScenarioPlan._from_proto(self._call(self._allocator.Plan, request, timeout=time_limit + timedelta(seconds=30)))
 
     # Checkpoints.
     def checkpoint(self, job_id: str, *, timeout: timedelta | None = None, operation_id: str | None = None) -> CheckpointResult:
@@ -469,7 +467,7 @@ class Client:
         request = checkpoint_pb2.CheckpointRequest(job_id=job_id, operation_id=operation_id or str(uuid.uuid4()),
                                                    timeout_seconds=seconds)
         reply = self._call(checkpoint_stub(self._channel).Checkpoint, request, self._op_deadline(seconds, 0))
-        return CheckpointResult.from_proto(reply)
+        return CheckpointResult._from_proto(reply)
 
     def pause(self, job_id: str, *, timeout: timedelta | None = None, operation_id: str | None = None) -> PauseResult:
         """Checkpoints the job and stops it: PAUSED, holding no GPU, once this returns."""
@@ -480,7 +478,7 @@ class Client:
         seconds = timeout.total_seconds() if timeout else 0.0
         request = checkpoint_pb2.PauseRequest(job_id=job_id, operation_id=operation_id or str(uuid.uuid4()),
                                               timeout_seconds=seconds)
-        return PauseResult.from_proto(self._call(checkpoint_stub(self._channel).Pause, request, self._op_deadline(seconds, 0)))
+        return PauseResult._from_proto(self._call(checkpoint_stub(self._channel).Pause, request, self._op_deadline(seconds, 0)))
 
     def resume(self, job_id: str, *, node: str = "", wait: timedelta = timedelta(0),
                operation_id: str | None = None) -> ResumeResult:
@@ -493,7 +491,7 @@ class Client:
         request = checkpoint_pb2.ResumeRequest(job_id=job_id, operation_id=operation_id or str(uuid.uuid4()), node=node,
                                                wait_seconds=wait.total_seconds())
         reply = self._call(checkpoint_stub(self._channel).Resume, request, self._op_deadline(0, wait.total_seconds()))
-        return ResumeResult.from_proto(reply)
+        return ResumeResult._from_proto(reply)
 
     def migrate(self, job_id: str, *, node: str = "", timeout: timedelta | None = None,
                 wait: timedelta = timedelta(seconds=60), operation_id: str | None = None) -> MigrateResult:
@@ -506,7 +504,7 @@ class Client:
         request = checkpoint_pb2.MigrateRequest(job_id=job_id, operation_id=operation_id or str(uuid.uuid4()),
                                                 target_node=node, timeout_seconds=seconds, wait_seconds=wait.total_seconds())
         reply = self._call(checkpoint_stub(self._channel).Migrate, request, self._op_deadline(seconds, wait.total_seconds()))
-        return MigrateResult.from_proto(reply)
+        return MigrateResult._from_proto(reply)
 
     def checkpoints(self, job_id: str) -> JobImages:
         """The job's images (size, what each added to the store, dedup, durations) and operations."""
@@ -515,7 +513,7 @@ class Client:
         from rota.v1 import checkpoint_pb2
 
         reply = self._call(checkpoint_stub(self._channel).ListImages, checkpoint_pb2.ListImagesRequest(job_id=job_id))
-        return JobImages.from_proto(job_id, reply)
+        return JobImages._from_proto(job_id, reply)
 
     def _op_deadline(self, timeout_s: float, wait_s: float) -> timedelta:
         # The ranks' bounded wait (the coordinator's default when 0), then any placement wait.
@@ -531,7 +529,7 @@ class Client:
         from rota.v1 import detector_pb2
 
         reply = self._call(detector_stub(self._channel).Verdicts, detector_pb2.VerdictsRequest(job_id=job_id, limit=limit))
-        return [Verdict.from_proto(v) for v in reply.verdicts]
+        return [Verdict._from_proto(v) for v in reply.verdicts]
 
     def drain(self, node: str, *, undo: bool = False, reason: str = "") -> DrainResult:
         """Places nothing new on `node` (admin); running jobs go on. `undo` makes it ALIVE again."""
@@ -540,7 +538,7 @@ class Client:
         from rota.v1 import detector_pb2
 
         reply = self._call(detector_stub(self._channel).Drain, detector_pb2.DrainRequest(node=node, undo=undo, reason=reason))
-        return DrainResult.from_proto(reply)
+        return DrainResult._from_proto(reply)
 
     def replan(
         self, *, job_id: str = "", tp: int = 0, pp: int = 0, dp: int = 0, speeds: Sequence[float] = (),
@@ -561,7 +559,7 @@ class Client:
             wait_s=wait.total_seconds(), operation_id=(operation_id or f"replan-{uuid.uuid4()}") if apply else "",
         )
         deadline = self._op_deadline(0.0, wait.total_seconds()) if apply else None
-        return ReplanResult.from_proto(self._call(detector_stub(self._channel).Replan, request, deadline))
+        return ReplanResult._from_proto(self._call(detector_stub(self._channel).Replan, request, deadline))
 
     def devices(self, *, include_cleared: bool = False) -> list[DeviceHealth]:
         """GPUs the failure detector took out of the plan (and, with `include_cleared`, those put back)."""
@@ -570,7 +568,7 @@ class Client:
         from rota.v1 import detector_pb2
 
         reply = self._call(detector_stub(self._channel).Devices, detector_pb2.DevicesRequest(include_cleared=include_cleared))
-        return [DeviceHealth.from_proto(d) for d in reply.devices]
+        return [DeviceHealth._from_proto(d) for d in reply.devices]
 
     def clear_devices(self, node: str, gpus: Sequence[int] = (), *, reason: str = "") -> list[DeviceHealth]:
         """Puts `node`'s bad GPUs (all, or those in `gpus`) back into the plan (admin)."""
@@ -579,16 +577,16 @@ class Client:
         from rota.v1 import detector_pb2
 
         request = detector_pb2.ClearDevicesRequest(node=node, gpus=list(gpus), reason=reason)
-        return [DeviceHealth.from_proto(d) for d in self._call(detector_stub(self._channel).ClearDevices, request).cleared]
+        return [DeviceHealth._from_proto(d) for d in self._call(detector_stub(self._channel).ClearDevices, request).cleared]
 
     # Forecasts.
-    def forecast(self, *, spec: JobSpec | common_pb2.JobSpec, quantile: float = 0.5) -> Forecast:
+    def forecast(self, *, spec: JobSpec, quantile: float = 0.5) -> Forecast:
         """The job's predicted duration and GPU-hours (P50, P90, interval P10..P90), before submitting it."""
         from rota.client.forecast import Forecast, predict_request
         from rota.client.forecast import stub as forecast_stub
 
-        reply = self._call(forecast_stub(self._channel).PredictJob, predict_request(spec_proto(spec), quantile))
-        return Forecast.from_proto(reply, quantile)
+        reply = self._call(forecast_stub(self._channel).PredictJob, predict_request(_wire.spec_to_proto(spec), quantile))
+        return Forecast._from_proto(reply, quantile)
 
     def push_traffic(self, *, app: str, samples: Sequence[TrafficSample]) -> int:
         """Records an app's hourly request counts; returns how many were new (a re-push changes nothing)."""
@@ -604,7 +602,7 @@ class Client:
         from rota.client.forecast import stub as forecast_stub
 
         request = demand_request(app, horizon, capacity, max_swap)
-        return DemandForecast.from_proto(self._call(forecast_stub(self._channel).DemandCurve, request))
+        return DemandForecast._from_proto(self._call(forecast_stub(self._channel).DemandCurve, request))
 
     # Tenants.
     def create_tenant(self, name: str, *, share: float = 1.0, token_ttl: timedelta | None = None) -> tuple[Tenant, str]:
@@ -661,14 +659,14 @@ class Client:
         from rota.v1 import ledger_pb2
 
         request = ledger_pb2.UsageRequest(tenant=tenant, since_unix=to_unix(since), by=by)
-        return [UsageEntry.from_proto(r) for r in self._call(self._ledger.Usage, request).rows]
+        return [UsageEntry._from_proto(r) for r in self._call(self._ledger.Usage, request).rows]
 
     def standings(self) -> Standings:
         """Per tenant over the last 24 hourly buckets: quota, entitled, deserved, used, F."""
         from rota.client.ledger import Standings
         from rota.v1 import ledger_pb2
 
-        return Standings.from_proto(self._call(self._ledger.Standings, ledger_pb2.StandingsRequest()))
+        return Standings._from_proto(self._call(self._ledger.Standings, ledger_pb2.StandingsRequest()))
 
     def job_fairness(self, *, tenant: str = "") -> list[JobFairness]:
         """Per-job F = used / deserved of active jobs and those finished within the window."""
@@ -676,7 +674,7 @@ class Client:
         from rota.v1 import ledger_pb2
 
         reply = self._call(self._ledger.FairnessIndex, ledger_pb2.FairnessIndexRequest(tenant=tenant))
-        return [JobFairness.from_proto(j) for j in reply.jobs]
+        return [JobFairness._from_proto(j) for j in reply.jobs]
 
 
 __all__ = ["Client", "Job", "JobEvent", "JobSpec", "Node", "Gpu", "Tenant", "StateChange", "RotaError", "log_lines"]

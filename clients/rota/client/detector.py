@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from rota.client.enums import enum_name
+from rota.client._wire import enum_name
 from rota.v1 import common_pb2, detector_pb2, detector_pb2_grpc
 
 
@@ -40,12 +40,12 @@ class Verdict:
     evidence: dict[str, Any] = field(default_factory=dict)
 
     @staticmethod
-    def from_proto(v: detector_pb2.Verdict) -> Verdict:
+    def _from_proto(v: detector_pb2.Verdict) -> Verdict:
         try:
             evidence = json.loads(v.evidence) if v.evidence else {}
         except ValueError:
             evidence = {"text": v.evidence}
-        kind = enum_name(detector_pb2.VerdictKind, v.verdict_kind, "VERDICT_KIND_", v.kind, lower=True)
+        kind = enum_name(detector_pb2.VerdictKind, v.verdict_kind, "VERDICT_KIND_", lower=True)
         return Verdict(
             job_id=v.job_id, rank=v.rank, kind=kind, iteration=v.iteration, ratio=v.ratio, node=v.node,
             gpu=v.gpu if v.gpu >= 0 else None, epoch=v.epoch,
@@ -82,8 +82,8 @@ class DrainResult:
     running_jobs: int
 
     @staticmethod
-    def from_proto(r: detector_pb2.DrainResponse) -> DrainResult:
-        health = enum_name(common_pb2.NodeHealth, r.node_health, "NODE_HEALTH_", r.health)
+    def _from_proto(r: detector_pb2.DrainResponse) -> DrainResult:
+        health = enum_name(common_pb2.NodeHealth, r.node_health, "NODE_HEALTH_")
         return DrainResult(r.node, health, r.running_jobs)
 
 
@@ -107,11 +107,11 @@ class DeviceHealth:
         return f"{self.node}:{self.gpu}"
 
     @staticmethod
-    def from_proto(d: detector_pb2.DeviceHealth) -> DeviceHealth:
+    def _from_proto(d: detector_pb2.DeviceHealth) -> DeviceHealth:
         return DeviceHealth(
-            node=d.node, gpu=d.gpu, state=enum_name(detector_pb2.DeviceState, d.device_state, "DEVICE_STATE_", d.state),
+            node=d.node, gpu=d.gpu, state=enum_name(detector_pb2.DeviceState, d.device_state, "DEVICE_STATE_"),
             reason=d.reason, job_id=d.job_id, rank=d.rank if d.rank >= 0 else None,
-            kind=enum_name(detector_pb2.VerdictKind, d.verdict_kind, "VERDICT_KIND_", d.kind, lower=True),
+            kind=enum_name(detector_pb2.VerdictKind, d.verdict_kind, "VERDICT_KIND_", lower=True),
             since=datetime.fromtimestamp(d.since_unix, UTC) if d.since_unix else None,
             cleared=datetime.fromtimestamp(d.cleared_unix, UTC) if d.cleared_unix else None,
         )
@@ -149,7 +149,7 @@ class ReplanResult:
     node: str = ""
 
     @staticmethod
-    def from_proto(r: detector_pb2.ReplanResponse) -> ReplanResult:
+    def _from_proto(r: detector_pb2.ReplanResponse) -> ReplanResult:
         return ReplanResult(
             layout={"tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp}, device_speeds=list(r.device_speeds),
             stages=[{"replica": s.replica, "stage": s.stage, "ranks": list(s.ranks), "layers": s.layers, "speed": s.speed}
@@ -166,7 +166,7 @@ class ReplanResult:
 
 
 def _applied_layout(r: detector_pb2.ReplanResponse) -> dict[str, Any] | None:
-    """What the job reads from ROTA_LAYOUT: replanned_layout (0.2.0 on), else the JSON text."""
+    """What the job reads from ROTA_LAYOUT (its replanned_layout); None when none was applied."""
     if r.HasField("replanned_layout"):
         m = r.replanned_layout
         return {
@@ -179,7 +179,7 @@ def _applied_layout(r: detector_pb2.ReplanResponse) -> dict[str, Any] | None:
             "layers": m.layers, "microbatches": m.microbatches, "device_speeds": list(m.device_speeds),
             "from_epoch": m.from_epoch,
         }
-    return json.loads(r.applied_layout) if r.applied_layout else None
+    return None
 
 
 def replan_request(

@@ -1,28 +1,54 @@
-"""States and kinds read off the wire: the enum a server fills from 0.2.0 on, else the string.
+"""The SDK's names for a job's state and kind: string enums, so a value compares equal to
+the text the CLI prints and `--json` writes (`JobState.RUNNING == "RUNNING"`,
+`JobKind.BATCH_INFERENCE == "batch_inference"`).
 
-Since 0.2.0 every state or kind the services send travels twice: as an enum (e.g.
-`CheckpointImage.image_state`) and as the string it replaces (`state`, deprecated, gone in
-0.3.0). The SDK reads the enum and gives the same string the string field holds ("complete",
-"BAD", "PENDING", ...), so what callers and `--json` output see does not change; from a
-server older than 0.2.0 the enum is UNSPECIFIED and the string is read instead, as it is for
-a value newer than this SDK.
-"""
+The wire's enums (rota.v1.common_pb2.JobState, JobKind) are converted in
+`rota.client._wire`; no proto type appears in the SDK's public signatures."""
 
 from __future__ import annotations
 
-from typing import Any
+from enum import StrEnum
 
-__all__ = ["enum_name"]
+__all__ = ["JobKind", "JobState"]
 
 
-def enum_name(enum: Any, value: int, prefix: str, fallback: str, *, lower: bool = False) -> str:
-    """The name of `value` in `enum` without `prefix` (lower-cased with `lower`), or `fallback`
-    (the deprecated string field) when it is 0 (UNSPECIFIED) or unknown to this SDK."""
-    if not value:
-        return fallback
-    try:
-        name: str = enum.Name(value)
-    except ValueError:
-        return fallback
-    name = name.removeprefix(prefix)
-    return name.lower() if lower else name
+class JobState(StrEnum):
+    """PENDING -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED, plus PAUSED
+    (checkpointed, holding no GPU) and LOST (its node died; requeued or failed)."""
+
+    # In the order of a job's life (iteration lists them so): waiting, active, ended, lost.
+    PENDING = "PENDING"
+    SCHEDULED = "SCHEDULED"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    LOST = "LOST"
+
+    @property
+    def finished(self) -> bool:
+        """SUCCEEDED, FAILED or CANCELLED: the job will not run again."""
+        return self in FINISHED
+
+    @classmethod
+    def parse(cls, text: str) -> JobState:
+        """A state from its name in any case ("running"); ValueError listing the names."""
+        try:
+            return cls(text.strip().upper())
+        except ValueError:
+            raise ValueError(f"unknown job state {text!r}; one of {', '.join(s.value for s in cls)}") from None
+
+
+FINISHED = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+HOLDING = frozenset({JobState.SCHEDULED, JobState.RUNNING})  # holds GPUs
+
+
+class JobKind(StrEnum):
+    """What a job is, as a job file's `kind` names it."""
+
+    TRAINING = "training"
+    BATCH_INFERENCE = "batch_inference"
+    QUANTIZATION = "quantization"
+    REALTIME = "realtime"
+    TRIAL = "trial"

@@ -44,7 +44,7 @@ class Forecast:
     observations: int
 
     @staticmethod
-    def from_proto(reply: forecaster_pb2.PredictJobResponse, quantile: float) -> Forecast:
+    def _from_proto(reply: forecaster_pb2.PredictJobResponse, quantile: float) -> Forecast:
         return Forecast(
             model=reply.model, quantile=quantile, seconds=reply.duration_seconds, p10_seconds=reply.duration_p10_seconds,
             p50_seconds=reply.duration_p50_seconds, p90_seconds=reply.duration_p90_seconds,
@@ -66,7 +66,7 @@ class DemandForecast:
     history_hours: int
 
     @staticmethod
-    def from_proto(reply: forecaster_pb2.DemandCurveResponse) -> DemandForecast:
+    def _from_proto(reply: forecaster_pb2.DemandCurveResponse) -> DemandForecast:
         return DemandForecast(reply.start_unix, list(reply.gpus), list(reply.lower), list(reply.upper),
                               list(reply.traffic), reply.history_hours)
 

@@ -1,5 +1,4 @@
-"""Job files (YAML or JSON, SPEC §2) to the SDK's JobSpec (and its proto), with errors
-that name the field."""
+"""Job files (YAML or JSON, SPEC §2) to the SDK's JobSpec, with errors that name the field."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ import yaml
 
 from rota.client.errors import InvalidArgumentError
 from rota.client.jobspec import CONDITIONS, KINDS, RESTARTS, Dependency, JobSpec
-from rota.v1 import common_pb2
 
 FIELDS = {
     "name", "tenant", "kind", "priority", "gpus", "command", "workdir", "env", "duration",
@@ -197,8 +195,3 @@ def load_job_spec(path: str | os.PathLike[str], *, base_dir: Path | None = None)
     """A job file read as a JobSpec (`base_dir`: what a relative workdir is relative to,
     default the current directory, as for `rota submit`)."""
     return job_spec_from_mapping(load_job_file(path), base_dir=base_dir)
-
-
-def spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None) -> common_pb2.JobSpec:
-    """Builds a JobSpec proto from job-file fields; the server validates the values again."""
-    return job_spec_from_mapping(data, base_dir=base_dir).to_proto()

@@ -1,10 +1,11 @@
 """The SDK's job specification: what a job file holds, as a frozen dataclass.
 
-`Client.submit(spec=JobSpec(...))` (also `what_if`, `forecast`) converts it to the wire
-message; the server validates the values (power-of-two GPUs, priority range, names, ...)
-and answers InvalidArgumentError naming the field. Only what cannot be put on the wire at
-all (an unknown kind or restart policy, features that are not JSON) fails here, with the
-same error type.
+`Client.submit(spec=JobSpec(...))` (also `submit_array`, `what_if`, `forecast`) sends it
+(converted by the private `rota.client._wire`); the server validates the values
+(power-of-two GPUs, priority range, names, ...) and answers InvalidArgumentError naming the
+field. Only what cannot be put on the wire at all (an unknown kind or restart policy,
+features that are not JSON) fails in the client, with the same error type. `Job.spec` is
+one too: the spec the job was submitted with, as the api answers it.
 """
 
 from __future__ import annotations
@@ -13,27 +14,15 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-from google.protobuf import struct_pb2
+from rota.client.enums import JobKind
 
-from rota.client.errors import InvalidArgumentError
-from rota.v1 import common_pb2
-
-KINDS = {
-    "training": common_pb2.JOB_KIND_TRAINING,
-    "batch_inference": common_pb2.JOB_KIND_BATCH_INFERENCE,
-    "quantization": common_pb2.JOB_KIND_QUANTIZATION,
-    "realtime": common_pb2.JOB_KIND_REALTIME,
-    "trial": common_pb2.JOB_KIND_TRIAL,
-}
-RESTARTS = {"never": common_pb2.RESTART_POLICY_NEVER, "on-failure": common_pb2.RESTART_POLICY_ON_FAILURE}
-CONDITIONS = {
-    "succeeded": common_pb2.DEPENDENCY_CONDITION_SUCCEEDED,  # sbatch --dependency=afterok
-    "finished": common_pb2.DEPENDENCY_CONDITION_FINISHED,  # afterany
-    "failed": common_pb2.DEPENDENCY_CONDITION_FAILED,  # afternotok (FAILED or CANCELLED)
-}
+KINDS = tuple(k.value for k in JobKind)  # training | batch_inference | quantization | realtime | trial
+RESTARTS = ("never", "on-failure")
+# What a dependent waits for: succeeded (sbatch --dependency=afterok), finished (afterany),
+# failed (afternotok: FAILED or CANCELLED).
+CONDITIONS = ("succeeded", "finished", "failed")
 
 
 @dataclass(frozen=True)
@@ -55,7 +44,7 @@ class JobSpec:
     command: Sequence[str]
     name: str = ""  # empty: the server names the job after its script
     tenant: str = ""  # required with the admin token; a tenant's token decides it otherwise
-    kind: str = "training"  # training | batch_inference | quantization | realtime | trial
+    kind: JobKind | str = JobKind.TRAINING  # a JobKind or its name ("batch_inference")
     priority: int = 5  # 1 (lowest) .. 10
     gpus: int = 1  # a power of two; above the largest node, a gang of whole nodes
     workdir: str | os.PathLike[str] = "."
@@ -78,49 +67,5 @@ class JobSpec:
     # Waits until each holds; fails once one cannot (a plain id: `succeeded`).
     depends_on: Sequence[Dependency | str] = ()
 
-    def to_proto(self, *, base_dir: Path | None = None) -> common_pb2.JobSpec:
-        """The wire message; a relative workdir is resolved against `base_dir` (default: the
-        current directory)."""
-        if self.kind not in KINDS:
-            raise InvalidArgumentError(f"kind: unknown kind {self.kind!r}; one of {', '.join(KINDS)}", field="kind")
-        if self.restart not in RESTARTS:
-            raise InvalidArgumentError(f"restart: one of {', '.join(RESTARTS)} (got {self.restart!r})", field="restart")
-        if isinstance(self.command, str):
-            raise InvalidArgumentError("command: must be a list of strings, not one string", field="command")
-        workdir = os.fspath(self.workdir)
-        if not os.path.isabs(workdir):
-            workdir = str(((base_dir or Path.cwd()) / workdir).resolve())
-        spec = common_pb2.JobSpec(
-            name=self.name, tenant=self.tenant, kind=KINDS[self.kind], priority=self.priority, gpus=self.gpus,
-            command=[str(a) for a in self.command], workdir=workdir, env={str(k): str(v) for k, v in self.env.items()},
-            preemptible=self.preemptible, restart=RESTARTS[self.restart], max_retries=self.max_retries,
-            demand=list(self.demand), max_swap=self.max_swap, accepts_layout_changes=self.accepts_layout_changes,
-            nodes=self.nodes, gpus_per_node=self.gpus_per_node, gpu_types=list(self.gpu_types),
-            same_switch=self.same_switch, gpu_memory_mb=self.gpu_memory_mb,
-        )
-        if self.nodes and self.gpus_per_node and self.gpus == 1:
-            spec.gpus = 0  # the default: the server sets nodes x gpus_per_node
-        for i, dep in enumerate(self.depends_on):
-            dep = Dependency(dep) if isinstance(dep, str) else dep
-            if dep.when not in CONDITIONS:
-                raise InvalidArgumentError(f"depends_on[{i}].when: one of {', '.join(CONDITIONS)} (got {dep.when!r})",
-                                           field=f"depends_on[{i}].when")
-            spec.depends_on.add(job=dep.job, when=CONDITIONS[dep.when])
-        if self.duration is not None:
-            spec.duration_seconds = self.duration.total_seconds()
-        if self.features:
-            features = struct_pb2.Struct()
-            try:
-                features.update(dict(self.features))
-            except (ValueError, TypeError) as exc:
-                raise InvalidArgumentError(f"features: must hold JSON values ({exc})", field="features") from exc
-            spec.features.CopyFrom(features)
-        return spec
 
-
-def spec_proto(spec: JobSpec | common_pb2.JobSpec) -> common_pb2.JobSpec:
-    """What `submit`, `what_if` and `forecast` send: a JobSpec converted, a proto as it is."""
-    return spec.to_proto() if isinstance(spec, JobSpec) else spec
-
-
-__all__ = ["CONDITIONS", "Dependency", "JobSpec", "KINDS", "RESTARTS", "spec_proto"]
+__all__ = ["CONDITIONS", "Dependency", "JobSpec", "KINDS", "RESTARTS"]

@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rota.client.enums import enum_name
-from rota.v1 import common_pb2, ledger_pb2
+from rota.client import _wire
+from rota.client.enums import JobState
+from rota.v1 import ledger_pb2
 
 BY = ("job", "tenant", "day", "gpu")
 
@@ -51,7 +52,7 @@ class UsageEntry:
         return asdict(self)
 
     @staticmethod
-    def from_proto(r: ledger_pb2.UsageRow) -> UsageEntry:
+    def _from_proto(r: ledger_pb2.UsageRow) -> UsageEntry:
         return UsageEntry(r.key, r.gpu_hours, r.tenant, _or_raw(r.weighted_gpu_hours, r.gpu_hours))
 
 
@@ -70,7 +71,7 @@ class TenantFairness:
         return asdict(self)
 
     @staticmethod
-    def from_proto(t: ledger_pb2.TenantStanding) -> TenantFairness:
+    def _from_proto(t: ledger_pb2.TenantStanding) -> TenantFairness:
         return TenantFairness(t.tenant, t.share, int(t.quota), t.entitled, t.deserved, t.used, t.fairness,
                               _or_raw(t.raw_used, t.used))
 
@@ -91,9 +92,9 @@ class Standings:
         }
 
     @staticmethod
-    def from_proto(r: ledger_pb2.StandingsResponse) -> Standings:
+    def _from_proto(r: ledger_pb2.StandingsResponse) -> Standings:
         return Standings(
-            [TenantFairness.from_proto(t) for t in r.tenants], r.capacity_gpus,
+            [TenantFairness._from_proto(t) for t in r.tenants], r.capacity_gpus,
             _from_unix(r.window_start_unix), _from_unix(r.at_unix),
         )
 
@@ -102,7 +103,7 @@ class Standings:
 class JobFairness:
     job_id: str
     tenant: str
-    state: str
+    state: JobState
     gpus: int
     deserved: float  # GPU-hours since it arrived
     used: float  # weighted GPU-hours
@@ -114,8 +115,8 @@ class JobFairness:
         return {**asdict(self), "pending_since": _iso(self.pending_since)}
 
     @staticmethod
-    def from_proto(j: ledger_pb2.JobFairness) -> JobFairness:
+    def _from_proto(j: ledger_pb2.JobFairness) -> JobFairness:
         return JobFairness(
-            j.job_id, j.tenant, enum_name(common_pb2.JobState, j.job_state, "JOB_STATE_", j.state), j.gpus, j.deserved, j.used, j.fairness, _from_unix(j.pending_since_unix),
+            j.job_id, j.tenant, _wire.job_state(j.job_state), j.gpus, j.deserved, j.used, j.fairness, _from_unix(j.pending_since_unix),
             _or_raw(j.raw_used, j.used),
         )

@@ -6,15 +6,16 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rota.client.enums import enum_name
-from rota.v1 import allocator_pb2, common_pb2
+from rota.client import _wire
+from rota.client.enums import JobKind
+from rota.v1 import allocator_pb2
 
 
 @dataclass(frozen=True)
 class PlannedJob:
     job_id: str
     tenant: str
-    kind: str
+    kind: JobKind
     node: str
     gpus: list[int]
     start_step: int  # -1: already running; 0: starts now; k: planned at step k; -2: not in the plan
@@ -38,13 +39,13 @@ class CurrentPlan:
     figures: dict[str, float] = field(default_factory=dict)
 
     @staticmethod
-    def from_proto(p: allocator_pb2.CurrentPlanResponse) -> CurrentPlan:
+    def _from_proto(p: allocator_pb2.CurrentPlanResponse) -> CurrentPlan:
         return CurrentPlan(
             epoch=p.epoch,
             created_at=p.created_at.ToDatetime().replace(tzinfo=None) if p.HasField("created_at") else None,
             policy=p.policy, trigger=p.trigger, step_seconds=p.step_seconds, horizon=p.horizon,
             gpu_labels=list(p.gpu_labels), grid=[list(r.cells) for r in p.grid],
-            jobs=[PlannedJob(j.job_id, j.tenant, enum_name(common_pb2.JobKind, j.job_kind, "JOB_KIND_", j.kind, lower=True),
+            jobs=[PlannedJob(j.job_id, j.tenant, _wire.job_kind(j.job_kind),
                              j.node, list(j.gpus), j.start_step, j.planned_seconds, list(j.nodes))
                   for j in p.jobs],
             figures={
@@ -65,7 +66,7 @@ class ScenarioPlan:
     figures: dict[str, float]
 
     @staticmethod
-    def from_proto(p: allocator_pb2.PlanResponse) -> ScenarioPlan:
+    def _from_proto(p: allocator_pb2.PlanResponse) -> ScenarioPlan:
         return ScenarioPlan(
             grid=[list(r.cells) for r in p.grid],
             figures={
@@ -106,7 +107,7 @@ class Explanation:
     actual_seconds: float  # so far while it runs; 0 before it starts
 
     @staticmethod
-    def from_proto(p: allocator_pb2.ExplainResponse) -> Explanation:
+    def _from_proto(p: allocator_pb2.ExplainResponse) -> Explanation:
         return Explanation(p.job_id, p.reason, p.planned_seconds, p.declared_seconds, p.model, p.p50_seconds,
                            p.p90_seconds, p.actual_seconds)
 

@@ -23,11 +23,6 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
-if sys.version_info >= (3, 13):
-    from warnings import deprecated as _deprecated
-else:
-    from typing_extensions import deprecated as _deprecated
-
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
@@ -35,9 +30,7 @@ class LaunchRequest(_message.Message):
     """resume_image: the checkpoint image the job restores from (its runtime reads it through
     ROTA_RESTORE_DIR, materialised by the agent while the process starts); empty: a fresh start.
     replanned_layout: the 3-D layout an applied re-plan gave the job, passed to it as the JSON
-    object ROTA_LAYOUT; unset: the job keeps the layout it was written with. layout (deprecated
-    since 0.2.0, removed in 0.3.0) is the same as JSON text, for an agent older than 0.2.0; an
-    agent reads replanned_layout when it is set, else layout.
+    object ROTA_LAYOUT; unset: the job keeps the layout it was written with.
     resume_source: the address of the agent whose staged copy of resume_image is still being
     written (a migration that resumes before its durable write ends): the agent streams the
     state from there (DescribeStaged, FetchStaged), or reads the store once the image is in it;
@@ -51,18 +44,11 @@ class LaunchRequest(_message.Message):
     JOB_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
     RESUME_IMAGE_FIELD_NUMBER: _builtins.int
-    LAYOUT_FIELD_NUMBER: _builtins.int
     REPLANNED_LAYOUT_FIELD_NUMBER: _builtins.int
     RESUME_SOURCE_FIELD_NUMBER: _builtins.int
     RESUME_FALLBACK_IMAGE_FIELD_NUMBER: _builtins.int
     epoch: _builtins.int
     resume_image: _builtins.str
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def layout(self) -> _builtins.str: ...
-    @layout.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def layout(self, value: _builtins.str) -> None: ...
     resume_source: _builtins.str
     resume_fallback_image: _builtins.str
     @_builtins.property
@@ -75,14 +61,13 @@ class LaunchRequest(_message.Message):
         job: _common_pb2.Job | None = ...,
         epoch: _builtins.int = ...,
         resume_image: _builtins.str = ...,
-        layout: _builtins.str = ...,
         replanned_layout: _detector_pb2.ReplannedLayout | None = ...,
         resume_source: _builtins.str = ...,
         resume_fallback_image: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "replanned_layout", b"replanned_layout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "job", b"job", "layout", b"layout", "replanned_layout", b"replanned_layout", "resume_fallback_image", b"resume_fallback_image", "resume_image", b"resume_image", "resume_source", b"resume_source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "job", b"job", "replanned_layout", b"replanned_layout", "resume_fallback_image", b"resume_fallback_image", "resume_image", b"resume_image", "resume_source", b"resume_source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -454,7 +439,6 @@ Global___AgentImageStatusRequest: _TypeAlias = AgentImageStatusRequest  # noqa: 
 class AgentImageStatusResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    STATE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     MANIFEST_JSON_FIELD_NUMBER: _builtins.int
     LOGICAL_BYTES_FIELD_NUMBER: _builtins.int
@@ -464,20 +448,6 @@ class AgentImageStatusResponse(_message.Message):
     STEP_FIELD_NUMBER: _builtins.int
     RANKS_FIELD_NUMBER: _builtins.int
     IMAGE_STATE_FIELD_NUMBER: _builtins.int
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def state(self) -> _builtins.str:
-        """Deprecated since 0.2.0, removed in 0.3.0: use image_state.
-        writing | complete | failed | unknown
-        """
-
-    @state.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def state(self, value: _builtins.str) -> None:
-        """Deprecated since 0.2.0, removed in 0.3.0: use image_state.
-        writing | complete | failed | unknown
-        """
-
     error: _builtins.str
     manifest_json: _builtins.bytes
     """once complete: {"chunk_size", "ranks": [...]}"""
@@ -492,7 +462,6 @@ class AgentImageStatusResponse(_message.Message):
     def __init__(
         self,
         *,
-        state: _builtins.str = ...,
         error: _builtins.str = ...,
         manifest_json: _builtins.bytes = ...,
         logical_bytes: _builtins.int = ...,
@@ -505,7 +474,7 @@ class AgentImageStatusResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "error", b"error", "image_state", b"image_state", "logical_bytes", b"logical_bytes", "manifest_json", b"manifest_json", "ranks", b"ranks", "state", b"state", "step", b"step", "write_seconds", b"write_seconds", "written_bytes", b"written_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "error", b"error", "image_state", b"image_state", "logical_bytes", b"logical_bytes", "manifest_json", b"manifest_json", "ranks", b"ranks", "step", b"step", "write_seconds", b"write_seconds", "written_bytes", b"written_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -26,15 +26,13 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from rota.v1 import common_pb2 as rota_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rota/v1/allocator.proto\x12\x07rota.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14rota/v1/common.proto\"P\n\x0bPlanRequest\x12\x15\n\rscenario_json\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\x1a\n\x12time_limit_seconds\x18\x03 \x01(\x01\"\x18\n\x07GridRow\x12\r\n\x05\x63\x65lls\x18\x01 \x03(\t\"\xc0\x01\n\x0cPlanResponse\x12\x1e\n\x04grid\x18\x01 \x03(\x0b\x32\x10.rota.v1.GridRow\x12\x13\n\x0butilization\x18\x02 \x01(\x01\x12\r\n\x05value\x18\x03 \x01(\x01\x12\x16\n\x0erealtime_unmet\x18\x04 \x01(\x01\x12\x11\n\tcompleted\x18\x05 \x01(\x05\x12\x11\n\tobjective\x18\x06 \x01(\x01\x12\r\n\x05\x62ound\x18\x07 \x01(\x01\x12\x0b\n\x03gap\x18\x08 \x01(\x01\x12\x12\n\nruntime_ms\x18\t \x01(\x01\"\x14\n\x12\x43urrentPlanRequest\"\xba\x01\n\nPlannedJob\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x04kind\x18\x03 \x01(\tB\x02\x18\x01\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x0c\n\x04gpus\x18\x05 \x03(\x05\x12\x12\n\nstart_step\x18\x06 \x01(\x05\x12\x17\n\x0fplanned_seconds\x18\x07 \x01(\x01\x12\"\n\x08job_kind\x18\x08 \x01(\x0e\x32\x10.rota.v1.JobKind\x12\r\n\x05nodes\x18\t \x03(\t\"\xf6\x02\n\x13\x43urrentPlanResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12.\n\ncreated_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06policy\x18\x03 \x01(\t\x12\x0f\n\x07trigger\x18\x04 \x01(\t\x12\x14\n\x0cstep_seconds\x18\x05 \x01(\x01\x12\x0f\n\x07horizon\x18\x06 \x01(\x05\x12\x12\n\ngpu_labels\x18\x07 \x03(\t\x12\x1e\n\x04grid\x18\x08 \x03(\x0b\x32\x10.rota.v1.GridRow\x12!\n\x04jobs\x18\t \x03(\x0b\x32\x13.rota.v1.PlannedJob\x12\x13\n\x0butilization\x18\n \x01(\x01\x12\r\n\x05value\x18\x0b \x01(\x01\x12\x16\n\x0erealtime_unmet\x18\x0c \x01(\x01\x12\x11\n\tcompleted\x18\r \x01(\x05\x12\x11\n\tobjective\x18\x0e \x01(\x01\x12\x12\n\nruntime_ms\x18\x0f \x01(\x01\x12\x0b\n\x03gap\x18\x10 \x01(\x01\" \n\x0e\x45xplainRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xb5\x01\n\x0f\x45xplainResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x17\n\x0fplanned_seconds\x18\x03 \x01(\x01\x12\x18\n\x10\x64\x65\x63lared_seconds\x18\x04 \x01(\x01\x12\r\n\x05model\x18\x05 \x01(\t\x12\x13\n\x0bp50_seconds\x18\x06 \x01(\x01\x12\x13\n\x0bp90_seconds\x18\x07 \x01(\x01\x12\x16\n\x0e\x61\x63tual_seconds\x18\x08 \x01(\x01\"F\n\rWhatIfRequest\x12\x15\n\rjob_spec_json\x18\x01 \x01(\t\x12\x1e\n\x04spec\x18\x02 \x01(\x0b\x32\x10.rota.v1.JobSpec\"T\n\x0eWhatIfResponse\x12\x1e\n\x16\x65xpected_start_seconds\x18\x01 \x01(\x01\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x12\n\nstart_step\x18\x03 \x01(\x05\x32\x8a\x02\n\x10\x41llocatorService\x12\x33\n\x04Plan\x12\x14.rota.v1.PlanRequest\x1a\x15.rota.v1.PlanResponse\x12H\n\x0b\x43urrentPlan\x12\x1b.rota.v1.CurrentPlanRequest\x1a\x1c.rota.v1.CurrentPlanResponse\x12<\n\x07\x45xplain\x12\x17.rota.v1.ExplainRequest\x1a\x18.rota.v1.ExplainResponse\x12\x39\n\x06WhatIf\x12\x16.rota.v1.WhatIfRequest\x1a\x17.rota.v1.WhatIfResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rota/v1/allocator.proto\x12\x07rota.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14rota/v1/common.proto\"P\n\x0bPlanRequest\x12\x15\n\rscenario_json\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\x1a\n\x12time_limit_seconds\x18\x03 \x01(\x01\"\x18\n\x07GridRow\x12\r\n\x05\x63\x65lls\x18\x01 \x03(\t\"\xc0\x01\n\x0cPlanResponse\x12\x1e\n\x04grid\x18\x01 \x03(\x0b\x32\x10.rota.v1.GridRow\x12\x13\n\x0butilization\x18\x02 \x01(\x01\x12\r\n\x05value\x18\x03 \x01(\x01\x12\x16\n\x0erealtime_unmet\x18\x04 \x01(\x01\x12\x11\n\tcompleted\x18\x05 \x01(\x05\x12\x11\n\tobjective\x18\x06 \x01(\x01\x12\r\n\x05\x62ound\x18\x07 \x01(\x01\x12\x0b\n\x03gap\x18\x08 \x01(\x01\x12\x12\n\nruntime_ms\x18\t \x01(\x01\"\x14\n\x12\x43urrentPlanRequest\"\xb4\x01\n\nPlannedJob\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x0c\n\x04gpus\x18\x05 \x03(\x05\x12\x12\n\nstart_step\x18\x06 \x01(\x05\x12\x17\n\x0fplanned_seconds\x18\x07 \x01(\x01\x12\"\n\x08job_kind\x18\x08 \x01(\x0e\x32\x10.rota.v1.JobKind\x12\r\n\x05nodes\x18\t \x03(\tJ\x04\x08\x03\x10\x04R\x04kind\"\xf6\x02\n\x13\x43urrentPlanResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12.\n\ncreated_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06policy\x18\x03 \x01(\t\x12\x0f\n\x07trigger\x18\x04 \x01(\t\x12\x14\n\x0cstep_seconds\x18\x05 \x01(\x01\x12\x0f\n\x07horizon\x18\x06 \x01(\x05\x12\x12\n\ngpu_labels\x18\x07 \x03(\t\x12\x1e\n\x04grid\x18\x08 \x03(\x0b\x32\x10.rota.v1.GridRow\x12!\n\x04jobs\x18\t \x03(\x0b\x32\x13.rota.v1.PlannedJob\x12\x13\n\x0butilization\x18\n \x01(\x01\x12\r\n\x05value\x18\x0b \x01(\x01\x12\x16\n\x0erealtime_unmet\x18\x0c \x01(\x01\x12\x11\n\tcompleted\x18\r \x01(\x05\x12\x11\n\tobjective\x18\x0e \x01(\x01\x12\x12\n\nruntime_ms\x18\x0f \x01(\x01\x12\x0b\n\x03gap\x18\x10 \x01(\x01\" \n\x0e\x45xplainRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xb5\x01\n\x0f\x45xplainResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x17\n\x0fplanned_seconds\x18\x03 \x01(\x01\x12\x18\n\x10\x64\x65\x63lared_seconds\x18\x04 \x01(\x01\x12\r\n\x05model\x18\x05 \x01(\t\x12\x13\n\x0bp50_seconds\x18\x06 \x01(\x01\x12\x13\n\x0bp90_seconds\x18\x07 \x01(\x01\x12\x16\n\x0e\x61\x63tual_seconds\x18\x08 \x01(\x01\"D\n\rWhatIfRequest\x12\x1e\n\x04spec\x18\x02 \x01(\x0b\x32\x10.rota.v1.JobSpecJ\x04\x08\x01\x10\x02R\rjob_spec_json\"T\n\x0eWhatIfResponse\x12\x1e\n\x16\x65xpected_start_seconds\x18\x01 \x01(\x01\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x12\n\nstart_step\x18\x03 \x01(\x05\x32\x8a\x02\n\x10\x41llocatorService\x12\x33\n\x04Plan\x12\x14.rota.v1.PlanRequest\x1a\x15.rota.v1.PlanResponse\x12H\n\x0b\x43urrentPlan\x12\x1b.rota.v1.CurrentPlanRequest\x1a\x1c.rota.v1.CurrentPlanResponse\x12<\n\x07\x45xplain\x12\x17.rota.v1.ExplainRequest\x1a\x18.rota.v1.ExplainResponse\x12\x39\n\x06WhatIf\x12\x16.rota.v1.WhatIfRequest\x1a\x17.rota.v1.WhatIfResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rota.v1.allocator_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PLANNEDJOB'].fields_by_name['kind']._loaded_options = None
-  _globals['_PLANNEDJOB'].fields_by_name['kind']._serialized_options = b'\030\001'
   _globals['_PLANREQUEST']._serialized_start=91
   _globals['_PLANREQUEST']._serialized_end=171
   _globals['_GRIDROW']._serialized_start=173
@@ -44,17 +42,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CURRENTPLANREQUEST']._serialized_start=394
   _globals['_CURRENTPLANREQUEST']._serialized_end=414
   _globals['_PLANNEDJOB']._serialized_start=417
-  _globals['_PLANNEDJOB']._serialized_end=603
-  _globals['_CURRENTPLANRESPONSE']._serialized_start=606
-  _globals['_CURRENTPLANRESPONSE']._serialized_end=980
-  _globals['_EXPLAINREQUEST']._serialized_start=982
-  _globals['_EXPLAINREQUEST']._serialized_end=1014
-  _globals['_EXPLAINRESPONSE']._serialized_start=1017
-  _globals['_EXPLAINRESPONSE']._serialized_end=1198
-  _globals['_WHATIFREQUEST']._serialized_start=1200
-  _globals['_WHATIFREQUEST']._serialized_end=1270
-  _globals['_WHATIFRESPONSE']._serialized_start=1272
-  _globals['_WHATIFRESPONSE']._serialized_end=1356
-  _globals['_ALLOCATORSERVICE']._serialized_start=1359
-  _globals['_ALLOCATORSERVICE']._serialized_end=1625
+  _globals['_PLANNEDJOB']._serialized_end=597
+  _globals['_CURRENTPLANRESPONSE']._serialized_start=600
+  _globals['_CURRENTPLANRESPONSE']._serialized_end=974
+  _globals['_EXPLAINREQUEST']._serialized_start=976
+  _globals['_EXPLAINREQUEST']._serialized_end=1008
+  _globals['_EXPLAINRESPONSE']._serialized_start=1011
+  _globals['_EXPLAINRESPONSE']._serialized_end=1192
+  _globals['_WHATIFREQUEST']._serialized_start=1194
+  _globals['_WHATIFREQUEST']._serialized_end=1262
+  _globals['_WHATIFRESPONSE']._serialized_start=1264
+  _globals['_WHATIFRESPONSE']._serialized_end=1348
+  _globals['_ALLOCATORSERVICE']._serialized_start=1351
+  _globals['_ALLOCATORSERVICE']._serialized_end=1617
 # @@protoc_insertion_point(module_scope)

@@ -20,11 +20,6 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
-if sys.version_info >= (3, 13):
-    from warnings import deprecated as _deprecated
-else:
-    from typing_extensions import deprecated as _deprecated
-
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
@@ -141,7 +136,6 @@ class PlannedJob(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     TENANT_FIELD_NUMBER: _builtins.int
-    KIND_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
     START_STEP_FIELD_NUMBER: _builtins.int
@@ -150,20 +144,6 @@ class PlannedJob(_message.Message):
     NODES_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     tenant: _builtins.str
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def kind(self) -> _builtins.str:
-        """Deprecated since 0.2.0, removed in 0.3.0: use job_kind. The spec's kind name
-        (training | batch_inference | quantization | realtime | trial).
-        """
-
-    @kind.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def kind(self, value: _builtins.str) -> None:
-        """Deprecated since 0.2.0, removed in 0.3.0: use job_kind. The spec's kind name
-        (training | batch_inference | quantization | realtime | trial).
-        """
-
     node: _builtins.str
     """set when it holds or starts on GPUs at step 0"""
     start_step: _builtins.int
@@ -182,7 +162,6 @@ class PlannedJob(_message.Message):
         *,
         job_id: _builtins.str = ...,
         tenant: _builtins.str = ...,
-        kind: _builtins.str = ...,
         node: _builtins.str = ...,
         gpus: _abc.Iterable[_builtins.int] | None = ...,
         start_step: _builtins.int = ...,
@@ -192,7 +171,7 @@ class PlannedJob(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "job_id", b"job_id", "job_kind", b"job_kind", "kind", b"kind", "node", b"node", "nodes", b"nodes", "planned_seconds", b"planned_seconds", "start_step", b"start_step", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "job_id", b"job_id", "job_kind", b"job_kind", "node", b"node", "nodes", b"nodes", "planned_seconds", b"planned_seconds", "start_step", b"start_step", "tenant", b"tenant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -338,21 +317,17 @@ Global___ExplainResponse: _TypeAlias = ExplainResponse  # noqa: Y015
 class WhatIfRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    JOB_SPEC_JSON_FIELD_NUMBER: _builtins.int
     SPEC_FIELD_NUMBER: _builtins.int
-    job_spec_json: _builtins.str
-    """deprecated: use spec"""
     @_builtins.property
     def spec(self) -> _common_pb2.JobSpec: ...
     def __init__(
         self,
         *,
-        job_spec_json: _builtins.str = ...,
         spec: _common_pb2.JobSpec | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_spec_json", b"job_spec_json", "spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

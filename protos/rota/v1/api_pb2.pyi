@@ -6,7 +6,7 @@ the `authorization` metadata: missing or unknown -> UNAUTHENTICATED. A tenant to
 and changes only its own tenant's jobs (PERMISSION_DENIED otherwise); the admin token
 sees everything and alone may manage tenants and call the node (agent-facing) RPCs. The
 node RPCs are NodeService's (rota/v1/node.proto), served on the api's node port, not on
-this public endpoint; ClusterService keeps deprecated copies of them for one release.
+this public endpoint.
 Bad input -> INVALID_ARGUMENT whose message starts with the field name.
 """
 
@@ -26,11 +26,6 @@ if sys.version_info >= (3, 11):
     from typing import TypeAlias as _TypeAlias, Never as _Never
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
-
-if sys.version_info >= (3, 13):
-    from warnings import deprecated as _deprecated
-else:
-    from typing_extensions import deprecated as _deprecated
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -734,46 +729,6 @@ class GetPlacementResponse(_message.Message):
 Global___GetPlacementResponse: _TypeAlias = GetPlacementResponse  # noqa: Y015
 
 @_typing.final
-class RegisterNodeRequest(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    NODE_FIELD_NUMBER: _builtins.int
-    @_builtins.property
-    def node(self) -> _common_pb2.Node: ...
-    def __init__(
-        self,
-        *,
-        node: _common_pb2.Node | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["node", b"node"]  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node", b"node"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___RegisterNodeRequest: _TypeAlias = RegisterNodeRequest  # noqa: Y015
-
-@_typing.final
-class RegisterNodeResponse(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    NODE_FIELD_NUMBER: _builtins.int
-    @_builtins.property
-    def node(self) -> _common_pb2.Node: ...
-    def __init__(
-        self,
-        *,
-        node: _common_pb2.Node | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["node", b"node"]  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node", b"node"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___RegisterNodeResponse: _TypeAlias = RegisterNodeResponse  # noqa: Y015
-
-@_typing.final
 class AgentJobReport(_message.Message):
     """What an agent knows of one of its job processes."""
 
@@ -816,29 +771,6 @@ class AgentJobReport(_message.Message):
 Global___AgentJobReport: _TypeAlias = AgentJobReport  # noqa: Y015
 
 @_typing.final
-class NodeHeartbeatRequest(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    NODE_FIELD_NUMBER: _builtins.int
-    JOBS_FIELD_NUMBER: _builtins.int
-    node: _builtins.str
-    @_builtins.property
-    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___AgentJobReport]: ...
-    def __init__(
-        self,
-        *,
-        node: _builtins.str = ...,
-        jobs: _abc.Iterable[Global___AgentJobReport] | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "node", b"node"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___NodeHeartbeatRequest: _TypeAlias = NodeHeartbeatRequest  # noqa: Y015
-
-@_typing.final
 class Assignment(_message.Message):
     """A job the control plane wants running on the node."""
 
@@ -846,22 +778,11 @@ class Assignment(_message.Message):
 
     JOB_FIELD_NUMBER: _builtins.int
     RESUME_IMAGE_FIELD_NUMBER: _builtins.int
-    LAYOUT_FIELD_NUMBER: _builtins.int
     REPLANNED_LAYOUT_FIELD_NUMBER: _builtins.int
     RESUME_SOURCE_FIELD_NUMBER: _builtins.int
     RESUME_FALLBACK_IMAGE_FIELD_NUMBER: _builtins.int
     resume_image: _builtins.str
     """the image a (re)started job restores from, if any"""
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def layout(self) -> _builtins.str:
-        """Deprecated since 0.2.0, removed in 0.3.0: use replanned_layout. Its JSON text."""
-
-    @layout.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def layout(self, value: _builtins.str) -> None:
-        """Deprecated since 0.2.0, removed in 0.3.0: use replanned_layout. Its JSON text."""
-
     resume_source: _builtins.str
     """a streamed resume_image's source agent (see LaunchRequest)"""
     resume_fallback_image: _builtins.str
@@ -877,42 +798,14 @@ class Assignment(_message.Message):
         *,
         job: _common_pb2.Job | None = ...,
         resume_image: _builtins.str = ...,
-        layout: _builtins.str = ...,
         replanned_layout: _detector_pb2.ReplannedLayout | None = ...,
         resume_source: _builtins.str = ...,
         resume_fallback_image: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "replanned_layout", b"replanned_layout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "layout", b"layout", "replanned_layout", b"replanned_layout", "resume_fallback_image", b"resume_fallback_image", "resume_image", b"resume_image", "resume_source", b"resume_source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "replanned_layout", b"replanned_layout", "resume_fallback_image", b"resume_fallback_image", "resume_image", b"resume_image", "resume_source", b"resume_source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Assignment: _TypeAlias = Assignment  # noqa: Y015
-
-@_typing.final
-class NodeHeartbeatResponse(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    ASSIGNMENTS_FIELD_NUMBER: _builtins.int
-    EPOCH_FIELD_NUMBER: _builtins.int
-    HEALTH_FIELD_NUMBER: _builtins.int
-    epoch: _builtins.int
-    """newest fencing epoch committed"""
-    health: _common_pb2.NodeHealth.ValueType
-    @_builtins.property
-    def assignments(self) -> _containers.RepeatedCompositeFieldContainer[Global___Assignment]: ...
-    def __init__(
-        self,
-        *,
-        assignments: _abc.Iterable[Global___Assignment] | None = ...,
-        epoch: _builtins.int = ...,
-        health: _common_pb2.NodeHealth.ValueType = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignments", b"assignments", "epoch", b"epoch", "health", b"health"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___NodeHeartbeatResponse: _TypeAlias = NodeHeartbeatResponse  # noqa: Y015

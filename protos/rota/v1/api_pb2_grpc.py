@@ -642,16 +642,6 @@ class ClusterServiceStub:
                 request_serializer=rota_dot_v1_dot_api__pb2.GetPlacementRequest.SerializeToString,
                 response_deserializer=rota_dot_v1_dot_api__pb2.GetPlacementResponse.FromString,
                 _registered_method=True)
-        self.RegisterNode = channel.unary_unary(
-                '/rota.v1.ClusterService/RegisterNode',
-                request_serializer=rota_dot_v1_dot_api__pb2.RegisterNodeRequest.SerializeToString,
-                response_deserializer=rota_dot_v1_dot_api__pb2.RegisterNodeResponse.FromString,
-                _registered_method=True)
-        self.NodeHeartbeat = channel.unary_unary(
-                '/rota.v1.ClusterService/NodeHeartbeat',
-                request_serializer=rota_dot_v1_dot_api__pb2.NodeHeartbeatRequest.SerializeToString,
-                response_deserializer=rota_dot_v1_dot_api__pb2.NodeHeartbeatResponse.FromString,
-                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -671,24 +661,6 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def RegisterNode(self, request, context):
-        """Deprecated since 0.2.0, removed in 0.3.0: NodeService.Register on the api's node port.
-        Admin only (agents). Registers or re-registers a node and its GPUs.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def NodeHeartbeat(self, request, context):
-        """Deprecated since 0.2.0, removed in 0.3.0: NodeService.Heartbeat on the api's node port.
-        Admin only (agents). Reports the jobs the agent runs (state, exit, progress); the
-        answer lists what the control plane has placed on the node, so the agent can launch
-        what it misses and stop what it should not run (reconciliation).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -701,16 +673,6 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.GetPlacement,
                     request_deserializer=rota_dot_v1_dot_api__pb2.GetPlacementRequest.FromString,
                     response_serializer=rota_dot_v1_dot_api__pb2.GetPlacementResponse.SerializeToString,
-            ),
-            'RegisterNode': grpc.unary_unary_rpc_method_handler(
-                    servicer.RegisterNode,
-                    request_deserializer=rota_dot_v1_dot_api__pb2.RegisterNodeRequest.FromString,
-                    response_serializer=rota_dot_v1_dot_api__pb2.RegisterNodeResponse.SerializeToString,
-            ),
-            'NodeHeartbeat': grpc.unary_unary_rpc_method_handler(
-                    servicer.NodeHeartbeat,
-                    request_deserializer=rota_dot_v1_dot_api__pb2.NodeHeartbeatRequest.FromString,
-                    response_serializer=rota_dot_v1_dot_api__pb2.NodeHeartbeatResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -767,60 +729,6 @@ class ClusterService:
             '/rota.v1.ClusterService/GetPlacement',
             rota_dot_v1_dot_api__pb2.GetPlacementRequest.SerializeToString,
             rota_dot_v1_dot_api__pb2.GetPlacementResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def RegisterNode(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/rota.v1.ClusterService/RegisterNode',
-            rota_dot_v1_dot_api__pb2.RegisterNodeRequest.SerializeToString,
-            rota_dot_v1_dot_api__pb2.RegisterNodeResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def NodeHeartbeat(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/rota.v1.ClusterService/NodeHeartbeat',
-            rota_dot_v1_dot_api__pb2.NodeHeartbeatRequest.SerializeToString,
-            rota_dot_v1_dot_api__pb2.NodeHeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -6,7 +6,7 @@ the `authorization` metadata: missing or unknown -> UNAUTHENTICATED. A tenant to
 and changes only its own tenant's jobs (PERMISSION_DENIED otherwise); the admin token
 sees everything and alone may manage tenants and call the node (agent-facing) RPCs. The
 node RPCs are NodeService's (rota/v1/node.proto), served on the api's node port, not on
-this public endpoint; ClusterService keeps deprecated copies of them for one release.
+this public endpoint.
 Bad input -> INVALID_ARGUMENT whose message starts with the field name.
 """
 
@@ -14,7 +14,6 @@ from collections import abc as _abc
 from grpc import aio as _aio
 from rota.v1 import api_pb2 as _api_pb2
 import abc as _abc_1
-import builtins as _builtins
 import grpc as _grpc
 import sys
 import typing as _typing
@@ -23,11 +22,6 @@ if sys.version_info >= (3, 11):
     from typing import Self as _Self
 else:
     from typing_extensions import Self as _Self
-
-if sys.version_info >= (3, 13):
-    from warnings import deprecated as _deprecated
-else:
-    from typing_extensions import deprecated as _deprecated
 
 _T = _typing.TypeVar("_T")
 
@@ -281,20 +275,6 @@ class ClusterServiceStub:
     """Nodes with their GPUs, health and the jobs holding each GPU."""
     GetPlacement: _grpc.UnaryUnaryMultiCallable[_api_pb2.GetPlacementRequest, _api_pb2.GetPlacementResponse]
     """The committed placements of jobs that hold GPUs now."""
-    @_builtins.property
-    @_deprecated("""This method has been marked as deprecated using proto method options.""")
-    def RegisterNode(self) -> _grpc.UnaryUnaryMultiCallable[_api_pb2.RegisterNodeRequest, _api_pb2.RegisterNodeResponse]:
-        """Deprecated since 0.2.0, removed in 0.3.0: NodeService.Register on the api's node port.
-        Admin only (agents). Registers or re-registers a node and its GPUs.
-        """
-    @_builtins.property
-    @_deprecated("""This method has been marked as deprecated using proto method options.""")
-    def NodeHeartbeat(self) -> _grpc.UnaryUnaryMultiCallable[_api_pb2.NodeHeartbeatRequest, _api_pb2.NodeHeartbeatResponse]:
-        """Deprecated since 0.2.0, removed in 0.3.0: NodeService.Heartbeat on the api's node port.
-        Admin only (agents). Reports the jobs the agent runs (state, exit, progress); the
-        answer lists what the control plane has placed on the node, so the agent can launch
-        what it misses and stop what it should not run (reconciliation).
-        """
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
@@ -303,20 +283,6 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     """Nodes with their GPUs, health and the jobs holding each GPU."""
     GetPlacement: _aio.UnaryUnaryMultiCallable[_api_pb2.GetPlacementRequest, _api_pb2.GetPlacementResponse]  # type: ignore[assignment]
     """The committed placements of jobs that hold GPUs now."""
-    @_builtins.property
-    @_deprecated("""This method has been marked as deprecated using proto method options.""")
-    def RegisterNode(self) -> _aio.UnaryUnaryMultiCallable[_api_pb2.RegisterNodeRequest, _api_pb2.RegisterNodeResponse]:  # type: ignore[override]
-        """Deprecated since 0.2.0, removed in 0.3.0: NodeService.Register on the api's node port.
-        Admin only (agents). Registers or re-registers a node and its GPUs.
-        """
-    @_builtins.property
-    @_deprecated("""This method has been marked as deprecated using proto method options.""")
-    def NodeHeartbeat(self) -> _aio.UnaryUnaryMultiCallable[_api_pb2.NodeHeartbeatRequest, _api_pb2.NodeHeartbeatResponse]:  # type: ignore[override]
-        """Deprecated since 0.2.0, removed in 0.3.0: NodeService.Heartbeat on the api's node port.
-        Admin only (agents). Reports the jobs the agent runs (state, exit, progress); the
-        answer lists what the control plane has placed on the node, so the agent can launch
-        what it misses and stop what it should not run (reconciliation).
-        """
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -334,29 +300,5 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_api_pb2.GetPlacementResponse, _abc.Awaitable[_api_pb2.GetPlacementResponse]]:
         """The committed placements of jobs that hold GPUs now."""
-
-    @_deprecated("""Deprecated since 0.2.0, removed in 0.3.0: NodeService.Register on the api's node port.\nAdmin only (agents). Registers or re-registers a node and its GPUs.""")
-    @_abc_1.abstractmethod
-    def RegisterNode(
-        self,
-        request: _api_pb2.RegisterNodeRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_api_pb2.RegisterNodeResponse, _abc.Awaitable[_api_pb2.RegisterNodeResponse]]:
-        """Deprecated since 0.2.0, removed in 0.3.0: NodeService.Register on the api's node port.
-        Admin only (agents). Registers or re-registers a node and its GPUs.
-        """
-
-    @_deprecated("""Deprecated since 0.2.0, removed in 0.3.0: NodeService.Heartbeat on the api's node port.\nAdmin only (agents). Reports the jobs the agent runs (state, exit, progress); the\nanswer lists what the control plane has placed on the node, so the agent can launch\nwhat it misses and stop what it should not run (reconciliation).""")
-    @_abc_1.abstractmethod
-    def NodeHeartbeat(
-        self,
-        request: _api_pb2.NodeHeartbeatRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_api_pb2.NodeHeartbeatResponse, _abc.Awaitable[_api_pb2.NodeHeartbeatResponse]]:
-        """Deprecated since 0.2.0, removed in 0.3.0: NodeService.Heartbeat on the api's node port.
-        Admin only (agents). Reports the jobs the agent runs (state, exit, progress); the
-        answer lists what the control plane has placed on the node, so the agent can launch
-        what it misses and stop what it should not run (reconciliation).
-        """
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

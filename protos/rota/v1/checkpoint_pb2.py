@@ -25,31 +25,21 @@ _sym_db = _symbol_database.Default()
 from rota.v1 import common_pb2 as rota_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18rota/v1/checkpoint.proto\x12\x07rota.v1\x1a\x14rota/v1/common.proto\"R\n\x11\x43heckpointRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\"\x9e\x01\n\x12\x43heckpointResponse\x12\x10\n\x08image_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x15\n\rbytes_written\x18\x03 \x01(\x03\x12\x15\n\rlogical_bytes\x18\x04 \x01(\x03\x12\x14\n\x0c\x63opy_seconds\x18\x05 \x01(\x01\x12\x15\n\rwrite_seconds\x18\x06 \x01(\x01\x12\r\n\x05ranks\x18\x07 \x01(\x05\"M\n\x0cPauseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\"c\n\rPauseResponse\x12\x10\n\x08image_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x15\n\rpause_seconds\x18\x03 \x01(\x01\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\r\n\x05ranks\x18\x05 \x01(\x05\"Y\n\rResumeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x14\n\x0cwait_seconds\x18\x04 \x01(\x01\"\x85\x01\n\x0eResumeResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04gpus\x18\x02 \x03(\x05\x12\x10\n\x08image_id\x18\x03 \x01(\t\x12\x0c\n\x04step\x18\x04 \x01(\x03\x12\x11\n\x05state\x18\x05 \x01(\tB\x02\x18\x01\x12$\n\tjob_state\x18\x06 \x01(\x0e\x32\x11.rota.v1.JobState\"\x8a\x01\n\x0eMigrateRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x13\n\x0btarget_node\x18\x03 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\x12\x14\n\x0cwait_seconds\x18\x05 \x01(\x01\x12\x0e\n\x06reason\x18\x06 \x01(\t\"\x90\x01\n\x0fMigrateResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04gpus\x18\x02 \x03(\x05\x12\x10\n\x08image_id\x18\x03 \x01(\t\x12\x0c\n\x04step\x18\x04 \x01(\x03\x12\x11\n\tfrom_node\x18\x05 \x01(\t\x12\x15\n\rpause_seconds\x18\x06 \x01(\x01\x12\x17\n\x0fmigrate_seconds\x18\x07 \x01(\x01\"#\n\x11ListImagesRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x86\x03\n\x0f\x43heckpointImage\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x05\x12\x10\n\x04kind\x18\x04 \x01(\tB\x02\x18\x01\x12\x11\n\x05state\x18\x05 \x01(\tB\x02\x18\x01\x12\x0c\n\x04node\x18\x06 \x01(\t\x12\r\n\x05ranks\x18\x07 \x01(\x05\x12\x0c\n\x04step\x18\x08 \x01(\x03\x12\x15\n\rlogical_bytes\x18\t \x01(\x03\x12\x14\n\x0cstored_bytes\x18\n \x01(\x03\x12\x14\n\x0cunique_bytes\x18\x0b \x01(\x03\x12\x0e\n\x06\x63hunks\x18\x0c \x01(\x05\x12\x14\n\x0c\x63opy_seconds\x18\r \x01(\x01\x12\x15\n\rwrite_seconds\x18\x0e \x01(\x01\x12\x14\n\x0c\x63reated_unix\x18\x0f \x01(\x01\x12\r\n\x05\x65rror\x18\x10 \x01(\t\x12&\n\nimage_kind\x18\x11 \x01(\x0e\x32\x12.rota.v1.ImageKind\x12(\n\x0bimage_state\x18\x12 \x01(\x0e\x32\x13.rota.v1.ImageState\"\xf6\x02\n\x13\x43heckpointOperation\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x10\n\x04kind\x18\x03 \x01(\tB\x02\x18\x01\x12\x11\n\x05state\x18\x04 \x01(\tB\x02\x18\x01\x12\x13\n\x0btarget_node\x18\x05 \x01(\t\x12\x10\n\x08image_id\x18\x06 \x01(\t\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x14\n\x0c\x63reated_unix\x18\x08 \x01(\x01\x12\x15\n\rfinished_unix\x18\t \x01(\x01\x12.\n\x0eoperation_kind\x18\n \x01(\x0e\x32\x16.rota.v1.OperationKind\x12\x30\n\x0foperation_state\x18\x0b \x01(\x0e\x32\x17.rota.v1.OperationState\x12\x10\n\x08streamed\x18\x0c \x01(\x08\x12\x13\n\x0bsource_node\x18\r \x01(\t\x12\x15\n\rpause_seconds\x18\x0e \x01(\x01\x12\x15\n\rwrite_seconds\x18\x0f \x01(\x01\"p\n\x12ListImagesResponse\x12(\n\x06images\x18\x01 \x03(\x0b\x32\x18.rota.v1.CheckpointImage\x12\x30\n\noperations\x18\x02 \x03(\x0b\x32\x1c.rota.v1.CheckpointOperation*\x8d\x01\n\nImageState\x12\x1b\n\x17IMAGE_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13IMAGE_STATE_WRITING\x10\x01\x12\x18\n\x14IMAGE_STATE_COMPLETE\x10\x02\x12\x16\n\x12IMAGE_STATE_FAILED\x10\x03\x12\x17\n\x13IMAGE_STATE_UNKNOWN\x10\x04*q\n\tImageKind\x12\x1a\n\x16IMAGE_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15IMAGE_KIND_CHECKPOINT\x10\x01\x12\x17\n\x13IMAGE_KIND_PERIODIC\x10\x02\x12\x14\n\x10IMAGE_KIND_PAUSE\x10\x03*\xbc\x01\n\rOperationKind\x12\x1e\n\x1aOPERATION_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19OPERATION_KIND_CHECKPOINT\x10\x01\x12\x1b\n\x17OPERATION_KIND_PERIODIC\x10\x02\x12\x18\n\x14OPERATION_KIND_PAUSE\x10\x03\x12\x19\n\x15OPERATION_KIND_RESUME\x10\x04\x12\x1a\n\x16OPERATION_KIND_MIGRATE\x10\x05*\xde\x01\n\x0eOperationState\x12\x1f\n\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19OPERATION_STATE_REQUESTED\x10\x01\x12\x1b\n\x17OPERATION_STATE_COPYING\x10\x02\x12\x1b\n\x17OPERATION_STATE_WRITING\x10\x03\x12\x1c\n\x18OPERATION_STATE_RESUMING\x10\x04\x12\x18\n\x14OPERATION_STATE_DONE\x10\x05\x12\x1a\n\x16OPERATION_STATE_FAILED\x10\x06\x32\xd2\x02\n\x11\x43heckpointService\x12\x45\n\nCheckpoint\x12\x1a.rota.v1.CheckpointRequest\x1a\x1b.rota.v1.CheckpointResponse\x12\x36\n\x05Pause\x12\x15.rota.v1.PauseRequest\x1a\x16.rota.v1.PauseResponse\x12\x39\n\x06Resume\x12\x16.rota.v1.ResumeRequest\x1a\x17.rota.v1.ResumeResponse\x12<\n\x07Migrate\x12\x17.rota.v1.MigrateRequest\x1a\x18.rota.v1.MigrateResponse\x12\x45\n\nListImages\x12\x1a.rota.v1.ListImagesRequest\x1a\x1b.rota.v1.ListImagesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18rota/v1/checkpoint.proto\x12\x07rota.v1\x1a\x14rota/v1/common.proto\"R\n\x11\x43heckpointRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\"\x9e\x01\n\x12\x43heckpointResponse\x12\x10\n\x08image_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x15\n\rbytes_written\x18\x03 \x01(\x03\x12\x15\n\rlogical_bytes\x18\x04 \x01(\x03\x12\x14\n\x0c\x63opy_seconds\x18\x05 \x01(\x01\x12\x15\n\rwrite_seconds\x18\x06 \x01(\x01\x12\r\n\x05ranks\x18\x07 \x01(\x05\"M\n\x0cPauseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\"c\n\rPauseResponse\x12\x10\n\x08image_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x15\n\rpause_seconds\x18\x03 \x01(\x01\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\r\n\x05ranks\x18\x05 \x01(\x05\"Y\n\rResumeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x14\n\x0cwait_seconds\x18\x04 \x01(\x01\"\x7f\n\x0eResumeResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04gpus\x18\x02 \x03(\x05\x12\x10\n\x08image_id\x18\x03 \x01(\t\x12\x0c\n\x04step\x18\x04 \x01(\x03\x12$\n\tjob_state\x18\x06 \x01(\x0e\x32\x11.rota.v1.JobStateJ\x04\x08\x05\x10\x06R\x05state\"\x8a\x01\n\x0eMigrateRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x13\n\x0btarget_node\x18\x03 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\x12\x14\n\x0cwait_seconds\x18\x05 \x01(\x01\x12\x0e\n\x06reason\x18\x06 \x01(\t\"\x90\x01\n\x0fMigrateResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04gpus\x18\x02 \x03(\x05\x12\x10\n\x08image_id\x18\x03 \x01(\t\x12\x0c\n\x04step\x18\x04 \x01(\x03\x12\x11\n\tfrom_node\x18\x05 \x01(\t\x12\x15\n\rpause_seconds\x18\x06 \x01(\x01\x12\x17\n\x0fmigrate_seconds\x18\x07 \x01(\x01\"#\n\x11ListImagesRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xfa\x02\n\x0f\x43heckpointImage\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x05\x12\x0c\n\x04node\x18\x06 \x01(\t\x12\r\n\x05ranks\x18\x07 \x01(\x05\x12\x0c\n\x04step\x18\x08 \x01(\x03\x12\x15\n\rlogical_bytes\x18\t \x01(\x03\x12\x14\n\x0cstored_bytes\x18\n \x01(\x03\x12\x14\n\x0cunique_bytes\x18\x0b \x01(\x03\x12\x0e\n\x06\x63hunks\x18\x0c \x01(\x05\x12\x14\n\x0c\x63opy_seconds\x18\r \x01(\x01\x12\x15\n\rwrite_seconds\x18\x0e \x01(\x01\x12\x14\n\x0c\x63reated_unix\x18\x0f \x01(\x01\x12\r\n\x05\x65rror\x18\x10 \x01(\t\x12&\n\nimage_kind\x18\x11 \x01(\x0e\x32\x12.rota.v1.ImageKind\x12(\n\x0bimage_state\x18\x12 \x01(\x0e\x32\x13.rota.v1.ImageStateJ\x04\x08\x04\x10\x05J\x04\x08\x05\x10\x06R\x04kindR\x05state\"\xea\x02\n\x13\x43heckpointOperation\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12\x13\n\x0btarget_node\x18\x05 \x01(\t\x12\x10\n\x08image_id\x18\x06 \x01(\t\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x14\n\x0c\x63reated_unix\x18\x08 \x01(\x01\x12\x15\n\rfinished_unix\x18\t \x01(\x01\x12.\n\x0eoperation_kind\x18\n \x01(\x0e\x32\x16.rota.v1.OperationKind\x12\x30\n\x0foperation_state\x18\x0b \x01(\x0e\x32\x17.rota.v1.OperationState\x12\x10\n\x08streamed\x18\x0c \x01(\x08\x12\x13\n\x0bsource_node\x18\r \x01(\t\x12\x15\n\rpause_seconds\x18\x0e \x01(\x01\x12\x15\n\rwrite_seconds\x18\x0f \x01(\x01J\x04\x08\x03\x10\x04J\x04\x08\x04\x10\x05R\x04kindR\x05state\"p\n\x12ListImagesResponse\x12(\n\x06images\x18\x01 \x03(\x0b\x32\x18.rota.v1.CheckpointImage\x12\x30\n\noperations\x18\x02 \x03(\x0b\x32\x1c.rota.v1.CheckpointOperation*\x8d\x01\n\nImageState\x12\x1b\n\x17IMAGE_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13IMAGE_STATE_WRITING\x10\x01\x12\x18\n\x14IMAGE_STATE_COMPLETE\x10\x02\x12\x16\n\x12IMAGE_STATE_FAILED\x10\x03\x12\x17\n\x13IMAGE_STATE_UNKNOWN\x10\x04*q\n\tImageKind\x12\x1a\n\x16IMAGE_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15IMAGE_KIND_CHECKPOINT\x10\x01\x12\x17\n\x13IMAGE_KIND_PERIODIC\x10\x02\x12\x14\n\x10IMAGE_KIND_PAUSE\x10\x03*\xbc\x01\n\rOperationKind\x12\x1e\n\x1aOPERATION_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19OPERATION_KIND_CHECKPOINT\x10\x01\x12\x1b\n\x17OPERATION_KIND_PERIODIC\x10\x02\x12\x18\n\x14OPERATION_KIND_PAUSE\x10\x03\x12\x19\n\x15OPERATION_KIND_RESUME\x10\x04\x12\x1a\n\x16OPERATION_KIND_MIGRATE\x10\x05*\xde\x01\n\x0eOperationState\x12\x1f\n\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19OPERATION_STATE_REQUESTED\x10\x01\x12\x1b\n\x17OPERATION_STATE_COPYING\x10\x02\x12\x1b\n\x17OPERATION_STATE_WRITING\x10\x03\x12\x1c\n\x18OPERATION_STATE_RESUMING\x10\x04\x12\x18\n\x14OPERATION_STATE_DONE\x10\x05\x12\x1a\n\x16OPERATION_STATE_FAILED\x10\x06\x32\xd2\x02\n\x11\x43heckpointService\x12\x45\n\nCheckpoint\x12\x1a.rota.v1.CheckpointRequest\x1a\x1b.rota.v1.CheckpointResponse\x12\x36\n\x05Pause\x12\x15.rota.v1.PauseRequest\x1a\x16.rota.v1.PauseResponse\x12\x39\n\x06Resume\x12\x16.rota.v1.ResumeRequest\x1a\x17.rota.v1.ResumeResponse\x12<\n\x07Migrate\x12\x17.rota.v1.MigrateRequest\x1a\x18.rota.v1.MigrateResponse\x12\x45\n\nListImages\x12\x1a.rota.v1.ListImagesRequest\x1a\x1b.rota.v1.ListImagesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rota.v1.checkpoint_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RESUMERESPONSE'].fields_by_name['state']._loaded_options = None
-  _globals['_RESUMERESPONSE'].fields_by_name['state']._serialized_options = b'\030\001'
-  _globals['_CHECKPOINTIMAGE'].fields_by_name['kind']._loaded_options = None
-  _globals['_CHECKPOINTIMAGE'].fields_by_name['kind']._serialized_options = b'\030\001'
-  _globals['_CHECKPOINTIMAGE'].fields_by_name['state']._loaded_options = None
-  _globals['_CHECKPOINTIMAGE'].fields_by_name['state']._serialized_options = b'\030\001'
-  _globals['_CHECKPOINTOPERATION'].fields_by_name['kind']._loaded_options = None
-  _globals['_CHECKPOINTOPERATION'].fields_by_name['kind']._serialized_options = b'\030\001'
-  _globals['_CHECKPOINTOPERATION'].fields_by_name['state']._loaded_options = None
-  _globals['_CHECKPOINTOPERATION'].fields_by_name['state']._serialized_options = b'\030\001'
-  _globals['_IMAGESTATE']._serialized_start=1921
-  _globals['_IMAGESTATE']._serialized_end=2062
-  _globals['_IMAGEKIND']._serialized_start=2064
-  _globals['_IMAGEKIND']._serialized_end=2177
-  _globals['_OPERATIONKIND']._serialized_start=2180
-  _globals['_OPERATIONKIND']._serialized_end=2368
-  _globals['_OPERATIONSTATE']._serialized_start=2371
-  _globals['_OPERATIONSTATE']._serialized_end=2593
+  _globals['_IMAGESTATE']._serialized_start=1890
+  _globals['_IMAGESTATE']._serialized_end=2031
+  _globals['_IMAGEKIND']._serialized_start=2033
+  _globals['_IMAGEKIND']._serialized_end=2146
+  _globals['_OPERATIONKIND']._serialized_start=2149
+  _globals['_OPERATIONKIND']._serialized_end=2337
+  _globals['_OPERATIONSTATE']._serialized_start=2340
+  _globals['_OPERATIONSTATE']._serialized_end=2562
   _globals['_CHECKPOINTREQUEST']._serialized_start=59
   _globals['_CHECKPOINTREQUEST']._serialized_end=141
   _globals['_CHECKPOINTRESPONSE']._serialized_start=144
@@ -60,20 +50,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PAUSERESPONSE']._serialized_end=482
   _globals['_RESUMEREQUEST']._serialized_start=484
   _globals['_RESUMEREQUEST']._serialized_end=573
-  _globals['_RESUMERESPONSE']._serialized_start=576
-  _globals['_RESUMERESPONSE']._serialized_end=709
-  _globals['_MIGRATEREQUEST']._serialized_start=712
-  _globals['_MIGRATEREQUEST']._serialized_end=850
-  _globals['_MIGRATERESPONSE']._serialized_start=853
-  _globals['_MIGRATERESPONSE']._serialized_end=997
-  _globals['_LISTIMAGESREQUEST']._serialized_start=999
-  _globals['_LISTIMAGESREQUEST']._serialized_end=1034
-  _globals['_CHECKPOINTIMAGE']._serialized_start=1037
-  _globals['_CHECKPOINTIMAGE']._serialized_end=1427
-  _globals['_CHECKPOINTOPERATION']._serialized_start=1430
-  _globals['_CHECKPOINTOPERATION']._serialized_end=1804
-  _globals['_LISTIMAGESRESPONSE']._serialized_start=1806
-  _globals['_LISTIMAGESRESPONSE']._serialized_end=1918
-  _globals['_CHECKPOINTSERVICE']._serialized_start=2596
-  _globals['_CHECKPOINTSERVICE']._serialized_end=2934
+  _globals['_RESUMERESPONSE']._serialized_start=575
+  _globals['_RESUMERESPONSE']._serialized_end=702
+  _globals['_MIGRATEREQUEST']._serialized_start=705
+  _globals['_MIGRATEREQUEST']._serialized_end=843
+  _globals['_MIGRATERESPONSE']._serialized_start=846
+  _globals['_MIGRATERESPONSE']._serialized_end=990
+  _globals['_LISTIMAGESREQUEST']._serialized_start=992
+  _globals['_LISTIMAGESREQUEST']._serialized_end=1027
+  _globals['_CHECKPOINTIMAGE']._serialized_start=1030
+  _globals['_CHECKPOINTIMAGE']._serialized_end=1408
+  _globals['_CHECKPOINTOPERATION']._serialized_start=1411
+  _globals['_CHECKPOINTOPERATION']._serialized_end=1773
+  _globals['_LISTIMAGESRESPONSE']._serialized_start=1775
+  _globals['_LISTIMAGESRESPONSE']._serialized_end=1887
+  _globals['_CHECKPOINTSERVICE']._serialized_start=2565
+  _globals['_CHECKPOINTSERVICE']._serialized_end=2903
 # @@protoc_insertion_point(module_scope)

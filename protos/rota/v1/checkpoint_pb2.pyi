@@ -20,11 +20,6 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
-if sys.version_info >= (3, 13):
-    from warnings import deprecated as _deprecated
-else:
-    from typing_extensions import deprecated as _deprecated
-
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class _ImageState:
@@ -44,11 +39,7 @@ class _ImageStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ImageState
     """"unknown" """
 
 class ImageState(_ImageState, metaclass=_ImageStateEnumTypeWrapper):
-    """The string `state` and `kind` fields these enums replace are deprecated since 0.2.0 and
-    go in 0.3.0; until then a server fills both, and a client reads the enum, falling back to
-    the string when the enum is UNSPECIFIED (a server older than 0.2.0).
-
-    A checkpoint image's write: WRITING -> COMPLETE | FAILED. UNKNOWN only from an agent's
+    """A checkpoint image's write: WRITING -> COMPLETE | FAILED. UNKNOWN only from an agent's
     ImageStatus: it knows no such image (it restarted, or the image was never its own).
     """
 
@@ -318,22 +309,11 @@ class ResumeResponse(_message.Message):
     GPUS_FIELD_NUMBER: _builtins.int
     IMAGE_ID_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
-    STATE_FIELD_NUMBER: _builtins.int
     JOB_STATE_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """"" while not yet placed"""
     image_id: _builtins.str
     step: _builtins.int
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def state(self) -> _builtins.str:
-        """Deprecated since 0.2.0, removed in 0.3.0: use job_state. The job's state name ("PENDING", ...)."""
-
-    @state.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def state(self, value: _builtins.str) -> None:
-        """Deprecated since 0.2.0, removed in 0.3.0: use job_state. The job's state name ("PENDING", ...)."""
-
     job_state: _common_pb2.JobState.ValueType
     @_builtins.property
     def gpus(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
@@ -344,12 +324,11 @@ class ResumeResponse(_message.Message):
         gpus: _abc.Iterable[_builtins.int] | None = ...,
         image_id: _builtins.str = ...,
         step: _builtins.int = ...,
-        state: _builtins.str = ...,
         job_state: _common_pb2.JobState.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "image_id", b"image_id", "job_state", b"job_state", "node", b"node", "state", b"state", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "image_id", b"image_id", "job_state", b"job_state", "node", b"node", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -457,8 +436,6 @@ class CheckpointImage(_message.Message):
     ID_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
     SEQUENCE_FIELD_NUMBER: _builtins.int
-    KIND_FIELD_NUMBER: _builtins.int
-    STATE_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
     RANKS_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
@@ -475,30 +452,6 @@ class CheckpointImage(_message.Message):
     id: _builtins.str
     job_id: _builtins.str
     sequence: _builtins.int
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def kind(self) -> _builtins.str:
-        """Deprecated since 0.2.0, removed in 0.3.0: use image_kind and image_state.
-        checkpoint | periodic | pause
-        """
-
-    @kind.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def kind(self, value: _builtins.str) -> None:
-        """Deprecated since 0.2.0, removed in 0.3.0: use image_kind and image_state.
-        checkpoint | periodic | pause
-        """
-
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def state(self) -> _builtins.str:
-        """writing | complete | failed"""
-
-    @state.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def state(self, value: _builtins.str) -> None:
-        """writing | complete | failed"""
-
     node: _builtins.str
     ranks: _builtins.int
     step: _builtins.int
@@ -521,8 +474,6 @@ class CheckpointImage(_message.Message):
         id: _builtins.str = ...,
         job_id: _builtins.str = ...,
         sequence: _builtins.int = ...,
-        kind: _builtins.str = ...,
-        state: _builtins.str = ...,
         node: _builtins.str = ...,
         ranks: _builtins.int = ...,
         step: _builtins.int = ...,
@@ -539,7 +490,7 @@ class CheckpointImage(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "copy_seconds", b"copy_seconds", "created_unix", b"created_unix", "error", b"error", "id", b"id", "image_kind", b"image_kind", "image_state", b"image_state", "job_id", b"job_id", "kind", b"kind", "logical_bytes", b"logical_bytes", "node", b"node", "ranks", b"ranks", "sequence", b"sequence", "state", b"state", "step", b"step", "stored_bytes", b"stored_bytes", "unique_bytes", b"unique_bytes", "write_seconds", b"write_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "copy_seconds", b"copy_seconds", "created_unix", b"created_unix", "error", b"error", "id", b"id", "image_kind", b"image_kind", "image_state", b"image_state", "job_id", b"job_id", "logical_bytes", b"logical_bytes", "node", b"node", "ranks", b"ranks", "sequence", b"sequence", "step", b"step", "stored_bytes", b"stored_bytes", "unique_bytes", b"unique_bytes", "write_seconds", b"write_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -551,8 +502,6 @@ class CheckpointOperation(_message.Message):
 
     ID_FIELD_NUMBER: _builtins.int
     OPERATION_ID_FIELD_NUMBER: _builtins.int
-    KIND_FIELD_NUMBER: _builtins.int
-    STATE_FIELD_NUMBER: _builtins.int
     TARGET_NODE_FIELD_NUMBER: _builtins.int
     IMAGE_ID_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
@@ -566,30 +515,6 @@ class CheckpointOperation(_message.Message):
     WRITE_SECONDS_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     operation_id: _builtins.str
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def kind(self) -> _builtins.str:
-        """Deprecated since 0.2.0, removed in 0.3.0: use operation_kind and operation_state.
-        checkpoint | periodic | pause | resume | migrate
-        """
-
-    @kind.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def kind(self, value: _builtins.str) -> None:
-        """Deprecated since 0.2.0, removed in 0.3.0: use operation_kind and operation_state.
-        checkpoint | periodic | pause | resume | migrate
-        """
-
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def state(self) -> _builtins.str:
-        """requested | copying | writing | resuming | done | failed"""
-
-    @state.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def state(self, value: _builtins.str) -> None:
-        """requested | copying | writing | resuming | done | failed"""
-
     target_node: _builtins.str
     image_id: _builtins.str
     error: _builtins.str
@@ -612,8 +537,6 @@ class CheckpointOperation(_message.Message):
         *,
         id: _builtins.int = ...,
         operation_id: _builtins.str = ...,
-        kind: _builtins.str = ...,
-        state: _builtins.str = ...,
         target_node: _builtins.str = ...,
         image_id: _builtins.str = ...,
         error: _builtins.str = ...,
@@ -628,7 +551,7 @@ class CheckpointOperation(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_unix", b"created_unix", "error", b"error", "finished_unix", b"finished_unix", "id", b"id", "image_id", b"image_id", "kind", b"kind", "operation_id", b"operation_id", "operation_kind", b"operation_kind", "operation_state", b"operation_state", "pause_seconds", b"pause_seconds", "source_node", b"source_node", "state", b"state", "streamed", b"streamed", "target_node", b"target_node", "write_seconds", b"write_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_unix", b"created_unix", "error", b"error", "finished_unix", b"finished_unix", "id", b"id", "image_id", b"image_id", "operation_id", b"operation_id", "operation_kind", b"operation_kind", "operation_state", b"operation_state", "pause_seconds", b"pause_seconds", "source_node", b"source_node", "streamed", b"streamed", "target_node", b"target_node", "write_seconds", b"write_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

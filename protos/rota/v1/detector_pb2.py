@@ -25,27 +25,17 @@ _sym_db = _symbol_database.Default()
 from rota.v1 import common_pb2 as rota_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16rota/v1/detector.proto\x12\x07rota.v1\x1a\x14rota/v1/common.proto\"{\n\x10HeartbeatRequest\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\x12\x18\n\x10interval_seconds\x18\x06 \x01(\x01\"%\n\x11HeartbeatResponse\x12\x10\n\x08sequence\x18\x01 \x01(\x03\"C\n\x06Layout\x12\n\n\x02tp\x18\x01 \x01(\x05\x12\n\n\x02pp\x18\x02 \x01(\x05\x12\n\n\x02\x64p\x18\x03 \x01(\x05\x12\x15\n\rstage_of_rank\x18\x04 \x03(\x05\"\xfe\x01\n\x16ReportIterationRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\titeration\x18\x02 \x01(\x03\x12\x14\n\x0crank_seconds\x18\x03 \x03(\x01\x12\x18\n\x10sequence_lengths\x18\x04 \x03(\x05\x12\x1f\n\x06layout\x18\x05 \x01(\x0b\x32\x0f.rota.v1.Layout\x12!\n\x19sequences_per_micro_batch\x18\x06 \x03(\x05\x12\x19\n\x11iteration_seconds\x18\x07 \x01(\x01\x12\r\n\x05\x65poch\x18\x08 \x01(\x03\x12#\n\x1bpredicted_iteration_seconds\x18\t \x01(\x01\"=\n\x17ReportIterationResponse\x12\"\n\x08verdicts\x18\x01 \x03(\x0b\x32\x10.rota.v1.Verdict\"\xe5\x01\n\x07Verdict\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x10\n\x04kind\x18\x02 \x01(\tB\x02\x18\x01\x12\r\n\x05ratio\x18\x03 \x01(\x01\x12\x10\n\x08\x65vidence\x18\x04 \x01(\t\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\x0c\n\x04rank\x18\x06 \x01(\x05\x12\x11\n\titeration\x18\x07 \x01(\x03\x12\x0c\n\x04node\x18\x08 \x01(\t\x12\x0b\n\x03gpu\x18\t \x01(\x05\x12\r\n\x05\x65poch\x18\n \x01(\x03\x12\x0f\n\x07\x61t_unix\x18\x0b \x01(\x01\x12*\n\x0cverdict_kind\x18\x0c \x01(\x0e\x32\x14.rota.v1.VerdictKind\"0\n\x0fVerdictsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"6\n\x10VerdictsResponse\x12\"\n\x08verdicts\x18\x01 \x03(\x0b\x32\x10.rota.v1.Verdict\"\xb8\x01\n\rReplanRequest\x12\x1f\n\x06layout\x18\x01 \x01(\x0b\x32\x0f.rota.v1.Layout\x12\x15\n\rdevice_speeds\x18\x02 \x03(\x01\x12\x0e\n\x06layers\x18\x03 \x01(\x05\x12\x14\n\x0cmicrobatches\x18\x04 \x01(\x05\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\r\n\x05\x61pply\x18\x06 \x01(\x08\x12\x14\n\x0cwait_seconds\x18\x07 \x01(\x01\x12\x14\n\x0coperation_id\x18\x08 \x01(\t\"Y\n\tStagePlan\x12\x0f\n\x07replica\x18\x01 \x01(\x05\x12\r\n\x05stage\x18\x02 \x01(\x05\x12\r\n\x05ranks\x18\x03 \x03(\x05\x12\x0e\n\x06layers\x18\x04 \x01(\x05\x12\r\n\x05speed\x18\x05 \x01(\x01\"\xce\x02\n\x0fReplannedLayout\x12\n\n\x02tp\x18\x01 \x01(\x05\x12\n\n\x02pp\x18\x02 \x01(\x05\x12\n\n\x02\x64p\x18\x03 \x01(\x05\x12\"\n\x06stages\x18\x04 \x03(\x0b\x32\x12.rota.v1.StagePlan\x12\x18\n\x10layers_per_stage\x18\x05 \x03(\x05\x12 \n\x18microbatches_per_replica\x18\x06 \x03(\x05\x12\x12\n\nidle_ranks\x18\x07 \x03(\x05\x12\x19\n\x11throughput_before\x18\x08 \x01(\x01\x12\x18\n\x10throughput_after\x18\t \x01(\x01\x12\x1d\n\x15throughput_drop_group\x18\n \x01(\x01\x12\x0e\n\x06layers\x18\x0b \x01(\x05\x12\x14\n\x0cmicrobatches\x18\x0c \x01(\x05\x12\x15\n\rdevice_speeds\x18\r \x03(\x01\x12\x12\n\nfrom_epoch\x18\x0e \x01(\x03\"\xb2\x03\n\x0eReplanResponse\x12\x1f\n\x06layout\x18\x01 \x01(\x0b\x32\x0f.rota.v1.Layout\x12\x18\n\x10layers_per_stage\x18\x02 \x03(\x05\x12\x19\n\x11throughput_before\x18\x03 \x01(\x01\x12\x18\n\x10throughput_after\x18\x04 \x01(\x01\x12\x1d\n\x15throughput_drop_group\x18\x05 \x01(\x01\x12\"\n\x06stages\x18\x06 \x03(\x0b\x32\x12.rota.v1.StagePlan\x12 \n\x18microbatches_per_replica\x18\x07 \x03(\x05\x12\x12\n\nidle_ranks\x18\x08 \x03(\x05\x12\x15\n\rdevice_speeds\x18\t \x03(\x01\x12\x0f\n\x07\x61pplied\x18\n \x01(\x08\x12\x1a\n\x0e\x61pplied_layout\x18\x0b \x01(\tB\x02\x18\x01\x12\x10\n\x08image_id\x18\x0c \x01(\t\x12\x0c\n\x04step\x18\r \x01(\x03\x12\x11\n\tfrom_node\x18\x0e \x01(\t\x12\x0c\n\x04node\x18\x0f \x01(\t\x12\x32\n\x10replanned_layout\x18\x10 \x01(\x0b\x32\x18.rota.v1.ReplannedLayout\":\n\x0c\x44rainRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04undo\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\"q\n\rDrainResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x12\n\x06health\x18\x02 \x01(\tB\x02\x18\x01\x12\x14\n\x0crunning_jobs\x18\x03 \x01(\x05\x12(\n\x0bnode_health\x18\x04 \x01(\x0e\x32\x13.rota.v1.NodeHealth\"\xfe\x01\n\x0c\x44\x65viceHealth\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0b\n\x03gpu\x18\x02 \x01(\x05\x12\x11\n\x05state\x18\x03 \x01(\tB\x02\x18\x01\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\x0c\n\x04rank\x18\x06 \x01(\x05\x12\x10\n\x04kind\x18\x07 \x01(\tB\x02\x18\x01\x12\x12\n\nsince_unix\x18\x08 \x01(\x01\x12\x14\n\x0c\x63leared_unix\x18\t \x01(\x01\x12*\n\x0c\x64\x65vice_state\x18\n \x01(\x0e\x32\x14.rota.v1.DeviceState\x12*\n\x0cverdict_kind\x18\x0b \x01(\x0e\x32\x14.rota.v1.VerdictKind\")\n\x0e\x44\x65vicesRequest\x12\x17\n\x0finclude_cleared\x18\x01 \x01(\x08\"9\n\x0f\x44\x65vicesResponse\x12&\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x15.rota.v1.DeviceHealth\"A\n\x13\x43learDevicesRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04gpus\x18\x02 \x03(\x05\x12\x0e\n\x06reason\x18\x03 \x01(\t\">\n\x14\x43learDevicesResponse\x12&\n\x07\x63leared\x18\x01 \x03(\x0b\x32\x15.rota.v1.DeviceHealth*Y\n\x0bVerdictKind\x12\x1c\n\x18VERDICT_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11VERDICT_KIND_SLOW\x10\x01\x12\x15\n\x11VERDICT_KIND_STOP\x10\x02*[\n\x0b\x44\x65viceState\x12\x1c\n\x18\x44\x45VICE_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x44\x45VICE_STATE_BAD\x10\x01\x12\x18\n\x14\x44\x45VICE_STATE_CLEARED\x10\x02\x32\xee\x03\n\x0f\x44\x65tectorService\x12\x46\n\tHeartbeat\x12\x19.rota.v1.HeartbeatRequest\x1a\x1a.rota.v1.HeartbeatResponse(\x01\x30\x01\x12T\n\x0fReportIteration\x12\x1f.rota.v1.ReportIterationRequest\x1a .rota.v1.ReportIterationResponse\x12?\n\x08Verdicts\x12\x18.rota.v1.VerdictsRequest\x1a\x19.rota.v1.VerdictsResponse\x12\x39\n\x06Replan\x12\x16.rota.v1.ReplanRequest\x1a\x17.rota.v1.ReplanResponse\x12\x36\n\x05\x44rain\x12\x15.rota.v1.DrainRequest\x1a\x16.rota.v1.DrainResponse\x12<\n\x07\x44\x65vices\x12\x17.rota.v1.DevicesRequest\x1a\x18.rota.v1.DevicesResponse\x12K\n\x0c\x43learDevices\x12\x1c.rota.v1.ClearDevicesRequest\x1a\x1d.rota.v1.ClearDevicesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16rota/v1/detector.proto\x12\x07rota.v1\x1a\x14rota/v1/common.proto\"{\n\x10HeartbeatRequest\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\x12\x18\n\x10interval_seconds\x18\x06 \x01(\x01\"%\n\x11HeartbeatResponse\x12\x10\n\x08sequence\x18\x01 \x01(\x03\"C\n\x06Layout\x12\n\n\x02tp\x18\x01 \x01(\x05\x12\n\n\x02pp\x18\x02 \x01(\x05\x12\n\n\x02\x64p\x18\x03 \x01(\x05\x12\x15\n\rstage_of_rank\x18\x04 \x03(\x05\"\xfe\x01\n\x16ReportIterationRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\titeration\x18\x02 \x01(\x03\x12\x14\n\x0crank_seconds\x18\x03 \x03(\x01\x12\x18\n\x10sequence_lengths\x18\x04 \x03(\x05\x12\x1f\n\x06layout\x18\x05 \x01(\x0b\x32\x0f.rota.v1.Layout\x12!\n\x19sequences_per_micro_batch\x18\x06 \x03(\x05\x12\x19\n\x11iteration_seconds\x18\x07 \x01(\x01\x12\r\n\x05\x65poch\x18\x08 \x01(\x03\x12#\n\x1bpredicted_iteration_seconds\x18\t \x01(\x01\"=\n\x17ReportIterationResponse\x12\"\n\x08verdicts\x18\x01 \x03(\x0b\x32\x10.rota.v1.Verdict\"\xdf\x01\n\x07Verdict\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\r\n\x05ratio\x18\x03 \x01(\x01\x12\x10\n\x08\x65vidence\x18\x04 \x01(\t\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\x0c\n\x04rank\x18\x06 \x01(\x05\x12\x11\n\titeration\x18\x07 \x01(\x03\x12\x0c\n\x04node\x18\x08 \x01(\t\x12\x0b\n\x03gpu\x18\t \x01(\x05\x12\r\n\x05\x65poch\x18\n \x01(\x03\x12\x0f\n\x07\x61t_unix\x18\x0b \x01(\x01\x12*\n\x0cverdict_kind\x18\x0c \x01(\x0e\x32\x14.rota.v1.VerdictKindJ\x04\x08\x02\x10\x03R\x04kind\"0\n\x0fVerdictsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"6\n\x10VerdictsResponse\x12\"\n\x08verdicts\x18\x01 \x03(\x0b\x32\x10.rota.v1.Verdict\"\xb8\x01\n\rReplanRequest\x12\x1f\n\x06layout\x18\x01 \x01(\x0b\x32\x0f.rota.v1.Layout\x12\x15\n\rdevice_speeds\x18\x02 \x03(\x01\x12\x0e\n\x06layers\x18\x03 \x01(\x05\x12\x14\n\x0cmicrobatches\x18\x04 \x01(\x05\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\r\n\x05\x61pply\x18\x06 \x01(\x08\x12\x14\n\x0cwait_seconds\x18\x07 \x01(\x01\x12\x14\n\x0coperation_id\x18\x08 \x01(\t\"Y\n\tStagePlan\x12\x0f\n\x07replica\x18\x01 \x01(\x05\x12\r\n\x05stage\x18\x02 \x01(\x05\x12\r\n\x05ranks\x18\x03 \x03(\x05\x12\x0e\n\x06layers\x18\x04 \x01(\x05\x12\r\n\x05speed\x18\x05 \x01(\x01\"\xce\x02\n\x0fReplannedLayout\x12\n\n\x02tp\x18\x01 \x01(\x05\x12\n\n\x02pp\x18\x02 \x01(\x05\x12\n\n\x02\x64p\x18\x03 \x01(\x05\x12\"\n\x06stages\x18\x04 \x03(\x0b\x32\x12.rota.v1.StagePlan\x12\x18\n\x10layers_per_stage\x18\x05 \x03(\x05\x12 \n\x18microbatches_per_replica\x18\x06 \x03(\x05\x12\x12\n\nidle_ranks\x18\x07 \x03(\x05\x12\x19\n\x11throughput_before\x18\x08 \x01(\x01\x12\x18\n\x10throughput_after\x18\t \x01(\x01\x12\x1d\n\x15throughput_drop_group\x18\n \x01(\x01\x12\x0e\n\x06layers\x18\x0b \x01(\x05\x12\x14\n\x0cmicrobatches\x18\x0c \x01(\x05\x12\x15\n\rdevice_speeds\x18\r \x03(\x01\x12\x12\n\nfrom_epoch\x18\x0e \x01(\x03\"\xac\x03\n\x0eReplanResponse\x12\x1f\n\x06layout\x18\x01 \x01(\x0b\x32\x0f.rota.v1.Layout\x12\x18\n\x10layers_per_stage\x18\x02 \x03(\x05\x12\x19\n\x11throughput_before\x18\x03 \x01(\x01\x12\x18\n\x10throughput_after\x18\x04 \x01(\x01\x12\x1d\n\x15throughput_drop_group\x18\x05 \x01(\x01\x12\"\n\x06stages\x18\x06 \x03(\x0b\x32\x12.rota.v1.StagePlan\x12 \n\x18microbatches_per_replica\x18\x07 \x03(\x05\x12\x12\n\nidle_ranks\x18\x08 \x03(\x05\x12\x15\n\rdevice_speeds\x18\t \x03(\x01\x12\x0f\n\x07\x61pplied\x18\n \x01(\x08\x12\x10\n\x08image_id\x18\x0c \x01(\t\x12\x0c\n\x04step\x18\r \x01(\x03\x12\x11\n\tfrom_node\x18\x0e \x01(\t\x12\x0c\n\x04node\x18\x0f \x01(\t\x12\x32\n\x10replanned_layout\x18\x10 \x01(\x0b\x32\x18.rota.v1.ReplannedLayoutJ\x04\x08\x0b\x10\x0cR\x0e\x61pplied_layout\":\n\x0c\x44rainRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04undo\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\"k\n\rDrainResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x14\n\x0crunning_jobs\x18\x03 \x01(\x05\x12(\n\x0bnode_health\x18\x04 \x01(\x0e\x32\x13.rota.v1.NodeHealthJ\x04\x08\x02\x10\x03R\x06health\"\xf2\x01\n\x0c\x44\x65viceHealth\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0b\n\x03gpu\x18\x02 \x01(\x05\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\x0c\n\x04rank\x18\x06 \x01(\x05\x12\x12\n\nsince_unix\x18\x08 \x01(\x01\x12\x14\n\x0c\x63leared_unix\x18\t \x01(\x01\x12*\n\x0c\x64\x65vice_state\x18\n \x01(\x0e\x32\x14.rota.v1.DeviceState\x12*\n\x0cverdict_kind\x18\x0b \x01(\x0e\x32\x14.rota.v1.VerdictKindJ\x04\x08\x03\x10\x04J\x04\x08\x07\x10\x08R\x05stateR\x04kind\")\n\x0e\x44\x65vicesRequest\x12\x17\n\x0finclude_cleared\x18\x01 \x01(\x08\"9\n\x0f\x44\x65vicesResponse\x12&\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x15.rota.v1.DeviceHealth\"A\n\x13\x43learDevicesRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04gpus\x18\x02 \x03(\x05\x12\x0e\n\x06reason\x18\x03 \x01(\t\">\n\x14\x43learDevicesResponse\x12&\n\x07\x63leared\x18\x01 \x03(\x0b\x32\x15.rota.v1.DeviceHealth*Y\n\x0bVerdictKind\x12\x1c\n\x18VERDICT_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11VERDICT_KIND_SLOW\x10\x01\x12\x15\n\x11VERDICT_KIND_STOP\x10\x02*[\n\x0b\x44\x65viceState\x12\x1c\n\x18\x44\x45VICE_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x44\x45VICE_STATE_BAD\x10\x01\x12\x18\n\x14\x44\x45VICE_STATE_CLEARED\x10\x02\x32\xee\x03\n\x0f\x44\x65tectorService\x12\x46\n\tHeartbeat\x12\x19.rota.v1.HeartbeatRequest\x1a\x1a.rota.v1.HeartbeatResponse(\x01\x30\x01\x12T\n\x0fReportIteration\x12\x1f.rota.v1.ReportIterationRequest\x1a .rota.v1.ReportIterationResponse\x12?\n\x08Verdicts\x12\x18.rota.v1.VerdictsRequest\x1a\x19.rota.v1.VerdictsResponse\x12\x39\n\x06Replan\x12\x16.rota.v1.ReplanRequest\x1a\x17.rota.v1.ReplanResponse\x12\x36\n\x05\x44rain\x12\x15.rota.v1.DrainRequest\x1a\x16.rota.v1.DrainResponse\x12<\n\x07\x44\x65vices\x12\x17.rota.v1.DevicesRequest\x1a\x18.rota.v1.DevicesResponse\x12K\n\x0c\x43learDevices\x12\x1c.rota.v1.ClearDevicesRequest\x1a\x1d.rota.v1.ClearDevicesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rota.v1.detector_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VERDICT'].fields_by_name['kind']._loaded_options = None
-  _globals['_VERDICT'].fields_by_name['kind']._serialized_options = b'\030\001'
-  _globals['_REPLANRESPONSE'].fields_by_name['applied_layout']._loaded_options = None
-  _globals['_REPLANRESPONSE'].fields_by_name['applied_layout']._serialized_options = b'\030\001'
-  _globals['_DRAINRESPONSE'].fields_by_name['health']._loaded_options = None
-  _globals['_DRAINRESPONSE'].fields_by_name['health']._serialized_options = b'\030\001'
-  _globals['_DEVICEHEALTH'].fields_by_name['state']._loaded_options = None
-  _globals['_DEVICEHEALTH'].fields_by_name['state']._serialized_options = b'\030\001'
-  _globals['_DEVICEHEALTH'].fields_by_name['kind']._loaded_options = None
-  _globals['_DEVICEHEALTH'].fields_by_name['kind']._serialized_options = b'\030\001'
-  _globals['_VERDICTKIND']._serialized_start=2665
-  _globals['_VERDICTKIND']._serialized_end=2754
-  _globals['_DEVICESTATE']._serialized_start=2756
-  _globals['_DEVICESTATE']._serialized_end=2847
+  _globals['_VERDICTKIND']._serialized_start=2635
+  _globals['_VERDICTKIND']._serialized_end=2724
+  _globals['_DEVICESTATE']._serialized_start=2726
+  _globals['_DEVICESTATE']._serialized_end=2817
   _globals['_HEARTBEATREQUEST']._serialized_start=57
   _globals['_HEARTBEATREQUEST']._serialized_end=180
   _globals['_HEARTBEATRESPONSE']._serialized_start=182
@@ -57,33 +47,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPORTITERATIONRESPONSE']._serialized_start=547
   _globals['_REPORTITERATIONRESPONSE']._serialized_end=608
   _globals['_VERDICT']._serialized_start=611
-  _globals['_VERDICT']._serialized_end=840
-  _globals['_VERDICTSREQUEST']._serialized_start=842
-  _globals['_VERDICTSREQUEST']._serialized_end=890
-  _globals['_VERDICTSRESPONSE']._serialized_start=892
-  _globals['_VERDICTSRESPONSE']._serialized_end=946
-  _globals['_REPLANREQUEST']._serialized_start=949
-  _globals['_REPLANREQUEST']._serialized_end=1133
-  _globals['_STAGEPLAN']._serialized_start=1135
-  _globals['_STAGEPLAN']._serialized_end=1224
-  _globals['_REPLANNEDLAYOUT']._serialized_start=1227
-  _globals['_REPLANNEDLAYOUT']._serialized_end=1561
-  _globals['_REPLANRESPONSE']._serialized_start=1564
-  _globals['_REPLANRESPONSE']._serialized_end=1998
-  _globals['_DRAINREQUEST']._serialized_start=2000
-  _globals['_DRAINREQUEST']._serialized_end=2058
-  _globals['_DRAINRESPONSE']._serialized_start=2060
-  _globals['_DRAINRESPONSE']._serialized_end=2173
-  _globals['_DEVICEHEALTH']._serialized_start=2176
-  _globals['_DEVICEHEALTH']._serialized_end=2430
-  _globals['_DEVICESREQUEST']._serialized_start=2432
-  _globals['_DEVICESREQUEST']._serialized_end=2473
-  _globals['_DEVICESRESPONSE']._serialized_start=2475
-  _globals['_DEVICESRESPONSE']._serialized_end=2532
-  _globals['_CLEARDEVICESREQUEST']._serialized_start=2534
-  _globals['_CLEARDEVICESREQUEST']._serialized_end=2599
-  _globals['_CLEARDEVICESRESPONSE']._serialized_start=2601
-  _globals['_CLEARDEVICESRESPONSE']._serialized_end=2663
-  _globals['_DETECTORSERVICE']._serialized_start=2850
-  _globals['_DETECTORSERVICE']._serialized_end=3344
+  _globals['_VERDICT']._serialized_end=834
+  _globals['_VERDICTSREQUEST']._serialized_start=836
+  _globals['_VERDICTSREQUEST']._serialized_end=884
+  _globals['_VERDICTSRESPONSE']._serialized_start=886
+  _globals['_VERDICTSRESPONSE']._serialized_end=940
+  _globals['_REPLANREQUEST']._serialized_start=943
+  _globals['_REPLANREQUEST']._serialized_end=1127
+  _globals['_STAGEPLAN']._serialized_start=1129
+  _globals['_STAGEPLAN']._serialized_end=1218
+  _globals['_REPLANNEDLAYOUT']._serialized_start=1221
+  _globals['_REPLANNEDLAYOUT']._serialized_end=1555
+  _globals['_REPLANRESPONSE']._serialized_start=1558
+  _globals['_REPLANRESPONSE']._serialized_end=1986
+  _globals['_DRAINREQUEST']._serialized_start=1988
+  _globals['_DRAINREQUEST']._serialized_end=2046
+  _globals['_DRAINRESPONSE']._serialized_start=2048
+  _globals['_DRAINRESPONSE']._serialized_end=2155
+  _globals['_DEVICEHEALTH']._serialized_start=2158
+  _globals['_DEVICEHEALTH']._serialized_end=2400
+  _globals['_DEVICESREQUEST']._serialized_start=2402
+  _globals['_DEVICESREQUEST']._serialized_end=2443
+  _globals['_DEVICESRESPONSE']._serialized_start=2445
+  _globals['_DEVICESRESPONSE']._serialized_end=2502
+  _globals['_CLEARDEVICESREQUEST']._serialized_start=2504
+  _globals['_CLEARDEVICESREQUEST']._serialized_end=2569
+  _globals['_CLEARDEVICESRESPONSE']._serialized_start=2571
+  _globals['_CLEARDEVICESRESPONSE']._serialized_end=2633
+  _globals['_DETECTORSERVICE']._serialized_start=2820
+  _globals['_DETECTORSERVICE']._serialized_end=3314
 # @@protoc_insertion_point(module_scope)

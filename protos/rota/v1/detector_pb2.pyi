@@ -20,11 +20,6 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
-if sys.version_info >= (3, 13):
-    from warnings import deprecated as _deprecated
-else:
-    from typing_extensions import deprecated as _deprecated
-
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class _VerdictKind:
@@ -40,13 +35,7 @@ class _VerdictKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_VerdictKi
     """"stop": ratio = silence / timeout"""
 
 class VerdictKind(_VerdictKind, metaclass=_VerdictKindEnumTypeWrapper):
-    """The string `kind`, `state` and `health` fields these enums replace, and the JSON string
-    `applied_layout` that ReplannedLayout replaces, are deprecated since 0.2.0 and go in
-    0.3.0; until then a server fills both, and a client reads the new field, falling back to
-    the string when it is UNSPECIFIED or unset (a server older than 0.2.0).
-
-    What a verdict says of a rank.
-    """
+    """What a verdict says of a rank."""
 
 VERDICT_KIND_UNSPECIFIED: VerdictKind.ValueType  # 0
 VERDICT_KIND_SLOW: VerdictKind.ValueType  # 1
@@ -252,7 +241,6 @@ class Verdict(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SUBJECT_FIELD_NUMBER: _builtins.int
-    KIND_FIELD_NUMBER: _builtins.int
     RATIO_FIELD_NUMBER: _builtins.int
     EVIDENCE_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
@@ -264,20 +252,6 @@ class Verdict(_message.Message):
     AT_UNIX_FIELD_NUMBER: _builtins.int
     VERDICT_KIND_FIELD_NUMBER: _builtins.int
     subject: _builtins.str
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def kind(self) -> _builtins.str:
-        """Deprecated since 0.2.0, removed in 0.3.0: use verdict_kind.
-        slow | stop
-        """
-
-    @kind.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def kind(self, value: _builtins.str) -> None:
-        """Deprecated since 0.2.0, removed in 0.3.0: use verdict_kind.
-        slow | stop
-        """
-
     ratio: _builtins.float
     evidence: _builtins.str
     job_id: _builtins.str
@@ -293,7 +267,6 @@ class Verdict(_message.Message):
         self,
         *,
         subject: _builtins.str = ...,
-        kind: _builtins.str = ...,
         ratio: _builtins.float = ...,
         evidence: _builtins.str = ...,
         job_id: _builtins.str = ...,
@@ -307,7 +280,7 @@ class Verdict(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_unix", b"at_unix", "epoch", b"epoch", "evidence", b"evidence", "gpu", b"gpu", "iteration", b"iteration", "job_id", b"job_id", "kind", b"kind", "node", b"node", "rank", b"rank", "ratio", b"ratio", "subject", b"subject", "verdict_kind", b"verdict_kind"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_unix", b"at_unix", "epoch", b"epoch", "evidence", b"evidence", "gpu", b"gpu", "iteration", b"iteration", "job_id", b"job_id", "node", b"node", "rank", b"rank", "ratio", b"ratio", "subject", b"subject", "verdict_kind", b"verdict_kind"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -529,7 +502,6 @@ class ReplanResponse(_message.Message):
     IDLE_RANKS_FIELD_NUMBER: _builtins.int
     DEVICE_SPEEDS_FIELD_NUMBER: _builtins.int
     APPLIED_FIELD_NUMBER: _builtins.int
-    APPLIED_LAYOUT_FIELD_NUMBER: _builtins.int
     IMAGE_ID_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
     FROM_NODE_FIELD_NUMBER: _builtins.int
@@ -539,20 +511,9 @@ class ReplanResponse(_message.Message):
     throughput_after: _builtins.float
     throughput_drop_group: _builtins.float
     applied: _builtins.bool
-    """With apply: the layout the job restarts with (replanned_layout; applied_layout is its
-    JSON text, ROTA_LAYOUT), the image it restarts from, and where it ran and runs now (""
-    while not yet placed).
+    """With apply: the layout the job restarts with (replanned_layout), the image it restarts
+    from, and where it ran and runs now ("" while not yet placed).
     """
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def applied_layout(self) -> _builtins.str:
-        """Deprecated since 0.2.0, removed in 0.3.0: use replanned_layout."""
-
-    @applied_layout.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def applied_layout(self, value: _builtins.str) -> None:
-        """Deprecated since 0.2.0, removed in 0.3.0: use replanned_layout."""
-
     image_id: _builtins.str
     step: _builtins.int
     from_node: _builtins.str
@@ -584,7 +545,6 @@ class ReplanResponse(_message.Message):
         idle_ranks: _abc.Iterable[_builtins.int] | None = ...,
         device_speeds: _abc.Iterable[_builtins.float] | None = ...,
         applied: _builtins.bool = ...,
-        applied_layout: _builtins.str = ...,
         image_id: _builtins.str = ...,
         step: _builtins.int = ...,
         from_node: _builtins.str = ...,
@@ -593,7 +553,7 @@ class ReplanResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["layout", b"layout", "replanned_layout", b"replanned_layout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "applied_layout", b"applied_layout", "device_speeds", b"device_speeds", "from_node", b"from_node", "idle_ranks", b"idle_ranks", "image_id", b"image_id", "layers_per_stage", b"layers_per_stage", "layout", b"layout", "microbatches_per_replica", b"microbatches_per_replica", "node", b"node", "replanned_layout", b"replanned_layout", "stages", b"stages", "step", b"step", "throughput_after", b"throughput_after", "throughput_before", b"throughput_before", "throughput_drop_group", b"throughput_drop_group"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "device_speeds", b"device_speeds", "from_node", b"from_node", "idle_ranks", b"idle_ranks", "image_id", b"image_id", "layers_per_stage", b"layers_per_stage", "layout", b"layout", "microbatches_per_replica", b"microbatches_per_replica", "node", b"node", "replanned_layout", b"replanned_layout", "stages", b"stages", "step", b"step", "throughput_after", b"throughput_after", "throughput_before", b"throughput_before", "throughput_drop_group", b"throughput_drop_group"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -629,33 +589,21 @@ class DrainResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NODE_FIELD_NUMBER: _builtins.int
-    HEALTH_FIELD_NUMBER: _builtins.int
     RUNNING_JOBS_FIELD_NUMBER: _builtins.int
     NODE_HEALTH_FIELD_NUMBER: _builtins.int
     node: _builtins.str
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def health(self) -> _builtins.str:
-        """Deprecated since 0.2.0, removed in 0.3.0: use node_health. ALIVE | DRAINING | DEAD."""
-
-    @health.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def health(self, value: _builtins.str) -> None:
-        """Deprecated since 0.2.0, removed in 0.3.0: use node_health. ALIVE | DRAINING | DEAD."""
-
     running_jobs: _builtins.int
     node_health: _common_pb2.NodeHealth.ValueType
     def __init__(
         self,
         *,
         node: _builtins.str = ...,
-        health: _builtins.str = ...,
         running_jobs: _builtins.int = ...,
         node_health: _common_pb2.NodeHealth.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "node", b"node", "node_health", b"node_health", "running_jobs", b"running_jobs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node", b"node", "node_health", b"node_health", "running_jobs", b"running_jobs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -671,45 +619,19 @@ class DeviceHealth(_message.Message):
 
     NODE_FIELD_NUMBER: _builtins.int
     GPU_FIELD_NUMBER: _builtins.int
-    STATE_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
     RANK_FIELD_NUMBER: _builtins.int
-    KIND_FIELD_NUMBER: _builtins.int
     SINCE_UNIX_FIELD_NUMBER: _builtins.int
     CLEARED_UNIX_FIELD_NUMBER: _builtins.int
     DEVICE_STATE_FIELD_NUMBER: _builtins.int
     VERDICT_KIND_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     gpu: _builtins.int
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def state(self) -> _builtins.str:
-        """Deprecated since 0.2.0, removed in 0.3.0: use device_state and verdict_kind.
-        BAD | CLEARED
-        """
-
-    @state.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def state(self, value: _builtins.str) -> None:
-        """Deprecated since 0.2.0, removed in 0.3.0: use device_state and verdict_kind.
-        BAD | CLEARED
-        """
-
     reason: _builtins.str
     job_id: _builtins.str
     """empty for a tenant who does not own the job"""
     rank: _builtins.int
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def kind(self) -> _builtins.str:
-        """stop | slow"""
-
-    @kind.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def kind(self, value: _builtins.str) -> None:
-        """stop | slow"""
-
     since_unix: _builtins.float
     cleared_unix: _builtins.float
     """0 while BAD"""
@@ -720,11 +642,9 @@ class DeviceHealth(_message.Message):
         *,
         node: _builtins.str = ...,
         gpu: _builtins.int = ...,
-        state: _builtins.str = ...,
         reason: _builtins.str = ...,
         job_id: _builtins.str = ...,
         rank: _builtins.int = ...,
-        kind: _builtins.str = ...,
         since_unix: _builtins.float = ...,
         cleared_unix: _builtins.float = ...,
         device_state: Global___DeviceState.ValueType = ...,
@@ -732,7 +652,7 @@ class DeviceHealth(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleared_unix", b"cleared_unix", "device_state", b"device_state", "gpu", b"gpu", "job_id", b"job_id", "kind", b"kind", "node", b"node", "rank", b"rank", "reason", b"reason", "since_unix", b"since_unix", "state", b"state", "verdict_kind", b"verdict_kind"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleared_unix", b"cleared_unix", "device_state", b"device_state", "gpu", b"gpu", "job_id", b"job_id", "node", b"node", "rank", b"rank", "reason", b"reason", "since_unix", b"since_unix", "verdict_kind", b"verdict_kind"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -21,11 +21,6 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
-if sys.version_info >= (3, 13):
-    from warnings import deprecated as _deprecated
-else:
-    from typing_extensions import deprecated as _deprecated
-
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
@@ -291,7 +286,6 @@ class JobFairness(_message.Message):
     DESERVED_FIELD_NUMBER: _builtins.int
     USED_FIELD_NUMBER: _builtins.int
     FAIRNESS_FIELD_NUMBER: _builtins.int
-    STATE_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
     PENDING_SINCE_UNIX_FIELD_NUMBER: _builtins.int
     SUBMITTED_UNIX_SECONDS_FIELD_NUMBER: _builtins.int
@@ -305,16 +299,6 @@ class JobFairness(_message.Message):
     """weighted GPU-hours (raw ones before 0.2.0)"""
     fairness: _builtins.float
     """used / deserved"""
-    @_builtins.property
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def state(self) -> _builtins.str:
-        """Deprecated since 0.2.0, removed in 0.3.0: use job_state. The job's state name ("PENDING", ...)."""
-
-    @state.setter
-    @_deprecated("""This field has been marked as deprecated using proto field options.""")
-    def state(self, value: _builtins.str) -> None:
-        """Deprecated since 0.2.0, removed in 0.3.0: use job_state. The job's state name ("PENDING", ...)."""
-
     gpus: _builtins.int
     pending_since_unix: _builtins.int
     """0 unless it is waiting"""
@@ -333,7 +317,6 @@ class JobFairness(_message.Message):
         deserved: _builtins.float = ...,
         used: _builtins.float = ...,
         fairness: _builtins.float = ...,
-        state: _builtins.str = ...,
         gpus: _builtins.int = ...,
         pending_since_unix: _builtins.int = ...,
         submitted_unix_seconds: _builtins.float = ...,
@@ -343,7 +326,7 @@ class JobFairness(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deserved", b"deserved", "fairness", b"fairness", "gpus", b"gpus", "job_id", b"job_id", "job_state", b"job_state", "pending_since_unix", b"pending_since_unix", "pending_since_unix_seconds", b"pending_since_unix_seconds", "raw_used", b"raw_used", "state", b"state", "submitted_unix_seconds", b"submitted_unix_seconds", "tenant", b"tenant", "used", b"used"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deserved", b"deserved", "fairness", b"fairness", "gpus", b"gpus", "job_id", b"job_id", "job_state", b"job_state", "pending_since_unix", b"pending_since_unix", "pending_since_unix_seconds", b"pending_since_unix_seconds", "raw_used", b"raw_used", "submitted_unix_seconds", b"submitted_unix_seconds", "tenant", b"tenant", "used", b"used"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -4,7 +4,7 @@ The heartbeat loop (1) renews the lease file the job launchers watch, (2) report
 job's state, exit and progress to the control plane, (3) reconciles: launches what the
 control plane placed here and this agent does not run, stops what it runs and should not.
 It talks to the api's NodeService at ROTA_API_NODE_ADDR (--api-node), the api's node port;
-unset, to the deprecated node RPCs of the public ClusterService at ROTA_API_ADDR (until 0.3.0).
+unset, at the api's default node port (ROTA_API_ADDR's port + NODE_PORT_OFFSET).
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from rota.agent.service import AgentRuntime, AgentService, report_of
 from rota.agent.streaming import StagedStreams
 from rota.common import metrics
 from rota.common.auth import ADMIN, Identity
-from rota.common.config import Settings
+from rota.common.config import NODE_PORT_OFFSET, Settings, default_node_listen
 from rota.common.layouts import layout_text
 from rota.common.metrics import serve_metrics
 from rota.common.server import RotaInterceptor, run_server
 from rota.common.telemetry import job_logging, setup_logging, setup_tracing, shutdown_tracing
 from rota.common.tls import open_aio_channel, tls_files
 from rota.core.errors import DomainError
-from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2, node_pb2, node_pb2_grpc
+from rota.v1 import agent_pb2, agent_pb2_grpc, common_pb2, node_pb2, node_pb2_grpc
 
 log = logging.getLogger("rota.agent")
 LEASE_FRACTION = 0.6  # of the node timeout: the launcher's lease expires well before the verdict
@@ -64,14 +64,11 @@ class Heartbeats:
         self.devices = devices
         self.labels = labels or {}  # the node's place in the network (switch, rack), sent on Register
         self.metadata = (("authorization", f"Bearer {settings.admin_token}"),)
-        # NodeService on the api's node port; without its address, the deprecated copies on
-        # the public ClusterService (an agent configured before 0.2.0).
-        self.channel = open_aio_channel(settings.api_node_addr or settings.api_addr, tls_files(settings))
-        self.nodes = node_pb2_grpc.NodeServiceStub(self.channel) if settings.api_node_addr else None
-        self.cluster = api_pb2_grpc.ClusterServiceStub(self.channel)
-        if self.nodes is None:
-            log.warning("ROTA_API_NODE_ADDR is not set: using the deprecated node RPCs of ClusterService at %s "
-                        "(gone in 0.3.0); set it to the api's node port", settings.api_addr)
+        # NodeService on the api's node port; without its address, where the api serves it
+        # by default (its public port + NODE_PORT_OFFSET).
+        node_addr = settings.api_node_addr or default_node_listen(settings.api_addr)
+        self.channel = open_aio_channel(node_addr, tls_files(settings))
+        self.nodes = node_pb2_grpc.NodeServiceStub(self.channel)
         self.registered = False
         self._early_at = float("-inf")  # monotonic time of the last early beat
         self.started_at = time.monotonic()
@@ -121,12 +118,8 @@ class Heartbeats:
         timeout = max(1.0, self.settings.heartbeat_interval_s * 2)
         if not self.registered:
             node = common_pb2.Node(name=self.runtime.node, address=self.address, gpus=self.devices, labels=self.labels)
-            if self.nodes is not None:
-                await self.nodes.Register(node_pb2.NodeServiceRegisterRequest(node=node), timeout=timeout,
-                                          metadata=self.metadata)
-            else:
-                await self.cluster.RegisterNode(api_pb2.RegisterNodeRequest(node=node), timeout=timeout,
-                                                metadata=self.metadata)
+            await self.nodes.Register(node_pb2.NodeServiceRegisterRequest(node=node), timeout=timeout,
+                                      metadata=self.metadata)
             self.registered = self.reached = True
             log.info("registered %s at %s with %d GPUs (types %s, labels %s)", self.runtime.node, self.address,
                      len(self.devices), sorted({d.type for d in self.devices}), self.labels)
@@ -134,16 +127,10 @@ class Heartbeats:
         self.runtime.table.tend_guests()
         jobs = list(self.runtime.table.jobs.values())
         reports = [report_of(j) for j in jobs]
-        reply: node_pb2.NodeServiceHeartbeatResponse | api_pb2.NodeHeartbeatResponse
-        if self.nodes is not None:
-            reply = await self.nodes.Heartbeat(
-                node_pb2.NodeServiceHeartbeatRequest(node=self.runtime.node, jobs=reports), timeout=timeout,
-                metadata=self.metadata,
-            )
-        else:
-            reply = await self.cluster.NodeHeartbeat(
-                api_pb2.NodeHeartbeatRequest(node=self.runtime.node, jobs=reports), timeout=timeout, metadata=self.metadata
-            )
+        reply = await self.nodes.Heartbeat(
+            node_pb2.NodeServiceHeartbeatRequest(node=self.runtime.node, jobs=reports), timeout=timeout,
+            metadata=self.metadata,
+        )
         self.reached = True
         finished = [j for j, r in zip(jobs, reports, strict=True) if r.state != common_pb2.JOB_STATE_RUNNING]
         self.runtime.table.acknowledge_finished(finished)
@@ -152,7 +139,7 @@ class Heartbeats:
         await self.reconcile(reply, sent_at)
 
     async def reconcile(
-        self, reply: node_pb2.NodeServiceHeartbeatResponse | api_pb2.NodeHeartbeatResponse, sent_at: float,
+        self, reply: node_pb2.NodeServiceHeartbeatResponse, sent_at: float,
     ) -> None:
         wanted = {a.job.id: a.job for a in reply.assignments}
         images = {a.job.id: (a.resume_image, layout_text(a), a.resume_source, a.resume_fallback_image)
@@ -226,8 +213,8 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--advertise", default=None, help="address the control plane dials (default: --listen)")
     parser.add_argument("--api", default=None, help="api address (default: ROTA_API_ADDR)")
     parser.add_argument("--api-node", default=None,
-                        help="the api's node port, its NodeService (default: ROTA_API_NODE_ADDR; unset: the "
-                             "deprecated node RPCs at --api)")
+                        help="the api's node port, its NodeService (default: ROTA_API_NODE_ADDR; unset: "
+                             f"--api's port + {NODE_PORT_OFFSET})")
     parser.add_argument("--home", default=None, help="state folder (default: ROTA_HOME/agents/NAME)")
     parser.add_argument("--metrics-listen", default=None,
                         help="host:port for Prometheus /metrics (default: ROTA_METRICS_LISTEN; none if empty)")

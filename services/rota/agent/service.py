@@ -37,10 +37,10 @@ def report_of(job: LocalJob) -> api_pb2.AgentJobReport:
 
 def image_status_of(record: ImageRecord | None) -> agent_pb2.AgentImageStatusResponse:
     if record is None:
-        return agent_pb2.AgentImageStatusResponse(state="unknown", image_state=checkpoint_pb2.IMAGE_STATE_UNKNOWN)
+        return agent_pb2.AgentImageStatusResponse(image_state=checkpoint_pb2.IMAGE_STATE_UNKNOWN)
     manifest = json.dumps(record.manifest).encode() if record.manifest is not None else b""
     return agent_pb2.AgentImageStatusResponse(
-        state=record.state, image_state=IMAGE_STATES.get(record.state, checkpoint_pb2.IMAGE_STATE_UNSPECIFIED),
+        image_state=IMAGE_STATES.get(record.state, checkpoint_pb2.IMAGE_STATE_UNSPECIFIED),
         error=record.error, manifest_json=manifest, logical_bytes=record.logical_bytes,
         written_bytes=record.written_bytes, chunks=record.chunks, write_seconds=record.write_s,
         step=record.step, ranks=record.ranks,

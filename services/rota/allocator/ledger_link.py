@@ -20,7 +20,7 @@ from rota.core import jobstate
 from rota.core.fairness.ltgf import FairnessConfig
 from rota.core.fairness.twostage import JobView, TenantState
 from rota.core.planning.planner import FairInputs
-from rota.v1 import ledger_pb2, ledger_pb2_grpc
+from rota.v1 import common_pb2, ledger_pb2, ledger_pb2_grpc
 
 log = logging.getLogger(__name__)
 HOUR_S = 3600.0  # the ledger answers in GPU-hours; the fairness core counts GPU-seconds
@@ -68,6 +68,6 @@ def fair_inputs_from(
         j.job_id: JobView(j.job_id, j.tenant, j.gpus, j.submitted_unix_seconds, j.used * HOUR_S, j.deserved * HOUR_S,
                           j.pending_since_unix_seconds or None)
         for j in jobs.jobs
-        if j.state not in jobstate.FINAL_STATES
+        if common_pb2.JobState.Name(j.job_state).removeprefix("JOB_STATE_") not in jobstate.FINAL_STATES
     }
     return FairInputs(states, views, config)

@@ -129,7 +129,7 @@ def plan_step_to_proto(row: PlanStepRow, identity: Identity) -> allocator_pb2.Cu
         step_seconds=row.step_seconds, horizon=row.horizon, gpu_labels=list(row.grid["labels"]), grid=grid,
         jobs=[
             allocator_pb2.PlannedJob(
-                job_id=job_id, tenant=a["tenant"], kind=a["kind"], node=a.get("node", ""), gpus=a.get("gpus", []),
+                job_id=job_id, tenant=a["tenant"], node=a.get("node", ""), gpus=a.get("gpus", []),
                 job_kind=convert.KIND_VALUES.get(a["kind"], common_pb2.JOB_KIND_UNSPECIFIED),
                 start_step=a.get("start_step", -2), planned_seconds=a.get("planned_seconds", 0),
                 nodes=a.get("nodes", []),
@@ -144,12 +144,6 @@ def plan_step_to_proto(row: PlanStepRow, identity: Identity) -> allocator_pb2.Cu
 
 
 def _what_if_spec(request: allocator_pb2.WhatIfRequest) -> JobSpecData:
-    if request.HasField("spec"):
-        return convert.spec_from_proto(request.spec)
-    if not request.job_spec_json:
+    if not request.HasField("spec"):
         raise InvalidArgument("spec", "required")
-    try:
-        data = json.loads(request.job_spec_json)
-        return JobSpecData.from_dict(data)
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise InvalidArgument("job_spec_json", f"not a job spec ({exc})") from None
+    return convert.spec_from_proto(request.spec)

@@ -453,17 +453,6 @@ class ClusterService(api_pb2_grpc.ClusterServiceServicer):
         placements = await self.ctx.tx(read)
         return api_pb2.GetPlacementResponse(placements=placements, epoch=max((p.epoch for p in placements), default=0))
 
-    async def RegisterNode(self, request: api_pb2.RegisterNodeRequest, context: grpc.aio.ServicerContext) -> api_pb2.RegisterNodeResponse:
-        """Deprecated since 0.2.0 (gone in 0.3.0): NodeService.Register on the node port."""
-        _deprecated_node_rpc("RegisterNode")
-        return api_pb2.RegisterNodeResponse(node=await register_node(self.ctx, request.node))
-
-    async def NodeHeartbeat(self, request: api_pb2.NodeHeartbeatRequest, context: grpc.aio.ServicerContext) -> api_pb2.NodeHeartbeatResponse:
-        """Deprecated since 0.2.0 (gone in 0.3.0): NodeService.Heartbeat on the node port."""
-        _deprecated_node_rpc("NodeHeartbeat")
-        assignments, health = await node_heartbeat(self.ctx, request.node, request.jobs)
-        return api_pb2.NodeHeartbeatResponse(assignments=assignments, health=health)
-
 
 class NodeService(node_pb2_grpc.NodeServiceServicer):
     """The agents' RPCs, served on the api's node port (Settings.node_listen) and never on
@@ -478,16 +467,6 @@ class NodeService(node_pb2_grpc.NodeServiceServicer):
     async def Heartbeat(self, request: node_pb2.NodeServiceHeartbeatRequest, context: grpc.aio.ServicerContext) -> node_pb2.NodeServiceHeartbeatResponse:
         assignments, health = await node_heartbeat(self.ctx, request.node, request.jobs)
         return node_pb2.NodeServiceHeartbeatResponse(assignments=assignments, health=health)
-
-
-_warned_deprecated: set[str] = set()
-
-
-def _deprecated_node_rpc(method: str) -> None:
-    if method not in _warned_deprecated:
-        _warned_deprecated.add(method)
-        log.warning("an agent called the deprecated ClusterService.%s on the public endpoint (gone in 0.3.0): "
-                    "give it ROTA_API_NODE_ADDR, the api's node port, to use NodeService", method)
 
 
 async def register_node(ctx: ApiContext, node: common_pb2.Node) -> common_pb2.Node:

@@ -46,7 +46,6 @@ from sqlalchemy.orm import Session
 
 from rota.checkpoint import repository as repo
 from rota.checkpoint.models import OperationRow
-from rota.client.enums import enum_name
 from rota.common import metrics
 from rota.common.agents import AgentClients
 from rota.common.db import Database
@@ -82,9 +81,10 @@ def _failed_call(exc: grpc.aio.AioRpcError) -> AgentCallFailed:
 
 
 def image_state(status: agent_pb2.AgentImageStatusResponse) -> str:
-    """writing | complete | failed | unknown: the enum an agent fills from 0.2.0 on, or the
-    string (deprecated) of an older agent: the SDK's one reading of such pairs."""
-    return enum_name(checkpoint_pb2.ImageState, status.image_state, "IMAGE_STATE_", status.state, lower=True)
+    """writing | complete | failed | unknown (also for UNSPECIFIED, which no agent sends)."""
+    if status.image_state == checkpoint_pb2.IMAGE_STATE_UNSPECIFIED:
+        return "unknown"
+    return checkpoint_pb2.ImageState.Name(status.image_state).removeprefix("IMAGE_STATE_").lower()
 
 
 def _left(wait_s: float, budget_s: float | None, started: float) -> float:

@@ -108,7 +108,7 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
         op = _settled(found, found is not None and found.state == repo.DONE)
         return checkpoint_pb2.ResumeResponse(
             node=placed.node, gpus=placed.gpus, image_id=str(op.detail.get("image_id", "")),
-            step=int(op.detail.get("step", 0)), state=placed.state,
+            step=int(op.detail.get("step", 0)),
             job_state=convert.state_value(placed.state),
         )
 
@@ -136,8 +136,8 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
         return checkpoint_pb2.ListImagesResponse(
             images=[
                 checkpoint_pb2.CheckpointImage(
-                    id=v.image.id, job_id=v.image.job_id, sequence=v.image.sequence, kind=v.image.kind,
-                    state=v.image.state, node=v.image.node, ranks=v.image.ranks, step=v.image.step,
+                    id=v.image.id, job_id=v.image.job_id, sequence=v.image.sequence,
+                    node=v.image.node, ranks=v.image.ranks, step=v.image.step,
                     image_kind=convert.enum_value(checkpoint_pb2.ImageKind, "IMAGE_KIND_", v.image.kind),
                     image_state=convert.enum_value(checkpoint_pb2.ImageState, "IMAGE_STATE_", v.image.state),
                     logical_bytes=v.image.logical_bytes, stored_bytes=v.image.stored_bytes, unique_bytes=v.unique_bytes,
@@ -152,7 +152,7 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
 
 def _operation(op: OperationRow) -> checkpoint_pb2.CheckpointOperation:
     return checkpoint_pb2.CheckpointOperation(
-        id=op.id, operation_id=op.request_id or "", kind=op.kind, state=op.state, target_node=op.target_node,
+        id=op.id, operation_id=op.request_id or "", target_node=op.target_node,
         operation_kind=convert.enum_value(checkpoint_pb2.OperationKind, "OPERATION_KIND_", op.kind),
         operation_state=convert.enum_value(checkpoint_pb2.OperationState, "OPERATION_STATE_", op.state),
         image_id=op.image_id or "", error=op.error, created_unix=_unix(op.created_at), finished_unix=_unix(op.finished_at),

@@ -154,8 +154,7 @@ class Settings:
     api_addr: str = "127.0.0.1:50051"
     # The api: where it serves NodeService, the agents' RPCs, apart from the public endpoint
     # (ROTA_API_NODE_LISTEN; "" = default_node_listen(listen)). An agent: where it dials it
-    # (ROTA_API_NODE_ADDR); "" = the deprecated ClusterService node RPCs at api_addr, for
-    # agents set up before 0.2.0 (gone in 0.3.0).
+    # (ROTA_API_NODE_ADDR); "" = default_node_listen(api_addr).
     api_node_listen: str = ""
     api_node_addr: str = ""
     tracing: str = "none"  # none | console | otlp

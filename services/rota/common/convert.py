@@ -59,9 +59,9 @@ def health_value(health: str) -> common_pb2.NodeHealth.ValueType:
 
 
 def enum_value(enum: _EnumTypeWrapper[_V], prefix: str, name: str) -> _V:
-    """The enum beside a state or kind the wire also carries as a string (deprecated since
-    0.2.0): "writing" -> IMAGE_STATE_WRITING, "BAD" -> DEVICE_STATE_BAD. A name the enum
-    lacks reads <PREFIX>UNSPECIFIED, and a client then reads the string."""
+    """The wire enum of a state or kind the tables hold as text: "writing" ->
+    IMAGE_STATE_WRITING, "BAD" -> DEVICE_STATE_BAD. A name the enum lacks reads
+    <PREFIX>UNSPECIFIED."""
     try:
         return enum.Value(prefix + name.upper())
     except ValueError:

@@ -38,11 +38,10 @@ def replanned_layout_to_proto(doc: dict[str, Any]) -> detector_pb2.ReplannedLayo
 
 
 def layout_fields(doc: dict[str, Any] | None) -> dict[str, Any]:
-    """A LaunchRequest's or an Assignment's layout: the message and, for an agent older than
-    0.2.0, its JSON text (the deprecated `layout`); neither for a job never re-planned."""
+    """A LaunchRequest's or an Assignment's layout message; none for a job never re-planned."""
     if doc is None:
         return {}
-    return {"layout": layout_json(doc), "replanned_layout": replanned_layout_to_proto(doc)}
+    return {"replanned_layout": replanned_layout_to_proto(doc)}
 
 
 def replanned_layout_to_dict(msg: detector_pb2.ReplannedLayout) -> dict[str, Any]:
@@ -60,8 +59,8 @@ def replanned_layout_to_dict(msg: detector_pb2.ReplannedLayout) -> dict[str, Any
 
 
 def layout_text(message: agent_pb2.LaunchRequest | api_pb2.Assignment) -> str:
-    """The ROTA_LAYOUT a launch or an assignment gives its job: its replanned_layout, or the
-    JSON text `layout` from a control plane older than 0.2.0; "" for neither."""
+    """The ROTA_LAYOUT a launch or an assignment gives its job: its replanned_layout as JSON
+    text; "" for a job never re-planned."""
     if message.HasField("replanned_layout"):
         return layout_json(replanned_layout_to_dict(message.replanned_layout))
-    return message.layout
+    return ""

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from rota.client import Client, NotFoundError, RotaError
+from rota.client import Client, JobState, NotFoundError, RotaError
 from rota.console.grid import (
     NodeRow,
     PlanGrid,
@@ -39,7 +39,6 @@ T = TypeVar("T")
 
 VIEWER_TTL_S = 60.0
 LOG_TAIL_LINES = 200
-FINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 ACTIONS = ("cancel", "pause", "resume")
 
 
@@ -55,14 +54,14 @@ class Viewer:
         return "admin" if self.admin else self.tenant
 
 
-def allowed_actions(state: str) -> list[str]:
+def allowed_actions(state: JobState) -> list[str]:
     """The buttons a job's page shows to whoever may see it (the api refuses the rest)."""
-    if state in FINAL:
+    if state.finished:
         return []
     actions = ["cancel"]
-    if state == "RUNNING":
+    if state == JobState.RUNNING:
         actions.append("pause")
-    if state == "PAUSED":
+    if state == JobState.PAUSED:
         actions.append("resume")
     return actions
 
@@ -133,7 +132,7 @@ class Gateway:
     def cluster(self, token: str, viewer: Viewer) -> list[NodeRow]:
         client = self.client(token)
         nodes = [n.to_dict() for n in client.nodes()]
-        own = None if viewer.admin else {j.id for j in client.list_jobs(states=["SCHEDULED", "RUNNING"])}
+        own = None if viewer.admin else {j.id for j in client.list_jobs(states=[JobState.SCHEDULED, JobState.RUNNING])}
         bad = optional(client.devices)
         return node_rows(nodes, own, [(d.node, d.gpu) for d in bad.value or []])
 

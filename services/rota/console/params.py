@@ -12,8 +12,10 @@ import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-STATES = ("PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED", "LOST")
-KINDS = ("training", "batch_inference", "quantization", "realtime", "trial")
+from rota.client.enums import JobKind, JobState
+
+STATES = tuple(s.value for s in JobState)
+KINDS = tuple(k.value for k in JobKind)
 MAX_LIMIT = 1000
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 
@@ -30,8 +32,8 @@ class BadParameter(ValueError):
 @dataclass(frozen=True)
 class JobFilters:
     tenant: str = ""
-    states: tuple[str, ...] = ()
-    kinds: tuple[str, ...] = ()
+    states: tuple[JobState, ...] = ()
+    kinds: tuple[JobKind, ...] = ()
     limit: int = 200
 
     def query(self) -> str:
@@ -57,14 +59,16 @@ def job_filters(query: Mapping[str, Sequence[str]]) -> JobFilters:
     tenant = tenants[0] if tenants else ""
     if len(tenant) > 64 or not set(tenant) <= NAME_CHARS:
         raise BadParameter("tenant", "1-64 letters, digits, '-' or '_'")
-    states = tuple(dict.fromkeys(s.upper() for s in _values(query, "state")))
-    for s in states:
+    state_names = tuple(dict.fromkeys(s.upper() for s in _values(query, "state")))
+    for s in state_names:
         if s not in STATES:
             raise BadParameter("state", f"one of {', '.join(STATES)} (got {s!r})")
-    kinds = tuple(dict.fromkeys(k.lower() for k in _values(query, "kind")))
-    for k in kinds:
+    kind_names = tuple(dict.fromkeys(k.lower() for k in _values(query, "kind")))
+    for k in kind_names:
         if k not in KINDS:
             raise BadParameter("kind", f"one of {', '.join(KINDS)} (got {k!r})")
+    states = tuple(JobState(s) for s in state_names)
+    kinds = tuple(JobKind(k) for k in kind_names)
     limit = 200
     raw_limit = _values(query, "limit")
     if raw_limit:

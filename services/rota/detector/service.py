@@ -28,7 +28,7 @@ from rota.common import convert, nodes_repo
 from rota.common.auth import Identity, current_identity
 from rota.common.db import Database
 from rota.common.jobs_repo import Events
-from rota.common.layouts import layout_json, replanned_layout_to_proto
+from rota.common.layouts import replanned_layout_to_proto
 from rota.common.live import LiveState
 from rota.core.detection.devices import BEYOND_REPAIR_RATIO, check_beyond_repair, mark_for
 from rota.core.detection.failslow import JOB, SLOW, STOP, DetectorConfig, FailSlowDetector, Verdict
@@ -74,7 +74,7 @@ def layout_to_proto(layout: Layout) -> detector_pb2.Layout:
 
 def verdict_to_proto(row: VerdictRow) -> detector_pb2.Verdict:
     return detector_pb2.Verdict(
-        subject=f"job/{row.job_id}/rank/{row.rank}", kind=row.kind, ratio=row.ratio, evidence=json.dumps(row.evidence),
+        subject=f"job/{row.job_id}/rank/{row.rank}", ratio=row.ratio, evidence=json.dumps(row.evidence),
         verdict_kind=convert.enum_value(detector_pb2.VerdictKind, "VERDICT_KIND_", row.kind),
         job_id=row.job_id, rank=row.rank, iteration=row.iteration, node=row.node or "",
         gpu=row.gpu if row.gpu is not None else -1, epoch=row.epoch,
@@ -86,11 +86,11 @@ def device_to_proto(row: DeviceHealthRow, identity: Identity, tenants: dict[str,
     """A tenant sees every device's state and reason, but only its own jobs' ids."""
     owner = tenants.get(row.job_id or "")
     return detector_pb2.DeviceHealth(
-        node=row.node, gpu=row.gpu_index, state=row.state, reason=row.reason,
+        node=row.node, gpu=row.gpu_index, reason=row.reason,
         device_state=convert.enum_value(detector_pb2.DeviceState, "DEVICE_STATE_", row.state),
         verdict_kind=convert.enum_value(detector_pb2.VerdictKind, "VERDICT_KIND_", row.kind),
         job_id=row.job_id or "" if owner is not None and identity.may_access(owner) else "",
-        rank=row.rank if row.rank is not None else -1, kind=row.kind,
+        rank=row.rank if row.rank is not None else -1,
         since_unix=row.since.timestamp() if row.since else 0.0,
         cleared_unix=row.cleared_at.timestamp() if row.cleared_at else 0.0,
     )
@@ -367,7 +367,7 @@ class DetectorService(detector_pb2_grpc.DetectorServiceServicer):
             raise exc.error from exc
         log.info("job %s: re-plan applied (%s); restarts from image %s at step %d%s", where.job_id, stored.operation_id,
                  reply.image_id, reply.step, f" on {reply.node}" if reply.node else "")
-        response.applied, response.applied_layout = True, layout_json(stored.layout)
+        response.applied = True
         response.replanned_layout.CopyFrom(replanned_layout_to_proto(stored.layout))
         response.image_id, response.step, response.from_node, response.node = (
             reply.image_id, reply.step, reply.from_node, reply.node)
@@ -401,7 +401,7 @@ class DetectorService(detector_pb2_grpc.DetectorServiceServicer):
         health, running = await self.tx(lambda s: nodes_repo.drain(s, request.node, undo=request.undo))
         log.info("node %s is %s (%d jobs still running there)%s", request.node, health, running,
                  f": {request.reason}" if request.reason else "")
-        return detector_pb2.DrainResponse(node=request.node, health=health, running_jobs=running,
+        return detector_pb2.DrainResponse(node=request.node, running_jobs=running,
                                           node_health=convert.health_value(health))
 
     # Devices out of the plan.

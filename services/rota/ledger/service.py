@@ -138,7 +138,7 @@ class LedgerService(ledger_pb2_grpc.LedgerServiceServicer):
             jobs=[
                 ledger_pb2.JobFairness(
                     job_id=j.job_id, tenant=j.tenant, deserved=_hours(j.deserved), used=_hours(j.used),
-                    fairness=ratio(j.used, j.deserved), state=j.state, gpus=j.gpus,
+                    fairness=ratio(j.used, j.deserved), gpus=j.gpus,
                     job_state=convert.state_value(j.state),
                     pending_since_unix=_unix(j.pending_since), submitted_unix_seconds=j.submitted.timestamp(),
                     pending_since_unix_seconds=j.pending_since.timestamp() if j.pending_since is not None else 0.0,

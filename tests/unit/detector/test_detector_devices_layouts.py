@@ -15,7 +15,8 @@ import pytest
 from rota.agent.service import MAX_LAYOUT_BYTES, check_layout
 from rota.cli.detector_commands import clear_targets, devices, parse_device, replan_text
 from rota.cli.main import HANDLERS, build_parser
-from rota.client import DeviceHealth, Gpu, InvalidArgumentError, Node, ReplanResult, spec_from_mapping
+from rota.client import DeviceHealth, Gpu, InvalidArgumentError, Node, ReplanResult, job_spec_from_mapping
+from rota.client._wire import spec_to_proto
 from rota.common import convert
 from rota.core.detection.devices import BEYOND_REPAIR_RATIO, check_beyond_repair, mark_for
 from rota.core.detection.failslow import JOB, SLOW, STOP, Verdict
@@ -105,14 +106,14 @@ def test_the_runtime_names_a_malformed_layout(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_the_job_file_flag_reaches_the_stored_spec_and_back() -> None:
-    spec = spec_from_mapping({"name": "pp", "tenant": "t", "command": ["true"], "accepts_layout_changes": True})
+    spec = job_spec_from_mapping({"name": "pp", "tenant": "t", "command": ["true"], "accepts_layout_changes": True})
     assert spec.accepts_layout_changes
-    data = convert.spec_from_proto(spec)
+    data = convert.spec_from_proto(spec_to_proto(spec))
     assert data.accepts_layout_changes and JobSpecData.from_dict(data.to_dict()).accepts_layout_changes
     assert convert.spec_to_proto(data).accepts_layout_changes
     assert not JobSpecData.from_dict({"name": "old"}).accepts_layout_changes  # specs stored before the flag
     with pytest.raises(InvalidArgumentError) as err:
-        spec_from_mapping({"command": ["true"], "accepts_layout_changes": "yes"})
+        job_spec_from_mapping({"command": ["true"], "accepts_layout_changes": "yes"})
     assert err.value.field == "accepts_layout_changes"
 
 

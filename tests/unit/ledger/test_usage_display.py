@@ -6,7 +6,7 @@ import pytest
 
 from rota.cli.ledger_commands import _hours
 from rota.client.ledger import JobFairness, TenantFairness, UsageEntry
-from rota.v1 import ledger_pb2
+from rota.v1 import common_pb2, ledger_pb2
 
 
 @pytest.mark.parametrize(
@@ -27,12 +27,13 @@ def test_gpu_hours_show_four_significant_digits_and_at_least_two_decimals(hours:
 
 
 def test_weighted_figures_from_a_ledger_without_rates_are_its_raw_ones() -> None:
-    old = UsageEntry.from_proto(ledger_pb2.UsageRow(key="nlp", gpu_hours=2.0, tenant="nlp"))
+    old = UsageEntry._from_proto(ledger_pb2.UsageRow(key="nlp", gpu_hours=2.0, tenant="nlp"))
     assert old.weighted_gpu_hours == 2.0
-    new = UsageEntry.from_proto(ledger_pb2.UsageRow(key="nlp", gpu_hours=2.0, tenant="nlp", weighted_gpu_hours=6.3))
+    new = UsageEntry._from_proto(ledger_pb2.UsageRow(key="nlp", gpu_hours=2.0, tenant="nlp", weighted_gpu_hours=6.3))
     assert new.to_dict() == {"key": "nlp", "gpu_hours": 2.0, "tenant": "nlp", "weighted_gpu_hours": 6.3}
-    assert UsageEntry.from_proto(ledger_pb2.UsageRow(key="idle")).weighted_gpu_hours == 0.0
-    tenant = TenantFairness.from_proto(ledger_pb2.TenantStanding(tenant="nlp", used=3.0, deserved=3.0))
+    assert UsageEntry._from_proto(ledger_pb2.UsageRow(key="idle")).weighted_gpu_hours == 0.0
+    tenant = TenantFairness._from_proto(ledger_pb2.TenantStanding(tenant="nlp", used=3.0, deserved=3.0))
     assert tenant.raw_used == 3.0  # an old ledger's `used` was raw
-    job = JobFairness.from_proto(ledger_pb2.JobFairness(job_id="j", used=6.0, raw_used=2.0))
+    job = JobFairness._from_proto(ledger_pb2.JobFairness(job_id="j", used=6.0, raw_used=2.0,
+                                                       job_state=common_pb2.JOB_STATE_RUNNING))
     assert (job.used, job.raw_used) == (6.0, 2.0)
