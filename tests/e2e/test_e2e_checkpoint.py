@@ -118,7 +118,7 @@ def test_a_two_rank_gloo_job_pauses_and_resumes_with_identical_losses_and_dedup(
     assert paused["ranks"] == 2
     resumed = cluster.cli_json("resume", job_id, "--wait", "60")
     wait_lines(losses, paused["step"] + 6)
-    moved = cluster.cli_json("migrate", job_id, "--wait", "60")  # pause, write, resume: one call
+    moved = cluster.cli_json("move", job_id, "--wait", "60")  # pause, write, resume: one call
     assert moved["from_node"] == resumed["node"] and moved["step"] > paused["step"] and moved["node"]
     done = cluster.wait_job(job_id, timeout_s=180)
     assert done.state == "SUCCEEDED", done.reason
@@ -217,7 +217,7 @@ def test_the_sleep_example_pauses_at_once_resumes_and_migrates_from_its_step(clu
     assert [h.to_state for h in history].count("PAUSED") == 1
 
     target = "node-2" if resumed["node"] == "node-1" else "node-1"  # free: this module's tests cancel theirs
-    moved = cluster.cli_json("migrate", job_id, "--to", target, "--wait", "60")  # pause, write, resume: one call
+    moved = cluster.cli_json("move", job_id, "--to", target, "--wait", "60")  # pause, write, resume: one call
     assert moved["from_node"] == resumed["node"] and moved["step"] > paused["step"], moved
     assert moved["node"] == target, moved
     wait_until(lambda: step() >= moved["step"] + 2, 60, "two steps after the migration")

@@ -84,7 +84,7 @@ def test_a_ddp_gang_pauses_as_one_resumes_and_migrates_with_the_reference_losses
     assert len(resumed.nodes) == 2 and resumed.epoch != first.epoch
     wait_until(lambda: _lines(losses) >= paused["step"] + 5, 120, "five steps after the resume")
     # 3. Migrated: pause, write, resume in one call.
-    moved = cluster.cli_json("migrate", job_id, "--wait", "60")
+    moved = cluster.cli_json("move", job_id, "--wait", "60")
     assert moved["step"] > paused["step"], moved
     done = cluster.wait_job(job_id, timeout_s=300)
     assert done.state == "SUCCEEDED", (done.state, done.reason, done.error)

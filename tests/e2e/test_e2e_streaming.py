@@ -82,7 +82,7 @@ def running_lm(cluster: RunningCluster, tmp_path: Path) -> tuple[str, str, Path]
 
 
 def migrate_in_background(cluster: RunningCluster, job_id: str, target: str) -> threading.Thread:
-    """`rota migrate` as a user runs it; it answers once the image is written, which is later."""
+    """`rota move` as a user runs it; it answers once the image is written, which is later."""
     def call() -> None:
         with cluster.client() as client:
             try:

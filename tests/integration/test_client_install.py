@@ -197,7 +197,7 @@ def test_client_command_errors_stay_one_line(client_venv: ClientVenv) -> None:
     (("serve", "api"), "serve api"),
     (("agent", "--name", "node-1", "--gpus", "2", "--listen", "127.0.0.1:50999"), "agent"),
     (("agent", "--help"), "agent"),
-    (("migrate", "--database-url", "postgresql+psycopg://rota@127.0.0.1:1/rota"), "migrate"),
+    (("db", "migrate", "--database-url", "postgresql+psycopg://rota@127.0.0.1:1/rota"), "db migrate"),
     (("bench", "allocator", "--scale"), "bench"),
     (("sim", "--trace", "t.csv", "--tenants", "s.csv", "--gpus", "8", "--render", "{work}/pictures"), "sim --render"),
     (("plan", "--render", "{work}/plan.png", "--endpoint", "127.0.0.1:1", "--token", "t"), "plan --render"),

@@ -151,7 +151,7 @@ def test_compose_command_is_a_real_entry_point(name: str) -> None:
 
 def test_compose_commands_are_the_expected_ones() -> None:
     services = rota_services()
-    assert services["migrate"]["command"] == ["rota", "migrate"]
+    assert services["migrate"]["command"] == ["rota", "db", "migrate"]
     for name in CONTROL_PLANE:
         assert services[name]["command"] == ["rota", "serve", name]
     agent_names = [
@@ -329,7 +329,7 @@ def test_k8s_commands_are_real_entry_points() -> None:
         assert_rota_command(f"deploy/k8s {where}", command)
         seen.add(" ".join(command[:3]))
     assert {f"rota serve {name}" for name in CONTROL_PLANE} <= seen
-    assert "rota migrate" in seen
+    assert "rota db migrate" in seen
     assert any(s.startswith("rota agent") for s in seen)
 
 

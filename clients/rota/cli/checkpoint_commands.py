@@ -1,9 +1,9 @@
-"""`rota pause|resume|migrate|checkpoint JOB [--to NODE]` and `rota checkpoints JOB` (SPEC §6).
+"""`rota pause|resume|move|checkpoint JOB [--to NODE]` and `rota checkpoints JOB` (SPEC §6).
 
     rota checkpoint JOB [--timeout S]                 a new image of the running job
     rota pause JOB [--timeout S]                      image it, stop it: PAUSED, GPUs free
     rota resume JOB [--to NODE] [--wait S]            back in the queue from its last image
-    rota migrate JOB [--to NODE] [--timeout S] [--wait S]
+    rota move JOB [--to NODE] [--timeout S] [--wait S]
     rota checkpoints JOB                              images, sizes, dedup, how long each took
 """
 
@@ -15,7 +15,6 @@ from dataclasses import asdict
 from datetime import timedelta
 
 from rota.cli.commands import connect
-from rota.cli.commands import migrate as migrate_database
 from rota.cli.output import ago, print_json, table
 
 Handler = Callable[[argparse.Namespace], int]
@@ -72,7 +71,7 @@ def resume(args: argparse.Namespace) -> int:
     return 0
 
 
-def migrate(args: argparse.Namespace) -> int:
+def move(args: argparse.Namespace) -> int:
     with connect(args) as client:
         r = client.migrate(args.job, node=args.to or "", timeout=_timeout(args), wait=timedelta(seconds=args.wait))
     if args.json:
@@ -113,32 +112,24 @@ def checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: argparse._SubParsersAction, connection: Callable[[argparse.ArgumentParser], None],  # type: ignore[type-arg]
-                handlers: dict[str, Handler]) -> None:
-    """Adds the checkpoint commands to the CLI, with the connection flags, and their handlers."""
-    for name, help_text in (("checkpoint", "copy a running job's state into a new image"),
-                            ("pause", "checkpoint a running job and stop it (PAUSED, GPUs free)")):
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("job")
-        p.add_argument("--timeout", type=float, default=0, help="seconds every rank has to reach a safe point")
-        connection(p)
-    r = sub.add_parser("resume", help="put a paused job back in the queue from its last image")
-    r.add_argument("job")
-    r.add_argument("--to", metavar="NODE", help="the node to run on: it waits for room there while that node is live")
-    r.add_argument("--wait", type=float, default=30, help="wait this long for its placement (default 30)")
-    connection(r)
-    c = sub.add_parser("checkpoints", help="a job's checkpoint images: sizes, dedup, how long each took")
-    c.add_argument("job")
-    connection(c)
-    handlers.update({"checkpoint": checkpoint, "pause": pause, "resume": resume, "checkpoints": checkpoints})
+def image_arguments(parser: argparse.ArgumentParser) -> None:
+    """`rota checkpoint` and `rota pause`."""
+    parser.add_argument("job")
+    parser.add_argument("--timeout", type=float, default=0, help="seconds every rank has to reach a safe point")
 
 
-def extend_migrate(parser: argparse.ArgumentParser, connection: Callable[[argparse.ArgumentParser], None],
-                   handlers: dict[str, Handler]) -> None:
-    """`rota migrate` applies database migrations; `rota migrate JOB [--to NODE]` moves a job."""
-    parser.add_argument("job", nargs="?", help="a running job to move (without it: database migrations)")
+def resume_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job")
+    parser.add_argument("--to", metavar="NODE", help="the node to run on: it waits for room there while that node is live")
+    parser.add_argument("--wait", type=float, default=30, help="wait this long for its placement (default 30)")
+
+
+def checkpoints_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job")
+
+
+def move_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", help="a running job to move")
     parser.add_argument("--to", metavar="NODE", help="the node to run on: it waits for room there while that node is live")
     parser.add_argument("--timeout", type=float, default=0, help="seconds every rank has to reach a safe point")
     parser.add_argument("--wait", type=float, default=60, help="wait this long for its placement (default 60)")
-    connection(parser)
-    handlers["migrate"] = lambda args: migrate(args) if args.job else migrate_database(args)

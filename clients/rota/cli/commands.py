@@ -361,8 +361,9 @@ def agent(args: argparse.Namespace) -> int:
     return 0
 
 
-def migrate(args: argparse.Namespace) -> int:
-    migrations = import_server("migrate", "rota.common.migrate")
+def db_migrate(args: argparse.Namespace) -> int:
+    """`rota db migrate`: the database's schema up to date (or down to --downgrade)."""
+    migrations = import_server("db migrate", "rota.common.migrate")
     if not args.database_url:
         raise ValueError("--database-url: required (or set ROTA_DATABASE_URL)")
     if args.downgrade:

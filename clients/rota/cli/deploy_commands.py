@@ -16,14 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rota.cli import probe
 from rota.client.errors import InvalidArgumentError
 
 Handler = Callable[[argparse.Namespace], int]
 
 
-def add_parsers(sub: Any, handlers: dict[str, Handler]) -> None:
-    certs_p = sub.add_parser("certs", help="make a CA and the mutual-TLS certificates a deployment mounts")
+def certs_arguments(certs_p: argparse.ArgumentParser) -> None:
     certs_p.add_argument("directory", help="where the PEM files go (the CA in it is kept if present)")
     certs_p.add_argument("--host", action="append", default=[], metavar="NAME",
                          help="a DNS name or IP the services' certificate carries besides 127.0.0.1 and "
@@ -31,8 +29,6 @@ def add_parsers(sub: Any, handlers: dict[str, Handler]) -> None:
     certs_p.add_argument("--tenant", action="append", default=[], metavar="NAME",
                          help="also a client certificate that authenticates as this tenant; repeatable")
     certs_p.add_argument("--json", action="store_true", help="print the file paths as JSON")
-    probe.add_arguments(sub.add_parser("probe", help="health check of one service or agent (exit 0 when SERVING)"))
-    handlers.update({"certs": certs, "probe": probe.run})
 
 
 def certs(args: argparse.Namespace) -> int:

@@ -23,22 +23,22 @@ from rota.client import DeviceHealth, InvalidArgumentError, Node, ReplanResult, 
 Handler = Callable[[argparse.Namespace], int]
 
 
-def add_parsers(sub: Any, connection_args: Callable[[argparse.ArgumentParser], None], handlers: dict[str, Handler]) -> None:
-    health_p = sub.add_parser("health", help="nodes, devices and the failure detector's verdicts with their evidence")
+def health_arguments(health_p: argparse.ArgumentParser) -> None:
     health_p.add_argument("--job", default="", help="only this job's verdicts")
     health_p.add_argument("--limit", type=int, default=100, help="at most this many verdicts (newest first)")
     health_p.add_argument("--clear", action="append", default=[], metavar="NODE:GPU",
                           help="put a bad device (or, as NODE, every bad device of a node) back into the plan "
                                "(admin); repeatable")
     health_p.add_argument("--reason", default="", help="with --clear: why (logged by the detector)")
-    connection_args(health_p)
-    drain_p = sub.add_parser("drain", help="place nothing new on a node (admin); running jobs go on")
+
+
+def drain_arguments(drain_p: argparse.ArgumentParser) -> None:
     drain_p.add_argument("node")
     drain_p.add_argument("--undo", action="store_true", help="take new jobs again")
     drain_p.add_argument("--reason", default="", help="why (logged by the detector)")
-    connection_args(drain_p)
-    replan_p = sub.add_parser("replan", help="the 3-D re-plan of a job around its slow and dead ranks; "
-                                             "--apply restarts it with the new layout")
+
+
+def replan_arguments(replan_p: argparse.ArgumentParser) -> None:
     replan_p.add_argument("job_id")
     replan_p.add_argument("--apply", action="store_true",
                           help="checkpoint the job and restart it with the new layout (a job submitted with "
@@ -47,8 +47,6 @@ def add_parsers(sub: Any, connection_args: Callable[[argparse.ArgumentParser], N
                                                                    "placement (0: return once it is queued)")
     replan_p.add_argument("--layers", type=int, default=0, help="model layers (default 32)")
     replan_p.add_argument("--microbatches", type=int, default=0, help="micro-batches per replica (default: as reported)")
-    connection_args(replan_p)
-    handlers.update({"health": health, "drain": drain, "replan": replan_cmd})
 
 
 def parse_device(text: str) -> tuple[str, int | None]:

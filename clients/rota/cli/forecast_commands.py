@@ -80,23 +80,18 @@ def traffic(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: argparse._SubParsersAction, connection: Callable[[argparse.ArgumentParser], None],  # type: ignore[type-arg]
-                handlers: dict[str, Handler]) -> None:
-    """Adds `forecast` and `traffic` to the CLI, with the connection flags, and their handlers."""
-    fc = sub.add_parser("forecast", help="predict a job file's duration and GPU-hours before submitting it")
-    fc.add_argument("file")
-    fc.add_argument("--quantile", type=float, default=0.5, help="also show this quantile (default: P50)")
-    connection(fc)
-    tr = sub.add_parser("traffic", help="realtime apps' traffic history and demand forecasts")
-    tsub = tr.add_subparsers(dest="traffic_command", required=True, metavar="ACTION")
-    push = tsub.add_parser("push", help="record an app's hourly request counts from a CSV or JSON file")
-    push.add_argument("app")
-    push.add_argument("file", help="CSV with a header hour,requests (ISO time or unix seconds), or JSON")
-    connection(push)
-    curve = tsub.add_parser("curve", help="the app's forecast GPUs for the next hours")
-    curve.add_argument("app")
-    curve.add_argument("--horizon", type=int, default=24)
-    curve.add_argument("--capacity", type=float, default=0.0, help="requests per hour one GPU replica serves")
-    curve.add_argument("--max-swap", type=int, default=0, help="GPUs added + removed per step (0: the app's)")
-    connection(curve)
-    handlers.update({"forecast": forecast, "traffic": traffic})
+def forecast_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file")
+    parser.add_argument("--quantile", type=float, default=0.5, help="also show this quantile (default: P50)")
+
+
+def push_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("app")
+    parser.add_argument("file", help="CSV with a header hour,requests (ISO time or unix seconds), or JSON")
+
+
+def curve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("app")
+    parser.add_argument("--horizon", type=int, default=24)
+    parser.add_argument("--capacity", type=float, default=0.0, help="requests per hour one GPU replica serves")
+    parser.add_argument("--max-swap", type=int, default=0, help="GPUs added + removed per step (0: the app's)")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from rota.cli.commands import connect
@@ -99,16 +98,12 @@ def fairness(args: argparse.Namespace) -> int:
     return 0
 
 
-HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {"usage": usage, "fairness": fairness}
+def usage_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tenant", default="", help="only this tenant (a tenant token sees only its own)")
+    parser.add_argument("--since", default="", help="ISO time (UTC if no zone) or a span back from now: 7d, 24h")
+    parser.add_argument("--by", default="tenant", help="job | tenant | day | gpu (default: tenant)")
 
 
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> list[argparse.ArgumentParser]:
-    """Registers `usage` and `fairness`; returns them so the caller adds the connection flags."""
-    use = sub.add_parser("usage", help="GPU-hours used, raw and weighted by GPU type, from the ledger")
-    use.add_argument("--tenant", default="", help="only this tenant (a tenant token sees only its own)")
-    use.add_argument("--since", default="", help="ISO time (UTC if no zone) or a span back from now: 7d, 24h")
-    use.add_argument("--by", default="tenant", help="job | tenant | day | gpu (default: tenant)")
-    fair = sub.add_parser("fairness", help="per tenant: quota, entitled, deserved, used (weighted), F (--jobs: per job)")
-    fair.add_argument("--jobs", action="store_true", help="per-job F instead of per tenant")
-    fair.add_argument("--tenant", default="", help="only this tenant")
-    return [use, fair]
+def fairness_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", action="store_true", help="per-job F instead of per tenant")
+    parser.add_argument("--tenant", default="", help="only this tenant")

@@ -10,10 +10,8 @@ from rota.cli.output import print_json, table
 from rota.cli.running import require_server
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
-    plan = sub.add_parser("plan", help="show the allocator's current plan (GPU rows x timesteps)")
-    plan.add_argument("--render", metavar="FILE.png", type=Path, help="write the grid as a PNG picture")
-    return plan
+def plan_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--render", metavar="FILE.png", type=Path, help="write the grid as a PNG picture")
 
 
 def plan(args: argparse.Namespace) -> int:
