@@ -10,6 +10,8 @@ from typing import Any
 
 import jinja2
 
+from rota.console.params import KINDS, STATES
+
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -70,6 +72,8 @@ class Views:
             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         )
         self.env.filters.update(ago=ago, when=when, seconds=seconds, number=number, size=size)
+        # The filters' choices: the SDK's states and kinds (rota.client.enums), in their order.
+        self.env.globals.update(job_states=STATES, job_kinds=KINDS)
 
     def render(self, template: str, **context: Any) -> str:
         return self.env.get_template(template).render(**context)
