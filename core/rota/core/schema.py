@@ -147,6 +147,8 @@ def check(schema: Schema, mapping: Any, path: str = "") -> tuple[dict[str, Any],
                 result[name] = value
         elif spec.required:
             errors.append(FieldError(where, spec.missing_reason))
+        elif spec.default is not MISSING and spec.schema is not None:
+            result[name] = _check_value(spec, copy.copy(spec.default), where)[0]  # fills the nested defaults
         elif spec.default is not MISSING:
             result[name] = copy.copy(spec.default)  # a list default is not shared between results
     if not errors:
