@@ -9,9 +9,9 @@ whose message names the dotted field path and the reason::
     resources.gpus: must be a power of two (got 3)
 
 The readers built on it (rota.client.jobfile, rota.tuning.space, rota.sim.workload,
-rota.core.planning.scenario) keep their own exception types: `SchemaError` is both the
-core's `InvalidArgument` (the server answers INVALID_ARGUMENT with the field) and a
-`ValueError` (what the file readers raise).
+rota.bench.detector_workload, rota.core.planning.scenario) keep their own exception
+types: `SchemaError` is both the core's `InvalidArgument` (the server answers
+INVALID_ARGUMENT with the field) and a `ValueError` (what the file readers raise).
 """
 
 from __future__ import annotations
@@ -75,13 +75,14 @@ class Field:
     string's length; `choices` the allowed values. `items` is what each element of a list
     must be, `values` each value of a mapping with free keys (the keys name the path),
     `schema` a nested mapping with named fields (or a function choosing it from the value,
-    for a tagged union). `checks` run last, in order, on the converted value.
+    for a tagged union). `checks` run last, in order, on the converted value. An absent
+    field takes `default` (a nested schema's default mapping gets that schema's own defaults).
     """
 
     kind: type | tuple[type, ...] | None = None
     what: str = ""
     required: bool = False
-    nullable: bool = False  # None (JSON null) is taken as it is, as if absent
+    nullable: bool = False  # None (JSON null) is kept as None, with no other check
     default: Any = MISSING
     convert: Callable[[Any], Any] | None = None
     choices: Sequence[Any] | None = None
