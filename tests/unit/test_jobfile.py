@@ -134,6 +134,16 @@ def test_bad_fields_are_named(case: str, data: dict[str, Any], field: str) -> No
     assert str(info.value).startswith(f"{field}: ")
 
 
+def test_every_bad_field_is_told_at_once() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        spec_from_mapping(base(gpus="2", depends_on=[{"job": "j-1", "when": "later"}], colour="red"))
+    assert info.value.field == "colour"  # unknown fields first: a misspelling explains the rest
+    assert info.value.detail.splitlines() == [
+        "also gpus: must be an integer (got '2')",
+        "also depends_on[0].when: one of succeeded, finished, failed (got 'later')",
+    ]
+
+
 def test_an_unknown_field_lists_the_known_ones() -> None:
     with pytest.raises(InvalidArgumentError, match=r"^gpu: unknown field \(known: accepts_layout_changes, array, "):
         spec_from_mapping(base(gpu=2))

@@ -154,7 +154,9 @@ def job_spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None)
     try:
         checked = validate(JOB_FILE, data)
     except SchemaError as exc:
-        raise _bad(exc.field, exc.reason) from None
+        error = _bad(exc.field, exc.reason)
+        error.detail = "\n".join(f"also {other}" for other in exc.errors[1:])  # every bad field at once
+        raise error from None
     fields = {k: v for k, v in checked.items() if k not in ("gpu_type", "array")}
     fields["command"] = tuple(str(a) for a in checked["command"])
     workdir = checked["workdir"]
