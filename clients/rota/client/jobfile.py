@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,16 @@ JOB_FILE = Schema({
 FIELDS = set(JOB_FILE.fields)
 
 
+# A checked field as JobSpec holds it (the others as they are).
+_AS_SPEC: dict[str, Callable[[Any], Any]] = {
+    "command": lambda command: tuple(str(a) for a in command),
+    "env": lambda env: {str(k): str(v) for k, v in env.items()},
+    "duration": lambda duration: timedelta(seconds=parse_duration(duration)),
+    "gpu_types": tuple, "demand": tuple, "features": dict,
+    "depends_on": lambda deps: tuple(Dependency(d["job"], d["when"]) for d in deps),
+}
+
+
 def job_spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None) -> JobSpec:
     """A JobSpec from job-file fields, checking their types; a relative workdir is resolved
     against `base_dir` (default: the current directory). The server validates the values."""
@@ -157,26 +168,18 @@ def job_spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None)
         error = _bad(exc.field, exc.reason)
         error.detail = "\n".join(f"also {other}" for other in exc.errors[1:])  # every bad field at once
         raise error from None
-    fields = {k: v for k, v in checked.items() if k not in ("gpu_type", "array")}
-    fields["command"] = tuple(str(a) for a in checked["command"])
+    fields = {key: _AS_SPEC.get(key, _same)(value) for key, value in checked.items() if key not in ("gpu_type", "array")}
     workdir = checked["workdir"]
     fields["workdir"] = workdir if os.path.isabs(workdir) else str(((base_dir or Path.cwd()) / workdir).resolve())
-    if "env" in checked:
-        fields["env"] = {str(k): str(v) for k, v in checked["env"].items()}
-    if "duration" in checked:
-        fields["duration"] = timedelta(seconds=parse_duration(checked["duration"]))
     if "nodes" in checked and "gpus" not in checked:
         fields["gpus"] = 0  # the server sets it: nodes x gpus_per_node
     if "gpu_type" in checked:
         fields["gpu_types"] = (checked["gpu_type"],)
-    for key in ("gpu_types", "demand"):
-        if key in checked:
-            fields[key] = tuple(checked[key])
-    if "features" in checked:
-        fields["features"] = dict(checked["features"])
-    if "depends_on" in checked:
-        fields["depends_on"] = tuple(Dependency(d["job"], d["when"]) for d in checked["depends_on"])
     return JobSpec(**fields)
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def array_of(data: dict[str, Any]) -> str | None:
