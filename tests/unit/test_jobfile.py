@@ -117,6 +117,18 @@ BAD = [
     ("demand as a number", base(kind="realtime", demand=4), "demand"),
     ("demand with strings", base(kind="realtime", demand=[1, "2"]), "demand"),
     ("demand with bools", base(kind="realtime", demand=[1, True]), "demand"),
+    ("nodes as a string", base(nodes="2"), "nodes"),
+    ("gpus_per_node as a float", base(nodes=2, gpus_per_node=4.0), "gpus_per_node"),
+    ("a gpu_type that is a list", base(gpu_type=["a100"]), "gpu_type"),
+    ("gpu_types as a string", base(gpu_types="a100"), "gpu_types"),
+    ("gpu_types with a number", base(gpu_types=["a100", 100]), "gpu_types"),
+    ("both gpu_type and gpu_types", base(gpu_type="a100", gpu_types=["h100"]), "gpu_type"),
+    ("accepts_layout_changes as a string", base(accepts_layout_changes="no"), "accepts_layout_changes"),
+    ("same_switch as a number", base(same_switch=0), "same_switch"),
+    ("a dependency that is a number", base(depends_on=[7]), "depends_on[0].job"),
+    ("a dependency with an empty id", base(depends_on=[{"job": ""}]), "depends_on[0].job"),
+    ("an array that is a mapping", base(array={"from": 0}), "array"),
+    ("a duration past any clock", base(duration=1e300), "duration"),
 ]
 
 
@@ -126,6 +138,21 @@ def test_bad_fields_are_named(case: str, data: dict[str, Any], field: str) -> No
         spec_from_mapping(data)
     assert info.value.field == field, f"{case}: {info.value}"
     assert str(info.value).startswith(f"{field}: ")
+
+
+def test_every_bad_field_is_told_at_once() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        spec_from_mapping(base(gpus="2", depends_on=[{"job": "j-1", "when": "later"}], colour="red"))
+    assert info.value.field == "colour"  # unknown fields first: a misspelling explains the rest
+    assert info.value.detail.splitlines() == [
+        "also gpus: must be an integer (got '2')",
+        "also depends_on[0].when: one of succeeded, finished, failed (got 'later')",
+    ]
+
+
+def test_an_unknown_field_lists_the_known_ones() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"^gpu: unknown field \(known: accepts_layout_changes, array, "):
+        spec_from_mapping(base(gpu=2))
 
 
 @pytest.mark.parametrize(

@@ -71,3 +71,68 @@ def test_the_example_tuning_file_parses() -> None:
     path = Path(__file__).resolve().parents[2] / "examples" / "tune" / "stdlib-lm.yaml"
     spec = parse_spec(yaml.safe_load(path.read_text(encoding="utf-8")))
     assert spec.scale == 4 and spec.fusion is None and spec.transfer_at == 0.5
+
+
+def _without(key: str) -> dict[str, Any]:
+    doc = _doc()
+    del doc[key]
+    return doc
+
+
+def _lr(**fields: Any) -> dict[str, Any]:
+    return {"space": {"lr": {"distribution": "float", "low": 0.001, "high": 0.1, **fields}}}
+
+
+# One bad input per field, each named by its dotted path.
+PER_FIELD = [
+    (_without("name"), "name"),
+    (_doc(kind="train"), "kind"),
+    (_without("data"), "data"),
+    (_doc(factory_args=[1]), "factory_args"),
+    (_doc(data_args="batch=8"), "data_args"),
+    (_doc(train="rota.tuning.no_such_module:train"), "train"),
+    (_doc(objective={"metric": "accuracy"}), "objective.metric"),
+    (_doc(objective={"goal": "min"}), "objective.goal"),
+    (_doc(objective="minimize"), "objective"),
+    (_without("space"), "space"),
+    (_doc(space={"lr": 0.1}), "space.lr"),
+    (_doc(**_lr(log="yes")), "space.lr.log"),
+    (_doc(**_lr(step=0)), "space.lr.step"),
+    (_doc(**_lr(step=0.01, log=True)), "space.lr.step"),
+    (_doc(**_lr(low="small")), "space.lr.low"),
+    (_doc(**_lr(high=float("inf"))), "space.lr.high"),
+    (_doc(space={"n": {"distribution": "int", "low": 1, "high": 2.5}}), "space.n"),
+    (_doc(space={"h": {"distribution": "categorical"}}), "space.h.choices"),
+    (_doc(space={"h": {"distribution": "categorical", "choices": [1], "low": 0}}), "space.h.low"),
+    (_doc(space={"h": {"type": "normal"}}), "space.h.distribution"),
+    (_without("budget"), "budget"),
+    (_doc(budget={"trials": 4}), "budget.steps"),
+    (_doc(budget={"trials": 4, "steps": 10, "report_every": 0}), "budget.report_every"),
+    (_doc(budget={"trials": True, "steps": 10}), "budget.trials"),
+    (_doc(scale=0), "scale"),
+    (_doc(fusion="max"), "fusion"),
+    (_doc(sampler={"type": "random"}), "sampler.type"),
+    (_doc(sampler={"seed": "0"}), "sampler.seed"),
+    (_doc(pruner={"min_resource": 0}), "pruner.min_resource"),
+    (_doc(pruner={"reduction_factor": 1}), "pruner.reduction_factor"),
+    (_doc(transfer={"steps": -1}), "transfer.steps"),
+    (_doc(transfer={"at": float("nan")}), "transfer.at"),
+    (_doc(transfer={"at": 0.5, "when": 1}), "transfer.when"),
+]
+
+
+@pytest.mark.parametrize(("doc", "field"), PER_FIELD, ids=[f for _, f in PER_FIELD])
+def test_each_field_is_named_when_bad(doc: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValueError) as err:
+        parse_spec(doc)
+    assert str(err.value).startswith(f"{field}: "), str(err.value)
+
+
+def test_a_file_that_is_not_a_mapping_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^job file: must be a mapping, got list"):
+        parse_spec([1, 2])
+
+
+def test_a_null_seed_and_step_are_as_if_absent() -> None:
+    spec = parse_spec(_doc(sampler={"seed": None}, **_lr(step=None)))
+    assert spec.sampler_seed is None and spec.space["lr"].step is None

@@ -15,7 +15,7 @@ of the step (the job runs on with the others, as elastic data parallelism would)
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from rota.core.detection.failslow import SLOW, STOP, DetectorConfig
 from rota.core.detection.layout import IterationReport, Layout, MicroBatch
 from rota.core.detection.pipeline import makespan
 from rota.core.errors import InvalidArgument
+from rota.core.schema import Check, Field, Schema, validate
 
 MICROBATCH_SECONDS = 0.06  # F+B+W of a full micro-batch of short sequences on one stage
 CROSSOVER = 8192  # tokens at which attention costs as much as the per-token work
@@ -64,68 +65,101 @@ class BenchConfig:
     detector: DetectorConfig = DetectorConfig()
 
 
-def _get(data: Mapping[str, Any], key: str, kind: type, where: str = "") -> Any:
-    name = f"{where}{key}"
-    if key not in data:
-        raise InvalidArgument(name, "is required")
-    value = data[key]
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise InvalidArgument(name, f"must be a {kind.__name__} (got {value!r})")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidArgument(name, "must be finite")
-    return value
+def _int(**options: Any) -> Field:
+    """An integer, required unless it has a default or `required=False` says otherwise."""
+    return Field(kind=int, what="an integer", **{"required": "default" not in options, **options})
+
+
+def _finite(x: float) -> str | None:
+    return None if math.isfinite(x) else "must be finite"
+
+
+def _float(**options: Any) -> Field:
+    """A finite number read as a float, required as `_int`."""
+    checks = (_finite, *options.pop("checks", ()))
+    return Field(kind=float, what="a number", convert=lambda v: float(v) if type(v) is int else v, checks=checks,
+                 **{"required": "default" not in options, **options})
+
+
+def _below(limit: float) -> Check:
+    return lambda x: None if x < limit else f"must be below {limit:g} (got {x})"
+
+
+def _seq_max(seq: dict[str, Any]) -> list[tuple[str, str]]:
+    return [] if seq["max"] >= seq["median"] else [("max", f"must be at least the median {seq['median']:g}")]
+
+
+def _enough_layers(cfg: dict[str, Any]) -> list[tuple[str, str]]:
+    pp = cfg["layout"]["pp"]
+    return [] if cfg["layers"] >= pp else [("layers", f"must be at least the pipeline's {pp} stages (got {cfg['layers']})")]
+
+
+CONFIG = Schema({
+    "seed": _int(), "iterations": _int(low=1),
+    "layout": Field(kind=dict, what="an object", required=True, schema=Schema({k: _int(low=1) for k in ("tp", "pp", "dp")})),
+    "microbatches": _int(low=1),
+    "seq_len": Field(kind=dict, what="an object", required=True, schema=Schema({
+        "median": _float(low=1), "sigma": _float(low=0), "max": _int(),
+    }, checks=(_seq_max,))),
+    "tokens_per_microbatch": _int(low=1),
+    "noise": _float(low=0, checks=(_below(1),)),
+    "faults": Field(kind=list, what="a list", required=True),
+    "trials": _int(default=1, low=1, high=1000),
+    "hiccup_rate": _float(default=0.002, low=0, checks=(_below(1),)),
+    "heartbeat_interval_s": _float(default=1.0, checks=(lambda x: None if x > 0 else f"must be positive (got {x})",)),
+    "layers": _int(default=32),
+    # DetectorConfig's own defaults and ranges apply to what is given.
+    "detector": Field(kind=dict, what="an object", default={}, schema=Schema({
+        "threshold": _float(required=False), "consecutive": _int(required=False), "warmup": _int(required=False),
+        "decay": _float(required=False), "window": _int(required=False),
+    })),
+}, checks=(_enough_layers,))
+
+
+def _fault_schema(ranks: int) -> Callable[[Mapping[str, Any]], Schema]:
+    """A fault's fields, by its kind, in a job of `ranks` ranks."""
+    common = {"kind": Field(), "rank": _int(low=0, high=ranks - 1, range_reason=f"must be in 0..{ranks - 1} (got {{value}})")}
+    slow = Schema({**common, "factor": _float(checks=(lambda x: None if x > 1 else f"must be above 1 (got {x})",)),
+                   "from_iter": _int(), "to_iter": _int(default=None, nullable=True)})
+    stop = Schema({**common, "at_iter": _int()})
+
+    def by_kind(fault: Mapping[str, Any]) -> Schema:
+        kind = fault.get("kind")
+        if kind in (SLOW, STOP):
+            return slow if kind == SLOW else stop
+        return Schema({}, closed=False, checks=(lambda _: [("kind", f"must be slow or stop (got {kind!r})")],))
+    return by_kind
 
 
 def parse_config(data: Any) -> BenchConfig:
     """The issue's JSON shape; `trials`, `hiccup_rate`, `heartbeat_interval_s`, `layers` and
-    `detector` ({threshold, consecutive, warmup, decay, window}) are optional."""
+    `detector` ({threshold, consecutive, warmup, decay, window}) are optional. InvalidArgument
+    (a rota.core.schema.SchemaError) names the bad field."""
     if not isinstance(data, dict):
         raise InvalidArgument("config", "must be a JSON object")
-    lay = _get(data, "layout", dict)
-    layout = Layout(_get(lay, "tp", int, "layout."), _get(lay, "pp", int, "layout."), _get(lay, "dp", int, "layout."))
-    seq = _get(data, "seq_len", dict)
-    cfg = BenchConfig(
-        seed=_get(data, "seed", int), iterations=_get(data, "iterations", int), layout=layout,
-        microbatches=_get(data, "microbatches", int), seq_median=_get(seq, "median", float, "seq_len."),
-        seq_sigma=_get(seq, "sigma", float, "seq_len."), seq_max=_get(seq, "max", int, "seq_len."),
-        tokens_per_microbatch=_get(data, "tokens_per_microbatch", int), noise=_get(data, "noise", float),
-        faults=tuple(_fault(f, i, layout) for i, f in enumerate(_get(data, "faults", list))),
-        trials=int(data.get("trials", 1)), hiccup_rate=float(data.get("hiccup_rate", 0.002)),
-        heartbeat_interval_s=float(data.get("heartbeat_interval_s", 1.0)), layers=int(data.get("layers", 32)),
-        detector=DetectorConfig(**data.get("detector", {})),
+    cfg = validate(CONFIG, data)
+    layout = Layout(**cfg["layout"])
+    faults = validate(Schema({"faults": Field(items=Field(kind=dict, what="an object", type_reason="must be an object",
+                                                          schema=_fault_schema(layout.ranks)))}),
+                      {"faults": cfg["faults"]})["faults"]
+    try:
+        detector = DetectorConfig(**cfg["detector"])
+    except InvalidArgument as e:
+        raise InvalidArgument(f"detector.{e.field}", str(e).removeprefix(f"{e.field}: ")) from None
+    seq = cfg["seq_len"]
+    return BenchConfig(
+        seed=cfg["seed"], iterations=cfg["iterations"], layout=layout, microbatches=cfg["microbatches"],
+        seq_median=seq["median"], seq_sigma=seq["sigma"], seq_max=seq["max"],
+        tokens_per_microbatch=cfg["tokens_per_microbatch"], noise=cfg["noise"], faults=tuple(map(_fault, faults)),
+        trials=cfg["trials"], hiccup_rate=cfg["hiccup_rate"], heartbeat_interval_s=cfg["heartbeat_interval_s"],
+        layers=cfg["layers"], detector=detector,
     )
-    checks = [
-        ("iterations", cfg.iterations >= 1), ("microbatches", cfg.microbatches >= 1),
-        ("seq_len.median", cfg.seq_median >= 1), ("seq_len.sigma", cfg.seq_sigma >= 0),
-        ("seq_len.max", cfg.seq_max >= cfg.seq_median), ("tokens_per_microbatch", cfg.tokens_per_microbatch >= 1),
-        ("noise", 0 <= cfg.noise < 1), ("trials", 1 <= cfg.trials <= 1000), ("hiccup_rate", 0 <= cfg.hiccup_rate < 1),
-        ("heartbeat_interval_s", cfg.heartbeat_interval_s > 0), ("layers", cfg.layers >= layout.pp),
-    ]
-    for name, ok in checks:
-        if not ok:
-            raise InvalidArgument(name, "out of range")
-    return cfg
 
 
-def _fault(data: Any, i: int, layout: Layout) -> Fault:
-    where = f"faults[{i}]."
-    if not isinstance(data, dict):
-        raise InvalidArgument(f"faults[{i}]", "must be an object")
-    kind = _get(data, "kind", str, where)
-    rank = _get(data, "rank", int, where)
-    if not 0 <= rank < layout.ranks:
-        raise InvalidArgument(f"{where}rank", f"must be in 0..{layout.ranks - 1} (got {rank})")
-    if kind == SLOW:
-        factor = _get(data, "factor", float, where)
-        if not factor > 1:
-            raise InvalidArgument(f"{where}factor", f"must be above 1 (got {factor})")
-        end = data.get("to_iter")
-        return Fault(SLOW, rank, _get(data, "from_iter", int, where), int(end) if end is not None else None, factor)
-    if kind == STOP:
-        return Fault(STOP, rank, _get(data, "at_iter", int, where))
-    raise InvalidArgument(f"{where}kind", f"must be slow or stop (got {kind!r})")
+def _fault(f: dict[str, Any]) -> Fault:
+    if f["kind"] == SLOW:
+        return Fault(SLOW, f["rank"], f["from_iter"], f["to_iter"], f["factor"])
+    return Fault(STOP, f["rank"], f["at_iter"])
 
 
 @dataclass(frozen=True)

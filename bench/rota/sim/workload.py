@@ -11,8 +11,13 @@ TENANTS.csv: tenant,share
 from __future__ import annotations
 
 import csv
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from rota.core.schema import Field, Schema, SchemaError, validate
 
 
 @dataclass(frozen=True)
@@ -35,49 +40,66 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def read_jobs(path: str | Path) -> list[Job]:
-    jobs: list[Job] = []
+def _read(kind: type) -> Callable[[str], Any]:
+    """A CSV cell as `kind`, or the text itself (which the field's type check then names)."""
+    def convert(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            return text
+    return convert
+
+
+def _number(**options: Any) -> Field:
+    return Field(kind=float, what="a number", required=True, convert=_read(float), **options)
+
+
+def _finite(x: float) -> str | None:
+    return None if math.isfinite(x) else f"must be a finite number (got {x})"
+
+
+# A JOBS.csv row; empty optional cells take the default.
+JOB_ROW = Schema({
+    "job_id": Field(required=True),
+    "tenant": Field(required=True),
+    "submit_s": _number(low=0, range_reason="must be >= 0 (got {value})", checks=(_finite,)),
+    "duration_s": _number(checks=(lambda d: None if d > 0 and math.isfinite(d) else f"must be > 0 (got {d})",)),
+    "gpus": Field(kind=int, what="an integer", required=True, convert=_read(int),
+                  checks=(lambda n: None if _is_pow2(n) else f"must be a power of two, got {n}",)),
+    "priority": Field(kind=int, what="an integer", default=1, convert=_read(int)),
+    "gpu_types": Field(default=frozenset(), convert=lambda v: frozenset(t for t in v.split("|") if t)),
+    "same_switch": Field(default="0", choices=("0", "1"), choices_reason="must be 0 or 1, got {value}"),
+})
+TENANT_ROW = Schema({"tenant": Field(required=True), "share": _number(checks=(_finite,))})
+
+
+def _rows(path: str | Path, schema: Schema) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each row of a CSV file checked against `schema`, with its line number; TraceError
+    names the file, the line and the field."""
     with open(path, newline="") as f:
         for line, row in enumerate(csv.DictReader(f), start=2):
+            # A short row leaves None, an empty cell "": both are absent; extra cells are unknown.
+            cells = {("(extra cells)" if k is None else k): v for k, v in row.items() if v not in (None, "")}
             try:
-                job = Job(
-                    id=row["job_id"],
-                    tenant=row["tenant"],
-                    submit_s=float(row["submit_s"]),
-                    duration_s=float(row["duration_s"]),
-                    gpus=int(row["gpus"]),
-                    priority=int(row.get("priority") or 1),
-                    gpu_types=frozenset(t for t in (row.get("gpu_types") or "").split("|") if t),
-                    same_switch=_flag(row.get("same_switch") or "0"),
-                )
-            except (KeyError, ValueError, TypeError) as e:
-                raise TraceError(f"{path}:{line}: bad row ({e})") from e
-            if not _is_pow2(job.gpus):
-                raise TraceError(f"{path}:{line}: gpus must be a power of two, got {job.gpus}")
-            if job.duration_s <= 0 or job.submit_s < 0:
-                raise TraceError(f"{path}:{line}: duration_s must be > 0 and submit_s >= 0")
-            jobs.append(job)
+                yield line, validate(schema, cells)
+            except SchemaError as e:
+                raise TraceError(f"{path}:{line}: {e}") from None
+
+
+def read_jobs(path: str | Path) -> list[Job]:
+    jobs = [
+        Job(id=r["job_id"], tenant=r["tenant"], submit_s=r["submit_s"], duration_s=r["duration_s"], gpus=r["gpus"],
+            priority=r["priority"], gpu_types=r["gpu_types"], same_switch=r["same_switch"] == "1")
+        for _, r in _rows(path, JOB_ROW)
+    ]
     ids = {j.id for j in jobs}
     if len(ids) != len(jobs):
         raise TraceError(f"{path}: job_id values are not unique")
     return jobs
 
 
-def _flag(v: str) -> bool:
-    if v not in ("0", "1"):
-        raise ValueError(f"same_switch must be 0 or 1, got {v!r}")
-    return v == "1"
-
-
 def read_tenants(path: str | Path) -> dict[str, float]:
-    shares: dict[str, float] = {}
-    with open(path, newline="") as f:
-        for line, row in enumerate(csv.DictReader(f), start=2):
-            try:
-                shares[row["tenant"]] = float(row["share"])
-            except (KeyError, ValueError, TypeError) as e:
-                raise TraceError(f"{path}:{line}: bad row ({e})") from e
-    return shares
+    return {r["tenant"]: r["share"] for _, r in _rows(path, TENANT_ROW)}
 
 
 def _num(x: float) -> str:

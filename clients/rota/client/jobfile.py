@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -14,12 +15,8 @@ import yaml
 
 from rota.client.errors import InvalidArgumentError
 from rota.client.jobspec import CONDITIONS, KINDS, RESTARTS, Dependency, JobSpec
+from rota.core.schema import Check, Field, Schema, SchemaError, validate
 
-FIELDS = {
-    "name", "tenant", "kind", "priority", "gpus", "command", "workdir", "env", "duration",
-    "preemptible", "restart", "max_retries", "features", "demand", "max_swap", "accepts_layout_changes",
-    "nodes", "gpus_per_node", "gpu_types", "gpu_type", "same_switch", "depends_on", "array", "gpu_memory_mb",
-}
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
 
 
@@ -27,22 +24,28 @@ def _bad(field: str, reason: str) -> InvalidArgumentError:
     return InvalidArgumentError(f"{field}: {reason}", field=field)
 
 
-def parse_duration(value: Any, field: str = "duration") -> float:
-    """Seconds from `90`, `"90s"`, `"10m"`, `"1h30m"`."""
-    if isinstance(value, bool):
-        raise _bad(field, "must be a duration such as 10m, 1h30m or 90s")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
+def _duration_seconds(value: Any) -> float | str:
+    """Seconds from `90`, `"90s"`, `"10m"`, `"1h30m"`, or the reason the value is not one."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return "must be a duration such as 10m, 1h30m or 90s"
+    if isinstance(value, str):
         match = _DURATION.match(value)
         if not value.strip() or match is None:
-            raise _bad(field, f"cannot read {value!r} as a duration (e.g. 10m, 1h30m, 90s)")
+            return f"cannot read {value!r} as a duration (e.g. 10m, 1h30m, 90s)"
         h, m, s = (float(g) if g else 0.0 for g in match.groups())
         seconds = h * 3600 + m * 60 + s
     else:
-        raise _bad(field, "must be a duration such as 10m, 1h30m or 90s")
+        seconds = float(value)
     if not math.isfinite(seconds) or seconds <= 0:
-        raise _bad(field, f"must be positive (got {value!r})")
+        return f"must be positive (got {value!r})"
+    return seconds
+
+
+def parse_duration(value: Any, field: str = "duration") -> float:
+    """Seconds from `90`, `"90s"`, `"10m"`, `"1h30m"`."""
+    seconds = _duration_seconds(value)
+    if isinstance(seconds, str):
+        raise _bad(field, seconds)
     return seconds
 
 
@@ -77,103 +80,104 @@ def _yaml_error(file: Path, exc: yaml.MarkedYAMLError) -> InvalidArgumentError:
     return error
 
 
-def _typed(data: dict[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
-    value = data[key]
-    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-        raise _bad(key, f"must be {what}")
-    if not isinstance(value, kind):
-        raise _bad(key, f"must be {what} (got {type(value).__name__})")
-    return value
+def _scalars(reason: str, kinds: type | tuple[type, ...], *, bools: bool = False) -> Check:
+    """A check that every item of a list is one of `kinds` (a bool only with `bools`)."""
+    def problem(values: list[Any]) -> str | None:
+        ok = all(isinstance(v, kinds) and (bools or not isinstance(v, bool)) for v in values)
+        return None if ok else reason
+    return problem
+
+
+def _duration_problem(value: Any) -> str | None:
+    seconds = _duration_seconds(value)
+    if isinstance(seconds, str):
+        return seconds
+    try:
+        timedelta(seconds=seconds)
+    except OverflowError:
+        return f"too long (got {value!r})"
+    return None
+
+
+def _array_problem(value: Any) -> str | None:
+    try:
+        array_of({"array": value})
+    except InvalidArgumentError as exc:
+        return exc.message.removeprefix("array: ")
+    return None
+
+
+def _one_gpu_type_field(data: dict[str, Any]) -> list[tuple[str, str]]:
+    if "gpu_type" in data and "gpu_types" in data:
+        return [("gpu_type", "give gpu_type (one) or gpu_types (a list), not both")]
+    return []
+
+
+_STRING = Field(kind=str, what="a string")
+_INTEGER = Field(kind=int, what="an integer")
+_FLAG = Field(kind=bool, what="true or false")
+_NEEDS_JOB = "each dependency needs a job id: {job: ID, when: succeeded}"
+DEPENDENCY = Schema({
+    "job": Field(kind=str, required=True, missing_reason=_NEEDS_JOB, type_reason=_NEEDS_JOB.replace("{", "{{").replace("}", "}}"),
+                 checks=(lambda job: None if job else _NEEDS_JOB,)),
+    "when": Field(choices=tuple(CONDITIONS), default="succeeded"),
+}, unknown_reason="unknown field (known: {known})")
+JOB_FILE = Schema({
+    "name": _STRING, "tenant": _STRING,
+    "kind": Field(kind=str, what="a string", choices=tuple(KINDS), choices_reason="unknown kind {value}; one of {choices}"),
+    **{key: _INTEGER for key in ("priority", "gpus", "max_retries", "max_swap", "nodes", "gpus_per_node", "gpu_memory_mb")},
+    "command": Field(kind=list, what="a list of strings", default=[], convert=lambda v: v.split() if isinstance(v, str) else v,
+                     type_reason="must be a list of strings",
+                     checks=(_scalars("must be a list of strings", (str, int, float), bools=True),)),
+    "workdir": Field(kind=str, what="a string", default="."),
+    "env": Field(kind=dict, what="a mapping", values=Field(kind=(str, int, float), type_reason="must be a string")),
+    "duration": Field(checks=(_duration_problem,)),
+    "gpu_type": Field(kind=str, what="a GPU type name such as a100"),
+    "gpu_types": Field(kind=list, what="a list of GPU type names",
+                       checks=(_scalars("must be a list of GPU type names such as [a100, h100]", str),)),
+    **{key: _FLAG for key in ("preemptible", "accepts_layout_changes", "same_switch")},
+    "restart": Field(choices=tuple(RESTARTS)),
+    "features": Field(kind=dict, what="a mapping"),
+    "demand": Field(kind=list, what="a list of GPU counts", checks=(_scalars("must be a list of integers", int),)),
+    # `[{job: ID, when: succeeded}, ID, ...]` (a bare id waits for its success; one alone is a list of one).
+    "depends_on": Field(convert=lambda v: v if isinstance(v, list) else [v], items=Field(
+        convert=lambda item: item if isinstance(item, dict) else {"job": item}, schema=DEPENDENCY)),
+    "array": Field(checks=(_array_problem,)),  # `rota submit` and Client.submit_array send it
+}, checks=(_one_gpu_type_field,))
+FIELDS = set(JOB_FILE.fields)
+
+
+# A checked field as JobSpec holds it (the others as they are).
+_AS_SPEC: dict[str, Callable[[Any], Any]] = {
+    "command": lambda command: tuple(str(a) for a in command),
+    "env": lambda env: {str(k): str(v) for k, v in env.items()},
+    "duration": lambda duration: timedelta(seconds=parse_duration(duration)),
+    "gpu_types": tuple, "demand": tuple, "features": dict,
+    "depends_on": lambda deps: tuple(Dependency(d["job"], d["when"]) for d in deps),
+}
 
 
 def job_spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None) -> JobSpec:
     """A JobSpec from job-file fields, checking their types; a relative workdir is resolved
     against `base_dir` (default: the current directory). The server validates the values."""
-    unknown = sorted(set(data) - FIELDS)
-    if unknown:
-        raise _bad(unknown[0], f"unknown field (known: {', '.join(sorted(FIELDS))})")
-    fields: dict[str, Any] = {}
-    for key in ("name", "tenant"):
-        if key in data:
-            fields[key] = str(_typed(data, key, str, "a string"))
-    if "kind" in data:
-        kind = _typed(data, "kind", str, "a string")
-        if kind not in KINDS:
-            raise _bad("kind", f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
-        fields["kind"] = kind
-    for key in ("priority", "gpus", "max_retries", "max_swap", "nodes", "gpus_per_node", "gpu_memory_mb"):
-        if key in data:
-            fields[key] = _typed(data, key, int, "an integer")
-    command = data.get("command", [])
-    if isinstance(command, str):
-        command = command.split()
-    if not isinstance(command, list) or not all(isinstance(a, str | int | float) for a in command):
-        raise _bad("command", "must be a list of strings")
-    fields["command"] = tuple(str(a) for a in command)
-    workdir = str(_typed(data, "workdir", str, "a string")) if "workdir" in data else "."
-    base = base_dir or Path.cwd()
-    fields["workdir"] = str((base / workdir).resolve()) if not os.path.isabs(workdir) else workdir
-    if "env" in data:
-        env = _typed(data, "env", dict, "a mapping")
-        for key, value in env.items():
-            if not isinstance(value, str | int | float) or isinstance(value, bool):
-                raise _bad(f"env.{key}", "must be a string")
-        fields["env"] = {str(k): str(v) for k, v in env.items()}
-    if "duration" in data:
-        seconds = parse_duration(data["duration"])
-        try:
-            fields["duration"] = timedelta(seconds=seconds)
-        except OverflowError:
-            raise _bad("duration", f"too long (got {data['duration']!r})") from None
-    if "nodes" in data and "gpus" not in data:
+    try:
+        checked = validate(JOB_FILE, data)
+    except SchemaError as exc:
+        error = _bad(exc.field, exc.reason)
+        error.detail = "\n".join(f"also {other}" for other in exc.errors[1:])  # every bad field at once
+        raise error from None
+    fields = {key: _AS_SPEC.get(key, _same)(value) for key, value in checked.items() if key not in ("gpu_type", "array")}
+    workdir = checked["workdir"]
+    fields["workdir"] = workdir if os.path.isabs(workdir) else str(((base_dir or Path.cwd()) / workdir).resolve())
+    if "nodes" in checked and "gpus" not in checked:
         fields["gpus"] = 0  # the server sets it: nodes x gpus_per_node
-    if "gpu_type" in data and "gpu_types" in data:
-        raise _bad("gpu_type", "give gpu_type (one) or gpu_types (a list), not both")
-    if "gpu_type" in data:
-        fields["gpu_types"] = (str(_typed(data, "gpu_type", str, "a GPU type name such as a100")),)
-    if "gpu_types" in data:
-        types = _typed(data, "gpu_types", list, "a list of GPU type names")
-        if not all(isinstance(t, str) for t in types):
-            raise _bad("gpu_types", "must be a list of GPU type names such as [a100, h100]")
-        fields["gpu_types"] = tuple(types)
-    for key in ("preemptible", "accepts_layout_changes", "same_switch"):
-        if key in data:
-            fields[key] = _typed(data, key, bool, "true or false")
-    if "restart" in data:
-        restart = data["restart"]
-        if restart not in RESTARTS:
-            raise _bad("restart", f"one of {', '.join(RESTARTS)} (got {restart!r})")
-        fields["restart"] = restart
-    if "features" in data:
-        fields["features"] = dict(_typed(data, "features", dict, "a mapping"))
-    if "demand" in data:
-        demand = _typed(data, "demand", list, "a list of GPU counts")
-        if not all(isinstance(d, int) and not isinstance(d, bool) for d in demand):
-            raise _bad("demand", "must be a list of integers")
-        fields["demand"] = tuple(demand)
-    if "depends_on" in data:
-        fields["depends_on"] = _dependencies(data["depends_on"])
-    array_of(data)  # checked here; `rota submit` and Client.submit_array send it
+    if "gpu_type" in checked:
+        fields["gpu_types"] = (checked["gpu_type"],)
     return JobSpec(**fields)
 
 
-def _dependencies(value: Any) -> tuple[Dependency, ...]:
-    """`[{job: ID, when: succeeded}, ID, ...]` (a bare id waits for its success)."""
-    items = value if isinstance(value, list) else [value]
-    out: list[Dependency] = []
-    for i, item in enumerate(items):
-        if isinstance(item, str):
-            item = {"job": item}
-        if not isinstance(item, dict) or not isinstance(item.get("job"), str) or not item["job"]:
-            raise _bad(f"depends_on[{i}].job", "each dependency needs a job id: {job: ID, when: succeeded}")
-        unknown = sorted(set(item) - {"job", "when"})
-        if unknown:
-            raise _bad(f"depends_on[{i}].{unknown[0]}", "unknown field (known: job, when)")
-        when = item.get("when", "succeeded")
-        if when not in CONDITIONS:
-            raise _bad(f"depends_on[{i}].when", f"one of {', '.join(CONDITIONS)} (got {when!r})")
-        out.append(Dependency(item["job"], when))
-    return tuple(out)
+def _same(value: Any) -> Any:
+    return value
 
 
 def array_of(data: dict[str, Any]) -> str | None:

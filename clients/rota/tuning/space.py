@@ -34,12 +34,12 @@ from typing import Any
 
 import optuna
 
+from rota.core.schema import Check, Field, Schema, validate
+
 __all__ = ["Distribution", "TuneSpec", "import_callable", "parse_spec"]
 
 DISTRIBUTIONS = ("float", "int", "categorical")
 PRUNERS = ("successive_halving", "hyperband", "median", "none")
-TOP_LEVEL = ("name", "kind", "factory", "factory_args", "data", "data_args", "train", "objective", "space", "budget",
-             "scale", "fusion", "sampler", "pruner", "transfer")
 
 
 @dataclass(frozen=True)
@@ -114,118 +114,150 @@ def _mapping(value: Any, field_name: str) -> Mapping[str, Any]:
     return value
 
 
-def _number(value: Any, field_name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{field_name}: must be a finite number, got {value!r}")
-    return float(value)
+def _importable(field_name: str) -> Check:
+    """A check that the value names an importable callable ('fused' is the built-in trainer's)."""
+    def problem(path: Any) -> str | None:
+        if field_name == "train" and path == "fused":
+            return None
+        try:
+            import_callable(path, field_name)
+        except ValueError as exc:
+            return str(exc).removeprefix(f"{field_name}: ")
+        return None
+    return problem
 
 
-def _positive_int(value: Any, field_name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{field_name}: must be a positive integer, got {value!r}")
-    return value
+_POSITIVE = "must be a positive integer, got {value}"
+_FINITE = "must be a finite number, got {value}"
 
 
-def _distribution(name: str, raw: Any) -> Distribution:
-    where = f"space.{name}"
-    spec = _mapping(raw, where)
-    kind = spec.get("distribution", spec.get("type"))
-    if kind not in DISTRIBUTIONS:
-        raise ValueError(f"{where}.distribution: unknown distribution {kind!r} (one of {', '.join(DISTRIBUTIONS)})")
-    allowed = {"distribution", "type", "choices"} if kind == "categorical" else {"distribution", "type", "low", "high", "log", "step"}
-    for key in spec:
-        if key not in allowed:
-            raise ValueError(f"{where}.{key}: not a field of a {kind} distribution")
-    if kind == "categorical":
-        choices = spec.get("choices")
-        if not isinstance(choices, list) or not choices:
-            raise ValueError(f"{where}.choices: a categorical distribution needs a non-empty list of choices")
-        return Distribution(name, kind, choices=tuple(choices))
-    for key in ("low", "high"):
-        if key not in spec:
-            raise ValueError(f"{where}.{key}: missing")
-    low, high = _number(spec["low"], f"{where}.low"), _number(spec["high"], f"{where}.high")
+def _positive(**options: Any) -> Field:
+    return Field(kind=int, low=1, type_reason=_POSITIVE, range_reason=_POSITIVE, missing_reason="missing (a positive integer)",
+                 **options)
+
+
+def _finite(value: float) -> str | None:
+    return None if math.isfinite(value) else _FINITE.format(value=repr(value))
+
+
+def _number(**options: Any) -> Field:
+    """A finite number, read as a float (a bool is not one)."""
+    return Field(kind=(int, float), type_reason=_FINITE, convert=lambda v: float(v) if type(v) is int else v,
+                 missing_reason="missing", checks=(_finite, *options.pop("checks", ())), **options)
+
+
+def _range_problems(d: dict[str, Any]) -> list[tuple[str, str]]:
+    low, high, log, step, kind = d["low"], d["high"], d["log"], d.get("step"), d.get("distribution", d.get("type"))
     if low >= high:
-        raise ValueError(f"{where}: low must be below high (low={low:g}, high={high:g})")
-    log = spec.get("log", False)
-    if not isinstance(log, bool):
-        raise ValueError(f"{where}.log: must be true or false, got {log!r}")
+        return [("", f"low must be below high (low={low:g}, high={high:g})")]
     if log and low <= 0:
-        raise ValueError(f"{where}.low: a log distribution needs low > 0, got {low:g}")
-    step = spec.get("step")
-    if step is not None:
-        step = _number(step, f"{where}.step")
-        if step <= 0:
-            raise ValueError(f"{where}.step: must be positive, got {step:g}")
-        if log:
-            raise ValueError(f"{where}.step: cannot be combined with log")
+        return [("low", f"a log distribution needs low > 0, got {low:g}")]
+    if step is not None and log:
+        return [("step", "cannot be combined with log")]
     if kind == "int" and (low != int(low) or high != int(high)):
-        raise ValueError(f"{where}: an int distribution needs integer low and high")
-    return Distribution(name, kind, low=low, high=high, log=log, step=step)
+        return [("", "an int distribution needs integer low and high")]
+    return []
+
+
+_NEEDS_CHOICES = "a categorical distribution needs a non-empty list of choices"
+_KIND = {"distribution": Field(), "type": Field()}
+CATEGORICAL = Schema({**_KIND, "choices": Field(kind=list, required=True, missing_reason=_NEEDS_CHOICES,
+                                                type_reason=_NEEDS_CHOICES,
+                                                checks=(lambda v: None if v else _NEEDS_CHOICES,))},
+                     unknown_reason="not a field of a categorical distribution")
+NUMERIC = {kind: Schema({
+    **_KIND, "low": _number(required=True), "high": _number(required=True),
+    "log": Field(kind=bool, default=False, type_reason="must be true or false, got {value}"),
+    "step": _number(nullable=True, checks=(lambda v: None if v > 0 else f"must be positive, got {v:g}",)),
+}, unknown_reason=f"not a field of a{'n' if kind == 'int' else ''} {kind} distribution", checks=(_range_problems,))
+    for kind in ("float", "int")}
+
+
+def _distribution_schema(spec: Mapping[str, Any]) -> Schema:
+    kind = spec.get("distribution", spec.get("type"))
+    if kind == "categorical":
+        return CATEGORICAL
+    if kind in NUMERIC:
+        return NUMERIC[kind]
+    reason = f"unknown distribution {kind!r} (one of {', '.join(DISTRIBUTIONS)})"
+    return Schema({}, closed=False, checks=(lambda _: [("distribution", reason)],))
+
+
+def _name_problem(name: Any) -> str | None:
+    if isinstance(name, str) and name and all(c.isalnum() or c in "-_." for c in name):
+        return None
+    return f"must be a non-empty name of letters, digits, '-', '_' or '.', got {name!r}"
+
+
+def _fusion_problem(value: Any) -> str | None:
+    positive = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return None if value == "auto" or positive else f"must be a positive integer, got {value!r}"
+
+
+def _args(**options: Any) -> Field:
+    return Field(kind=Mapping, type_reason="must be a mapping, got {value}", **options)
+
+
+TUNE_SPEC = Schema({
+    "name": Field(required=True, missing_reason=_name_problem(None) or "", checks=(_name_problem,)),
+    "kind": Field(default="tune", choices=("tune",), choices_reason="a tuning job file has kind 'tune', got {value}"),
+    **{key: Field(required=True, missing_reason="missing (an importable callable 'module:attr')",
+                  checks=(_importable(key),)) for key in ("factory", "data")},
+    "factory_args": _args(default={}), "data_args": _args(default={}),
+    "train": Field(default="fused", checks=(_importable("train"),)),
+    "objective": _args(default={}, schema=Schema({
+        "direction": Field(default="minimize", choices=("minimize", "maximize"),
+                           choices_reason="must be minimize or maximize, got {value}"),
+        "metric": Field(default="loss", choices=("loss",), choices_reason="only 'loss' is measured, got {value}"),
+    })),
+    "space": _args(required=True, missing_reason="missing (a mapping of hyperparameters)",
+                   values=_args(schema=_distribution_schema),
+                   checks=(lambda v: None if v else "needs at least one hyperparameter",)),
+    "budget": _args(required=True, missing_reason="missing (trials, steps, report_every)", schema=Schema({
+        "trials": _positive(required=True), "steps": _positive(required=True), "report_every": _positive(),
+    }, unknown_reason="unknown field (trials, steps, report_every)")),
+    "scale": _positive(default=1),
+    "fusion": Field(default="auto", checks=(_fusion_problem,)),
+    "sampler": _args(default={}, schema=Schema({
+        "type": Field(default="tpe", choices=("tpe",), choices_reason="only 'tpe' is supported, got {value}"),
+        "seed": Field(kind=int, nullable=True, type_reason="must be an integer, got {value}"),
+    })),
+    "pruner": _args(default={}, schema=Schema({
+        "type": Field(default="successive_halving", choices=PRUNERS, choices_reason="unknown pruner {value} (one of {choices})"),
+        "min_resource": _positive(),
+        "reduction_factor": _positive(default=3, checks=(lambda v: None if v >= 2 else f"must be at least 2, got {v}",)),
+    })),
+    "transfer": _args(default={}, schema=Schema({
+        "at": _number(default=1.0, checks=(lambda v: None if 0 < v <= 1 else
+                                          f"a share of the trial budget in (0, 1], got {v:g}",)),
+        "steps": Field(default=0, checks=(lambda v: None if v == 0 else _positive_problem(v),)),
+    })),
+}, unknown_reason="unknown field (fields: {known})")
+
+
+def _positive_problem(value: Any) -> str | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return None if ok else _POSITIVE.format(value=repr(value))
 
 
 def parse_spec(data: Any) -> TuneSpec:
-    """A checked :class:`TuneSpec` from a job file's parsed contents, or ValueError naming the field."""
-    doc = _mapping(data, "job file")
-    for key in doc:
-        if key not in TOP_LEVEL:
-            raise ValueError(f"{key}: unknown field (fields: {', '.join(TOP_LEVEL)})")
-    if doc.get("kind", "tune") != "tune":
-        raise ValueError(f"kind: a tuning job file has kind 'tune', got {doc.get('kind')!r}")
-    name = doc.get("name")
-    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_." for c in name):
-        raise ValueError(f"name: must be a non-empty name of letters, digits, '-', '_' or '.', got {name!r}")
-    for key in ("factory", "data"):
-        if key not in doc:
-            raise ValueError(f"{key}: missing (an importable callable 'module:attr')")
-        import_callable(doc[key], key)
-    train = doc.get("train", "fused")
-    if train != "fused":
-        import_callable(train, "train")
-    raw_space = _mapping(doc.get("space"), "space")
-    if not raw_space:
-        raise ValueError("space: needs at least one hyperparameter")
-    space = {str(k): _distribution(str(k), v) for k, v in raw_space.items()}
-    budget = _mapping(doc.get("budget"), "budget")
-    for key in budget:
-        if key not in ("trials", "steps", "report_every"):
-            raise ValueError(f"budget.{key}: unknown field (trials, steps, report_every)")
-    trials = _positive_int(budget.get("trials"), "budget.trials")
-    steps = _positive_int(budget.get("steps"), "budget.steps")
-    report_every = _positive_int(budget.get("report_every", max(1, steps // 5)), "budget.report_every")
-    objective = _mapping(doc.get("objective", {}), "objective")
-    direction = objective.get("direction", "minimize")
-    if direction not in ("minimize", "maximize"):
-        raise ValueError(f"objective.direction: must be minimize or maximize, got {direction!r}")
-    if objective.get("metric", "loss") != "loss":
-        raise ValueError(f"objective.metric: only 'loss' is measured, got {objective.get('metric')!r}")
-    scale = _positive_int(doc.get("scale", 1), "scale")
-    fusion_raw = doc.get("fusion", "auto")
-    fusion = None if fusion_raw == "auto" else _positive_int(fusion_raw, "fusion")
-    sampler = _mapping(doc.get("sampler", {}), "sampler")
-    if sampler.get("type", "tpe") != "tpe":
-        raise ValueError(f"sampler.type: only 'tpe' is supported, got {sampler.get('type')!r}")
-    seed = sampler.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"sampler.seed: must be an integer, got {seed!r}")
-    pruner = _mapping(doc.get("pruner", {}), "pruner")
-    pruner_type = pruner.get("type", "successive_halving")
-    if pruner_type not in PRUNERS:
-        raise ValueError(f"pruner.type: unknown pruner {pruner_type!r} (one of {', '.join(PRUNERS)})")
-    min_resource = _positive_int(pruner.get("min_resource", report_every), "pruner.min_resource")
-    reduction = _positive_int(pruner.get("reduction_factor", 3), "pruner.reduction_factor")
-    if reduction < 2:
-        raise ValueError(f"pruner.reduction_factor: must be at least 2, got {reduction}")
-    transfer = _mapping(doc.get("transfer", {}), "transfer")
-    at = _number(transfer.get("at", 1.0), "transfer.at")
-    if not 0 < at <= 1:
-        raise ValueError(f"transfer.at: a share of the trial budget in (0, 1], got {at:g}")
-    transfer_steps = transfer.get("steps", 0)
-    if transfer_steps != 0:
-        _positive_int(transfer_steps, "transfer.steps")
+    """A checked :class:`TuneSpec` from a job file's parsed contents, or ValueError naming the field
+    (a :class:`rota.core.schema.SchemaError`)."""
+    doc = validate(TUNE_SPEC, _mapping(data, "job file"))
+    budget, pruner, sampler, transfer = doc["budget"], doc["pruner"], doc["sampler"], doc["transfer"]
+    report_every = budget.get("report_every", max(1, budget["steps"] // 5))
+    space = {str(name): _distribution(str(name), raw) for name, raw in doc["space"].items()}
     return TuneSpec(
-        name=name, factory=doc["factory"], data=doc["data"], space=space, trials=trials, steps=steps,
-        report_every=report_every, scale=scale, fusion=fusion, direction=direction, train=train,
-        factory_args=dict(_mapping(doc.get("factory_args", {}), "factory_args")),
-        data_args=dict(_mapping(doc.get("data_args", {}), "data_args")), sampler_seed=seed, pruner=pruner_type,
-        min_resource=min_resource, reduction_factor=reduction, transfer_at=at, transfer_steps=int(transfer_steps))
+        name=doc["name"], factory=doc["factory"], data=doc["data"], space=space, trials=budget["trials"],
+        steps=budget["steps"], report_every=report_every, scale=doc["scale"],
+        fusion=None if doc["fusion"] == "auto" else doc["fusion"], direction=doc["objective"]["direction"],
+        train=doc["train"], factory_args=dict(doc["factory_args"]), data_args=dict(doc["data_args"]),
+        sampler_seed=sampler.get("seed"), pruner=pruner["type"], min_resource=pruner.get("min_resource", report_every),
+        reduction_factor=pruner["reduction_factor"], transfer_at=transfer["at"], transfer_steps=transfer["steps"])
+
+
+def _distribution(name: str, spec: dict[str, Any]) -> Distribution:
+    kind = str(spec.get("distribution", spec.get("type")))
+    if kind == "categorical":
+        return Distribution(name, kind, choices=tuple(spec["choices"]))
+    return Distribution(name, kind, low=spec["low"], high=spec["high"], log=spec["log"], step=spec.get("step"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from pathlib import Path
@@ -53,6 +54,31 @@ BAD = [
     ("a duplicate id", "jobs.2.id", "ft", "jobs[2].id"),
     ("a decay above one", "decay", 1.5, "decay"),
     ("a non-integer GPU count", "jobs.0.gpus", 2.5, "jobs[0].gpus"),
+    ("a GPU count that is a bool", "jobs.0.gpus", True, "jobs[0].gpus"),
+    ("nodes larger than the cluster", "gpus_per_node", 16, "gpus_per_node"),
+    ("a zero horizon", "horizon", 0, "horizon"),
+    ("a horizon that is a string", "horizon", "4", "horizon"),
+    ("a zero step", "step_seconds", 0, "step_seconds"),
+    ("a negative realtime penalty", "realtime_penalty", -1, "realtime_penalty"),
+    ("a decay that is a string", "decay", "high", "decay"),
+    ("jobs that are a mapping", "jobs", {"ft": {}}, "jobs"),
+    ("a job that is a list", "jobs.0", ["ft"], "jobs[0]"),
+    ("an empty id", "jobs.0.id", "", "jobs[0].id"),
+    ("a priority that is a string", "jobs.0.priority", "high", "jobs[0].priority"),
+    ("a running entry that is a list", "jobs.1.running", [0, 4], "jobs[1].running"),
+    ("a running start that is a float", "jobs.1.running.started", -0.5, "jobs[1].running.started"),
+    ("gpu types that are not a list", "jobs.0.gpu_types", "a100", "jobs[0].gpu_types"),
+    ("an empty gpu type", "jobs.0.gpu_types", [""], "jobs[0].gpu_types"),
+    ("same_switch as a number", "jobs.0.same_switch", 1, "jobs[0].same_switch"),
+    ("a demand that is not a list", "jobs.2.demand", 2, "jobs[2].demand"),
+    ("a held GPU outside the cluster", "jobs.2.held", [0, 8], "jobs[2].held[1]"),
+    ("held GPUs twice", "jobs.2.held", [1, 1], "jobs[2].held"),
+    ("node types, not one per node", "node_types", ["a100", "h100"], "node_types"),
+    ("node switches that are not strings", "node_switches", [1], "node_switches"),
+    ("an unknown top-level field", "gpu", 8, "gpu"),
+    ("an unknown job field", "jobs.0.colour", "red", "jobs[0].colour"),
+    ("a batch field on a realtime app", "jobs.2.duration", 3, "jobs[2].duration"),
+    ("a realtime field on a batch job", "jobs.0.demand", [1, 1, 1, 1], "jobs[0].demand"),
 ]
 
 
@@ -62,6 +88,14 @@ def test_a_malformed_scenario_is_rejected_naming_the_field(case: str, path: str,
         from_dict(with_change(path, value))
     assert err.value.field == field
     assert str(err.value).startswith(field)
+
+
+def test_a_job_whose_types_no_node_has_is_rejected() -> None:
+    d = with_change("node_types", ["a100"])
+    d["jobs"][0]["gpu_types"] = ["h100"]
+    with pytest.raises(ScenarioError, match="no node has GPUs of type h100") as err:
+        from_dict(d)
+    assert err.value.field == "jobs[0].gpu_types"
 
 
 def test_running_jobs_on_overlapping_blocks_are_rejected() -> None:
@@ -94,3 +128,26 @@ def test_the_seven_benchmark_scenarios_are_valid() -> None:
         s = load(f)
         assert s.name == f.stem
         assert json.loads(f.read_text())["horizon"] == s.horizon == 24
+
+
+def test_a_realtime_apps_gpu_types_load_and_round_trip() -> None:
+    d = with_change("jobs.2.gpu_types", ["h100"])
+    s = from_dict(d)
+    assert s.realtime[0].gpu_types == frozenset({"h100"})
+    assert from_dict(to_dict(s)) == s
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    (("jobs.0.gpus", 3), "scenario_json.jobs[0].gpus"),
+    (("jobs.0.colour", "red"), "scenario_json.jobs[0].colour"),
+])
+def test_the_plan_rpc_answers_invalid_argument_naming_the_field(change: tuple[str, Any], field: str) -> None:
+    from rota.allocator.service import AllocatorService
+    from rota.core.errors import InvalidArgument
+    from rota.v1 import allocator_pb2
+
+    service = AllocatorService(db=None, settings=None)  # type: ignore[arg-type]  # refused before either is used
+    request = allocator_pb2.PlanRequest(scenario_json=json.dumps(with_change(*change)), policy="fast")
+    with pytest.raises(InvalidArgument) as err:
+        asyncio.run(service.Plan(request, context=None))  # type: ignore[arg-type]
+    assert err.value.field == field and err.value.code_name == "INVALID_ARGUMENT"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -60,5 +61,36 @@ def test_job_rows_round_trip_and_bad_rows_name_the_line(tmp_path: Path) -> None:
     write_jobs(tmp_path / "j.csv", jobs)
     assert read_jobs(tmp_path / "j.csv") == jobs
     (tmp_path / "bad.csv").write_text("job_id,tenant,submit_s,duration_s,gpus\nx,a,0,10,3\n")
-    with pytest.raises(TraceError, match=r"bad.csv:2: gpus must be a power of two"):
+    with pytest.raises(TraceError, match=r"bad.csv:2: gpus: must be a power of two, got 3"):
         read_jobs(tmp_path / "bad.csv")
+
+
+HEADER = "job_id,tenant,submit_s,duration_s,gpus,priority,gpu_types,same_switch"
+
+
+@pytest.mark.parametrize(("row", "field"), [
+    (",a,0,10,4,1,,0", "job_id"),
+    ("x,,0,10,4,1,,0", "tenant"),
+    ("x,a,soon,10,4,1,,0", "submit_s"),
+    ("x,a,-1,10,4,1,,0", "submit_s"),
+    ("x,a,0,0,4,1,,0", "duration_s"),
+    ("x,a,0,nan,4,1,,0", "duration_s"),
+    ("x,a,0,10,3,1,,0", "gpus"),
+    ("x,a,0,10,two,1,,0", "gpus"),
+    ("x,a,0,10,4,high,,0", "priority"),
+    ("x,a,0,10,4,1,,yes", "same_switch"),
+    ("x,a,0,10,4,1,,0,surplus", "(extra cells)"),
+])
+def test_a_bad_row_names_the_line_and_the_field(tmp_path: Path, row: str, field: str) -> None:
+    (tmp_path / "bad.csv").write_text(f"{HEADER}\n{row}\n")
+    with pytest.raises(TraceError, match=rf"bad.csv:2: {re.escape(field)}: "):
+        read_jobs(tmp_path / "bad.csv")
+
+
+def test_an_unknown_column_and_a_bad_share_are_named(tmp_path: Path) -> None:
+    (tmp_path / "j.csv").write_text("job_id,tenant,submit_s,duration_s,gpus,colour\nx,a,0,10,4,red\n")
+    with pytest.raises(TraceError, match=r"j.csv:2: colour: unknown field"):
+        read_jobs(tmp_path / "j.csv")
+    (tmp_path / "t.csv").write_text("tenant,share\na,lots\n")
+    with pytest.raises(TraceError, match=r"t.csv:2: share: must be a number \(got 'lots'\)"):
+        read_tenants(tmp_path / "t.csv")

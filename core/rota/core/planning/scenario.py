@@ -8,10 +8,12 @@ horizon, the objective's weights and the jobs. It is plain data so the same file
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rota.core.schema import Field, Schema, SchemaError, validate
 
 BATCH_KINDS = ("training", "batch_inference", "quantization", "trial")
 REALTIME = "realtime"
@@ -104,181 +106,165 @@ def is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _int(d: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
-    if key not in d:
-        if default is None:
-            raise ScenarioError(f"{where}{key}", "is required")
-        return default
-    v = d[key]
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ScenarioError(f"{where}{key}", f"must be an integer, got {v!r}")
-    return v
+_INTEGER = "must be an integer, got {value}"
 
 
-def _num(d: Mapping[str, Any], key: str, default: float) -> float:
-    v = d.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ScenarioError(key, f"must be a number, got {v!r}")
-    return float(v)
+def _int(**options: Any) -> Field:
+    return Field(kind=int, **{"type_reason": _INTEGER, **options})
 
 
-def _batch(d: Mapping[str, Any], where: str, kind: str, gpus: int) -> BatchJob:
-    n = _int(d, "gpus", where)
-    if not is_power_of_two(n):
-        raise ScenarioError(f"{where}gpus", f"must be a power of two, got {n}")
-    if n > gpus:
-        raise ScenarioError(f"{where}gpus", f"{n} exceeds the cluster's {gpus} GPUs")
-    duration = _int(d, "duration", where)
-    if duration < 1:
-        raise ScenarioError(f"{where}duration", f"must be at least 1 step, got {duration}")
-    arrival = _int(d, "arrival", where, 0)
-    if arrival < 0:
-        raise ScenarioError(f"{where}arrival", f"must not be negative, got {arrival}")
-    running = None
-    if d.get("running") is not None:
-        r = d["running"]
-        if not isinstance(r, Mapping):
-            raise ScenarioError(f"{where}running", "must be an object {started, first_gpu}")
-        started = _int(r, "started", f"{where}running.")
-        first = _int(r, "first_gpu", f"{where}running.")
-        if started > 0:
-            raise ScenarioError(f"{where}running.started", f"a running job started at or before 0, got {started}")
-        if started + duration <= 0:
-            raise ScenarioError(f"{where}running.started", "the job would already have finished")
+def _number(**options: Any) -> Field:
+    return Field(kind=(int, float), type_reason="must be a number, got {value}", convert=_as_float, **options)
+
+
+def _as_float(v: Any) -> Any:
+    return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+def _power_of_two(n: int) -> str | None:
+    return None if is_power_of_two(n) else f"must be a power of two, got {n}"
+
+
+def _strings(reason: str, *, non_empty: bool = False) -> Field:
+    return Field(kind=list, type_reason=reason, default=[],
+                 checks=(lambda v: None if all(isinstance(t, str) and (t or not non_empty) for t in v) else reason,))
+
+
+def _cluster_shape(d: dict[str, Any]) -> list[tuple[str, str]]:
+    gpus, per_node = d["gpus"], d.setdefault("gpus_per_node", min(8, d["gpus"]))  # a default from gpus
+    if not is_power_of_two(per_node) or per_node > gpus:
+        return [("gpus_per_node", f"must be a power of two no larger than gpus, got {per_node}")]
+    nodes = gpus // per_node
+    return [(key, f"has {len(d[key])} entries, the cluster has {nodes} nodes")
+            for key in ("node_types", "node_switches") if d[key] and len(d[key]) != nodes]
+
+
+SCENARIO = Schema({
+    "name": Field(default="unnamed", convert=str),
+    "gpus": _int(required=True, checks=(_power_of_two,)),
+    "gpus_per_node": _int(),
+    "horizon": _int(required=True, low=1, range_reason="must be at least 1, got {value}"),
+    "step_seconds": _int(default=3600, low=1, range_reason="must be positive, got {value}"),
+    "decay": _number(default=0.97, checks=(lambda v: None if 0 < v <= 1 else f"must be in (0, 1], got {v}",)),
+    "realtime_penalty": _number(default=8.0, low=0, range_reason="must not be negative, got {value}"),
+    "jobs": Field(kind=list, type_reason="must be a list", default=[]),
+    "node_types": _strings("must be a list of strings, one per node"),
+    "node_switches": _strings("must be a list of strings, one per node"),
+}, checks=(_cluster_shape,))
+
+
+def _job_schema(gpus: int, horizon: int) -> Callable[[Mapping[str, Any]], Schema]:
+    """A job's fields in a cluster of `gpus` GPUs and `horizon` steps: by its kind."""
+    common = {
+        "id": Field(kind=str, required=True, missing_reason="must be a non-empty string",
+                    type_reason="must be a non-empty string",
+                    checks=(lambda v: None if v else "must be a non-empty string",)),
+        "kind": Field(choices=KINDS, required=True, missing_reason=f"unknown kind None; one of {', '.join(KINDS)}",
+                      choices_reason="unknown kind {value}; one of {choices}"),
+        "tenant": Field(default="default", convert=str),
+    }
+    priority = {"low": 1, "high": 10, "range_reason": "must be 1..10, got {value}"}
+
+    def running_fits(d: dict[str, Any]) -> list[tuple[str, str]]:
+        r, n = d.get("running"), d["gpus"]
+        if r is None:
+            return []
+        if r["started"] + d["duration"] <= 0:
+            return [("running.started", "the job would already have finished")]
+        first = r["first_gpu"]
         if first < 0 or first + n > gpus:
-            raise ScenarioError(f"{where}running.first_gpu", f"block {first}..{first + n - 1} is outside the cluster")
-        if first % n:
-            raise ScenarioError(f"{where}running.first_gpu", f"{first} is not aligned to the job's {n} GPUs")
-        running = Running(started, first)
-    return BatchJob(
-        id=str(d["id"]), kind=kind, tenant=str(d.get("tenant", "default")),
-        priority=_priority(d, where), gpus=n, duration=duration, arrival=arrival, running=running,
-        gpu_types=_types(d, where), same_switch=_flag(d, "same_switch", where),
-    )
+            return [("running.first_gpu", f"block {first}..{first + n - 1} is outside the cluster")]
+        return [("running.first_gpu", f"{first} is not aligned to the job's {n} GPUs")] if first % n else []
 
-
-def _types(d: Mapping[str, Any], where: str) -> frozenset[str]:
-    v = d.get("gpu_types", [])
-    if not isinstance(v, list) or not all(isinstance(t, str) and t for t in v):
-        raise ScenarioError(f"{where}gpu_types", "must be a list of GPU type names")
-    return frozenset(v)
-
-
-def _flag(d: Mapping[str, Any], key: str, where: str) -> bool:
-    v = d.get(key, False)
-    if not isinstance(v, bool):
-        raise ScenarioError(f"{where}{key}", f"must be true or false, got {v!r}")
-    return v
-
-
-def _labels(d: Mapping[str, Any], key: str, nodes: int) -> tuple[str, ...]:
-    v = d.get(key, [])
-    if not isinstance(v, list) or not all(isinstance(t, str) for t in v):
-        raise ScenarioError(key, "must be a list of strings, one per node")
-    if v and len(v) != nodes:
-        raise ScenarioError(key, f"has {len(v)} entries, the cluster has {nodes} nodes")
-    return tuple(v)
-
-
-def _priority(d: Mapping[str, Any], where: str, default: int = 5) -> int:
-    p = _int(d, "priority", where, default)
-    if not 1 <= p <= 10:
-        raise ScenarioError(f"{where}priority", f"must be 1..10, got {p}")
-    return p
-
-
-def _realtime(d: Mapping[str, Any], where: str, gpus: int, horizon: int) -> RealtimeApp:
-    demand = d.get("demand")
-    if not isinstance(demand, list):
-        raise ScenarioError(f"{where}demand", "a realtime app needs a demand curve (a list)")
-    if len(demand) != horizon:
-        raise ScenarioError(f"{where}demand", f"has {len(demand)} steps, the horizon is {horizon}")
-    for i, v in enumerate(demand):
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= gpus:
-            raise ScenarioError(f"{where}demand[{i}]", f"must be an integer in 0..{gpus}, got {v!r}")
-    swap = _int(d, "max_swap", where)
-    if swap < 0:
-        raise ScenarioError(f"{where}max_swap", f"must not be negative, got {swap}")
-    held = d.get("held", [])
-    if not isinstance(held, list) or len(set(held)) != len(held):
-        raise ScenarioError(f"{where}held", "must be a list of distinct GPU indices")
-    for i, g in enumerate(held):
-        if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < gpus:
-            raise ScenarioError(f"{where}held[{i}]", f"must be a GPU index in 0..{gpus - 1}, got {g!r}")
-    return RealtimeApp(
-        id=str(d["id"]), tenant=str(d.get("tenant", "default")), demand=tuple(demand),
-        max_swap=swap, priority=_priority(d, where, 10), held=tuple(held),
-    )
+    running = Schema({
+        "started": _int(required=True, high=0, range_reason="a running job started at or before 0, got {value}"),
+        "first_gpu": _int(required=True),
+    })
+    batch = Schema({
+        **common, "priority": _int(default=5, **priority),
+        "gpus": _int(required=True, checks=(_power_of_two, lambda n: None if n <= gpus else
+                                            f"{n} exceeds the cluster's {gpus} GPUs")),
+        "duration": _int(required=True, low=1, range_reason="must be at least 1 step, got {value}"),
+        "arrival": _int(default=0, low=0, range_reason="must not be negative, got {value}"),
+        "running": Field(nullable=True, kind=Mapping, type_reason="must be an object {{started, first_gpu}}",
+                         schema=running),
+        "gpu_types": _strings("must be a list of GPU type names", non_empty=True),
+        "same_switch": Field(kind=bool, default=False, type_reason="must be true or false, got {value}"),
+    }, checks=(running_fits,))
+    realtime = Schema({
+        **common, "priority": _int(default=10, **priority),
+        "demand": Field(kind=list, required=True, missing_reason="a realtime app needs a demand curve (a list)",
+                        type_reason="a realtime app needs a demand curve (a list)",
+                        items=_int(low=0, high=gpus, type_reason=f"must be an integer in 0..{gpus}, got {{value}}",
+                                   range_reason=f"must be an integer in 0..{gpus}, got {{value}}"),
+                        checks=(lambda v: None if len(v) == horizon else
+                                f"has {len(v)} steps, the horizon is {horizon}",)),
+        "max_swap": _int(required=True, low=0, range_reason="must not be negative, got {value}"),
+        "held": Field(kind=list, default=[], type_reason="must be a list of distinct GPU indices",
+                      items=_int(low=0, high=gpus - 1, type_reason=f"must be a GPU index in 0..{gpus - 1}, got {{value}}",
+                                 range_reason=f"must be a GPU index in 0..{gpus - 1}, got {{value}}"),
+                      checks=(lambda v: None if len(set(v)) == len(v) else "must be a list of distinct GPU indices",)),
+        "gpu_types": _strings("must be a list of GPU type names", non_empty=True),
+    })
+    return lambda job: realtime if job.get("kind") == REALTIME else batch
 
 
 def from_dict(d: Mapping[str, Any]) -> Scenario:
     """Build and validate a scenario; raises ScenarioError naming the first bad field."""
     if not isinstance(d, Mapping):
         raise ScenarioError("scenario", "must be a JSON object")
-    gpus = _int(d, "gpus", "")
-    if not is_power_of_two(gpus):
-        raise ScenarioError("gpus", f"must be a power of two, got {gpus}")
-    per_node = _int(d, "gpus_per_node", "", min(8, gpus))
-    if not is_power_of_two(per_node) or per_node > gpus:
-        raise ScenarioError("gpus_per_node", f"must be a power of two no larger than gpus, got {per_node}")
-    horizon = _int(d, "horizon", "")
-    if horizon < 1:
-        raise ScenarioError("horizon", f"must be at least 1, got {horizon}")
-    step = _int(d, "step_seconds", "", 3600)
-    if step < 1:
-        raise ScenarioError("step_seconds", f"must be positive, got {step}")
-    decay = _num(d, "decay", 0.97)
-    if not 0 < decay <= 1:
-        raise ScenarioError("decay", f"must be in (0, 1], got {decay}")
-    penalty = _num(d, "realtime_penalty", 8.0)
-    if penalty < 0:
-        raise ScenarioError("realtime_penalty", f"must not be negative, got {penalty}")
-    jobs = d.get("jobs", [])
-    if not isinstance(jobs, list):
-        raise ScenarioError("jobs", "must be a list")
-    batch: list[BatchJob] = []
-    realtime: list[RealtimeApp] = []
-    seen: set[str] = set()
-    owner: dict[int, str] = {}
+    try:
+        top = validate(SCENARIO, d)
+        gpus = top["gpus"]
+        jobs = validate(Schema({"jobs": Field(items=Field(kind=Mapping, type_reason="must be an object",
+                                                          schema=_job_schema(gpus, top["horizon"])))}),
+                        {"jobs": top["jobs"]})["jobs"]
+    except SchemaError as exc:
+        raise ScenarioError(exc.field, exc.reason) from None
+    _check_ids_and_blocks(jobs)
+    batch = [_batch(j) for j in jobs if j["kind"] != REALTIME]
     for i, j in enumerate(jobs):
-        where = f"jobs[{i}]."
-        if not isinstance(j, Mapping):
-            raise ScenarioError(f"jobs[{i}]", "must be an object")
-        if not isinstance(j.get("id"), str) or not j["id"]:
-            raise ScenarioError(f"{where}id", "must be a non-empty string")
-        if j["id"] in seen:
-            raise ScenarioError(f"{where}id", f"duplicate id {j['id']!r}")
-        seen.add(j["id"])
-        kind = j.get("kind")
-        if kind not in KINDS:
-            raise ScenarioError(f"{where}kind", f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
-        if kind == REALTIME:
-            realtime.append(_realtime(j, where, gpus, horizon))
-        else:
-            batch.append(_batch(j, where, str(kind), gpus))
-            _check_running_overlap(batch[-1], where, owner)
-    node_types = _labels(d, "node_types", gpus // per_node)
-    node_switches = _labels(d, "node_switches", gpus // per_node)
-    for b in batch:
-        if node_types and b.gpu_types and not b.gpu_types & set(node_types):
-            where = f"jobs[{[j.get('id') for j in jobs].index(b.id)}]."
-            raise ScenarioError(f"{where}gpu_types", f"no node has GPUs of type {', '.join(sorted(b.gpu_types))}")
+        if top["node_types"] and j.get("gpu_types") and not set(j["gpu_types"]) & set(top["node_types"]):
+            raise ScenarioError(f"jobs[{i}].gpu_types", f"no node has GPUs of type {', '.join(sorted(j['gpu_types']))}")
     return Scenario(
-        name=str(d.get("name", "unnamed")), gpus=gpus, horizon=horizon, gpus_per_node=per_node,
-        step_seconds=step, decay=decay, realtime_penalty=penalty, batch=tuple(batch),
-        realtime=tuple(realtime), order=tuple(str(j["id"]) for j in jobs),
-        node_types=node_types, node_switches=node_switches,
+        name=top["name"], gpus=gpus, horizon=top["horizon"], gpus_per_node=top["gpus_per_node"],
+        step_seconds=top["step_seconds"], decay=top["decay"], realtime_penalty=top["realtime_penalty"],
+        batch=tuple(batch), realtime=tuple(_realtime(j) for j in jobs if j["kind"] == REALTIME),
+        order=tuple(j["id"] for j in jobs), node_types=tuple(top["node_types"]),
+        node_switches=tuple(top["node_switches"]),
     )
 
 
-def _check_running_overlap(j: BatchJob, where: str, owner: dict[int, str]) -> None:
-    # Running jobs all hold their blocks at step 0, so any shared GPU is a double booking.
-    if j.running is None:
-        return
-    for g in range(j.running.first_gpu, j.running.first_gpu + j.gpus):
-        if g in owner:
-            raise ScenarioError(f"{where}running.first_gpu", f"GPU {g} is already held by running job {owner[g]}")
-        owner[g] = j.id
+def _check_ids_and_blocks(jobs: list[dict[str, Any]]) -> None:
+    """Ids are unique; running jobs all hold their blocks at step 0, so a shared GPU is a
+    double booking."""
+    seen: set[str] = set()
+    owner: dict[int, str] = {}
+    for i, j in enumerate(jobs):
+        if j["id"] in seen:
+            raise ScenarioError(f"jobs[{i}].id", f"duplicate id {j['id']!r}")
+        seen.add(j["id"])
+        running = j.get("running")
+        if running is None:
+            continue
+        for g in range(running["first_gpu"], running["first_gpu"] + j["gpus"]):
+            if g in owner:
+                raise ScenarioError(f"jobs[{i}].running.first_gpu", f"GPU {g} is already held by running job {owner[g]}")
+            owner[g] = j["id"]
+
+
+def _batch(j: dict[str, Any]) -> BatchJob:
+    r = j.get("running")
+    return BatchJob(
+        id=j["id"], kind=j["kind"], tenant=j["tenant"], priority=j["priority"], gpus=j["gpus"],
+        duration=j["duration"], arrival=j["arrival"], running=Running(r["started"], r["first_gpu"]) if r else None,
+        gpu_types=frozenset(j["gpu_types"]), same_switch=j["same_switch"],
+    )
+
+
+def _realtime(j: dict[str, Any]) -> RealtimeApp:
+    return RealtimeApp(id=j["id"], tenant=j["tenant"], demand=tuple(j["demand"]), max_swap=j["max_swap"],
+                       priority=j["priority"], held=tuple(j["held"]), gpu_types=frozenset(j["gpu_types"]))
 
 
 def to_dict(s: Scenario) -> dict[str, Any]:
@@ -298,6 +284,8 @@ def to_dict(s: Scenario) -> dict[str, Any]:
                       "demand": list(r.demand), "max_swap": r.max_swap}
         if r.held:
             jobs[r.id]["held"] = list(r.held)
+        if r.gpu_types:
+            jobs[r.id]["gpu_types"] = sorted(r.gpu_types)
     order = list(s.order) or list(jobs)
     out = {"name": s.name, "gpus": s.gpus, "gpus_per_node": s.gpus_per_node, "horizon": s.horizon,
            "step_seconds": s.step_seconds, "decay": s.decay, "realtime_penalty": s.realtime_penalty,
