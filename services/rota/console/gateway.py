@@ -167,7 +167,7 @@ class Gateway:
     def plan(self, token: str, viewer: Viewer) -> PlanGrid | None:
         """The latest committed plan step as a grid; None before the first plan."""
         try:
-            return plan_grid(self.client(token).current_plan().to_dict(), tenant_view=not viewer.admin)
+            return plan_grid(self.client(token).current_plan().to_dict())
         except NotFoundError:
             return None
 
