@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import grpc
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rota.allocator import repository
@@ -20,7 +20,8 @@ from rota.common.auth import Identity, current_identity
 from rota.common.config import Settings
 from rota.common.db import Database
 from rota.common.jobs_repo import get_job, utcnow
-from rota.common.models import JobRow, TenantRow
+from rota.common.models import JobArrayRow, JobRow, TenantRow
+from rota.core.array_status import TaskGroup, explain_array
 from rota.core.errors import InvalidArgument, NotFound
 from rota.core.jobspec import JobSpecData, validate
 from rota.core.planning import policies
@@ -111,6 +112,10 @@ class AllocatorService(allocator_pb2_grpc.AllocatorServiceServicer):
         job, fc = await asyncio.to_thread(
             self.db.run, lambda s: (get_job(s, request.job_id), repository.job_forecast(s, request.job_id))
         )
+        if job is None:
+            explained = await asyncio.to_thread(self.db.run, lambda s: _array_explanation(s, request.job_id, identity))
+            if explained is not None:
+                return allocator_pb2.ExplainResponse(job_id=request.job_id, reason=explained)
         if job is None or not identity.may_access(job.tenant):
             raise NotFound(f"job {request.job_id} not found")
         actual = 0.0
@@ -121,6 +126,20 @@ class AllocatorService(allocator_pb2_grpc.AllocatorServiceServicer):
             reply.planned_seconds, reply.declared_seconds = fc.planned_seconds or 0, fc.declared_seconds or 0
             reply.model, reply.p50_seconds, reply.p90_seconds = fc.model, fc.p50_seconds, fc.p90_seconds
         return reply
+
+
+def _array_explanation(session: Session, array_id: str, identity: Identity) -> str | None:
+    """An array's explanation (rota.core.array_status); None when no array the caller may
+    see has that id (another tenant's reads as missing, as its jobs do)."""
+    row = session.get(JobArrayRow, array_id)
+    if row is None or not identity.may_access(row.tenant):
+        return None
+    groups = session.execute(
+        select(JobRow.state, JobRow.reason, func.count(), func.min(JobRow.array_index))
+        .where(JobRow.array_id == array_id).group_by(JobRow.state, JobRow.reason)
+    ).all()
+    return explain_array(row.id, row.count, row.max_running,
+                         [TaskGroup(state, reason or "", n, first or 0) for state, reason, n, first in groups])
 
 
 def trigger_job_ids(trigger: str | None) -> set[str]:
