@@ -400,3 +400,26 @@ def test_the_gateway_answers_an_array_id_with_its_page_and_neither_with_not_foun
                                                                      ("PENDING", ["j-arr_1"])]
     with pytest.raises(NotFoundError, match="nor an array"):
         gateway.job_or_array("rt_demo", "j-zzz")
+
+
+@pytest.mark.parametrize(("fairness", "state", "deserved", "used", "says"), [
+    (None, "PAUSED", 1.0, 1.0, "F = n/a: a paused job is not runnable"),
+    (None, "CANCELLED", 0.0, 0.0, "F = n/a: it has not demanded GPUs"),
+    (None, "PENDING", 0.5, 0.0, "F = n/a: it has not run"),
+    (0.5, "RUNNING", 2.0, 1.0, "F = 0.50 (under-served)"),
+])
+def test_a_jobs_fairness_reads_n_a_where_f_does_not_apply(
+    fairness: float | None, state: str, deserved: float, used: float, says: str,
+) -> None:
+    from rota.client.ledger import JobFairness
+    from rota.console.gateway import JobPage
+
+    figures = JobFairness("j-aaa", "demo", state, 1, deserved, used, fairness, None)
+    missing = Part(None, "UNAVAILABLE: not in this test")
+
+    class WithFairness(FakeGateway):
+        def job(self, token: str, jid: str) -> JobPage:
+            return JobPage(a_job(state), missing, missing, missing, missing, Part([figures]))
+
+    body = app(WithFairness()).handle("GET", "/jobs/j-aaa", COOKIE).body.decode().replace("&#39;", "'")
+    assert says in body

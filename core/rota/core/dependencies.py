@@ -74,6 +74,12 @@ def cap_reason(array_id: str, cap: int) -> str:
     return f"waiting: array {array_id} runs {cap} of at most {cap} at once"
 
 
+def held_back(reason: str) -> bool:
+    """Whether a waiting job's reason is a hold of its own submission's (its array's cap,
+    a dependency), not the cluster's: the job is not runnable yet."""
+    return reason.startswith(WAITS_FOR) or (reason.startswith("waiting: array ") and reason.endswith(" at once"))
+
+
 def failure_reason(parent: str, when: str, parent_state: str | None) -> str:
     if parent_state is None:
         return f"dependency {parent} no longer exists; it can never {_VERB[when]}"

@@ -10,6 +10,8 @@ from typing import Any
 
 import jinja2
 
+from rota.client.ledger import fairness_text
+
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -69,7 +71,7 @@ class Views:
             loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         )
-        self.env.filters.update(ago=ago, when=when, seconds=seconds, number=number, size=size)
+        self.env.filters.update(ago=ago, when=when, seconds=seconds, number=number, size=size, fairness=fairness_text)
 
     def render(self, template: str, **context: Any) -> str:
         return self.env.get_template(template).render(**context)
