@@ -1,6 +1,8 @@
 """Job arrays and dependencies on a real local cluster (2 nodes x 2 GPUs), through the CLI:
 an array of 6 tasks with %2 never runs more than 2 at once and each task sees its index
-(Rota's and Slurm's names); `rota cancel ARRAY` stops every task; B after A starts once A
+(Rota's and Slurm's names); `rota explain ARRAY` says why its tasks wait; another
+tenant's token can neither cancel, pause, move nor read the array or its tasks;
+`rota cancel ARRAY` stops every task; B after A starts once A
 succeeded; a dependent of a failing job fails with the reason; bad input is refused naming
 the field; an array of 10,000 tasks is accepted in one call (its time printed)."""
 
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 from cluster import FINAL, REPO, RunningCluster, own_cluster
 
-from rota.client import job_spec_from_mapping
+from rota.client import NotFoundError, job_spec_from_mapping
 
 pytestmark = pytest.mark.e2e
 HOLDING = ("SCHEDULED", "RUNNING")
@@ -73,6 +75,23 @@ def test_cancel_of_an_array_stops_every_task(cluster: RunningCluster, tmp_path: 
     waiting = cluster.wait_job(submitted["jobs"][2], states=("PENDING",), reason="runs 1 of at most 1 at once")
     assert first.node and waiting.state == "PENDING"
     assert "runs 1 of at most 1 at once" in cluster.cli("explain", submitted["jobs"][2]).stdout
+    # `rota explain ARRAY`: its tasks counted, and why the waiting ones wait (the %1 cap).
+    explained = cluster.cli("explain", submitted["array"]).stdout
+    assert f"array {submitted['array']}: 4 tasks, at most 1 at once: 1 running, 3 waiting" in explained, explained
+    assert "3 wait for the array's %1 cap" in explained, explained
+    # Another tenant's token: the array and its tasks read as missing, and nothing changes.
+    other = cluster.cli_json("tenants", "add", "arrays-other")["token"]
+    for command in (("cancel", submitted["array"]), ("explain", submitted["array"]), ("job", submitted["array"]),
+                    ("cancel", first.id), ("explain", first.id)):
+        refused = cluster.cli(*command, token=other, check=False)
+        assert refused.returncode == 1 and "NOT_FOUND" in refused.stderr, (command, refused.stderr)
+    with cluster.client(token=other) as theirs:
+        for call in (lambda: theirs.pause(first.id), lambda: theirs.migrate(first.id),
+                     lambda: theirs.checkpoint(first.id), lambda: theirs.resume(first.id),
+                     lambda: theirs.cancel_array(submitted["array"])):
+            with pytest.raises(NotFoundError):
+                call()
+    assert cluster.wait_job(first.id, states=("RUNNING",), timeout_s=5).state == "RUNNING"
     cancelled = cluster.cli_json("cancel", submitted["array"])
     assert cancelled["array"] == submitted["array"] and sorted(cancelled["jobs"]) == sorted(submitted["jobs"])
     for job_id in submitted["jobs"]:

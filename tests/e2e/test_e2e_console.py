@@ -5,7 +5,9 @@ cluster.json).
 The admin logs in with the admin token, sees a submitted job listed, RUNNING and then
 SUCCEEDED on its page (which follows the state by itself) and the plan grid with its cells.
 A second tenant's token lists none of the first tenant's jobs, gets a 404 for one, and sees
-its GPUs and plan cells as `*`; the owner's cancel button cancels its job. A screenshot of
+its GPUs and plan cells as `*`, and its cancel, pause and resume POSTs on the job get
+the api's 404; the owner's cancel button cancels its job. An array has a page: its tasks
+by state, each linking to its own page, and why the waiting ones wait. A screenshot of
 each page goes to $ROTA_TEST_ARTIFACTS (default <repo>/.artifacts/console) and its path is
 printed (`pytest -s` shows them).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +24,8 @@ from typing import Any
 
 import pytest
 from cluster import REPO, RunningCluster, own_cluster
+
+from rota.console.params import form_token
 
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
 CHROMIUM = os.environ.get("ROTA_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -150,6 +155,14 @@ def test_a_tenant_sees_only_its_own_jobs_and_the_owner_cancels(
     answer = other.goto(f"{console}/jobs/{job}")
     assert answer is not None and answer.status == 404
     expect(other.locator("#message")).to_contain_text("not found")
+    # The POST actions on the owner's job with the other tenant's token, from its own
+    # session's form (cookie and form token) or as a script (bearer): the api's NOT_FOUND.
+    session = {"Cookie": f"rota_token={tokens['other']}", "Content-Type": "application/x-www-form-urlencoded"}
+    for action in ("cancel", "pause", "resume"):
+        as_form = post(console, f"/jobs/{job}/{action}", f"csrf={form_token(tokens['other'])}".encode(), session)
+        as_script = post(console, f"/jobs/{job}/{action}", b"", {"Authorization": f"Bearer {tokens['other']}"})
+        assert (as_form, as_script) == (404, 404), action
+    assert cluster.wait_job(job, ("RUNNING",), timeout_s=5).state == "RUNNING"
 
     owner = logged_in(browser, console, tokens["demo"])
     expect(owner.locator(f"tr.job[data-id='{job}']")).to_be_visible()
@@ -160,3 +173,51 @@ def test_a_tenant_sees_only_its_own_jobs_and_the_owner_cancels(
     expect(owner.locator("#state")).to_have_text("CANCELLED", timeout=20_000)
     shot(owner, "job-cancelled")
     assert cluster.wait_job(job, ("CANCELLED",), timeout_s=20).state == "CANCELLED"
+
+
+def test_an_array_has_a_page_with_its_tasks_by_state_and_why_they_wait(
+    cluster: RunningCluster, console: str, tokens: dict[str, str], browser: Any
+) -> None:
+    from rota.client import spec_from_mapping
+
+    spec = spec_from_mapping({"name": "console-array", "tenant": "demo", "kind": "training", "gpus": 1,
+                              "command": LONG, "duration": "120s"}, base_dir=REPO)
+    with cluster.client() as client:
+        array = client.submit_array(spec=spec, indices="0-2%1")
+    cluster.wait_job(array.job_ids[1], ("PENDING",), timeout_s=60, reason="at most 1 at once")
+    owner = logged_in(browser, console, tokens["demo"])
+    answer = owner.goto(f"{console}/jobs/{array.id}")
+    assert answer is not None and answer.status == 200
+    expect(owner.locator("h1")).to_contain_text(array.id)
+    expect(owner.locator("#explanation")).to_contain_text("wait for the array's %1 cap")
+    expect(owner.locator("tr.task")).to_have_count(3)
+    expect(owner.locator("table.tasks[data-state='PENDING'] tr.task")).to_have_count(2)
+    shot(owner, "array")
+    owner.click(f"a[href='/jobs/{array.job_ids[2]}']")  # each task links to its own page
+    expect(owner.locator("h1")).to_contain_text(array.job_ids[2])
+
+    other = logged_in(browser, console, tokens["other"])
+    refused = other.goto(f"{console}/jobs/{array.id}")
+    assert refused is not None and refused.status == 404
+    assert post(console, f"/jobs/{array.id}/cancel", b"", {"Authorization": f"Bearer {tokens['other']}"}) == 404
+
+    owner.goto(f"{console}/jobs/{array.id}")
+    owner.click("#cancel-button")
+    expect(owner.locator("#said")).to_contain_text("CANCELLED")
+    for task in array.job_ids:
+        assert cluster.wait_job(task, ("CANCELLED",), timeout_s=20).state == "CANCELLED"
+
+
+def post(console: str, path: str, body: bytes, headers: dict[str, str]) -> int:
+    """The status of a POST to the console, redirects not followed."""
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect())
+    try:
+        with opener.open(urllib.request.Request(console + path, data=body, headers=headers, method="POST"),
+                         timeout=20) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)

@@ -19,6 +19,7 @@ from rota.allocator.ledger_link import LedgerStandings
 from rota.cli.main import main as rota_main
 from rota.client import Client, InvalidArgumentError, PermissionDeniedError
 from rota.common.db import Database
+from rota.common.models import JobArrayRow, JobRow, JobTransitionRow
 from rota.core.fairness.ltgf import FairnessConfig
 from rota.core.planning.planner import FairInputs
 from rota.ledger import repository
@@ -97,7 +98,8 @@ def test_job_fairness_follows_the_spec_definitions(db: Database, server: LedgerS
     # big's quota 6 is split 3/3 while b1 and b2 are both active (equal priorities): b1 is
     # capped by its own 2 GPUs throughout; b2 deserved 3 for its 1 h and got nothing.
     assert jobs["b1"].deserved == pytest.approx(2 * 4) and jobs["b1"].fairness == pytest.approx(1.0)
-    assert jobs["b2"].deserved == pytest.approx(3 * 1) and jobs["b2"].fairness == 0.0
+    # b2 never started: its D says it was owed; F (use set against share) does not apply.
+    assert jobs["b2"].deserved == pytest.approx(3 * 1) and jobs["b2"].fairness is None
     assert jobs["b2"].state == "CANCELLED" and jobs["b2"].gpus == 8
 
 
@@ -213,3 +215,51 @@ def test_without_a_ledger_the_allocator_plans_without_standings() -> None:
         return await LedgerStandings("127.0.0.1:1", ADMIN).fair_inputs(FairnessConfig(), {})
 
     assert asyncio.run(read()) is None
+
+
+def test_f_reads_n_a_where_it_does_not_apply_and_held_array_tasks_demand_nothing(
+    db: Database, server: LedgerServer, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The newcomer's figures: the only tenant of an idle cluster ran an array of three
+    1-GPU tasks with %1 one after the other (its third cancelled before it started), and
+    paused a job after an hour; a second tenant never submitted anything."""
+    now = db.run(repository.db_now)
+    ref = now - 6 * H
+    add_tenant(db, "solo", 1.0, created=now - 48 * H)
+    add_tenant(db, "idle", 1.0, created=now - 48 * H)
+    add_node(db, "n1", 8, at=now)
+
+    def rows(s: Any) -> None:
+        s.add(JobArrayRow(id="arr", tenant="solo", name="arr", count=3, max_running=1, spec_hash="-"))
+        s.flush()
+        for i, (started, finished, state) in enumerate([(ref, ref + H, "SUCCEEDED"), (ref + H, ref + 2 * H, "SUCCEEDED"),
+                                                        (None, ref + 2 * H, "CANCELLED")]):
+            s.add(JobRow(id=f"arr_{i}", tenant="solo", name="arr", kind="training", priority=5, gpus=1, spec={},
+                         spec_hash="-", state=state, created_at=ref, started_at=started, finished_at=finished,
+                         array_id="arr", array_index=i))
+        s.add(JobRow(id="paused", tenant="solo", name="p", kind="training", priority=5, gpus=1, spec={}, spec_hash="-",
+                     state="PAUSED", created_at=ref + 3 * H, started_at=ref + 3 * H))
+        s.flush()
+        s.add(JobTransitionRow(job_id="paused", from_state="RUNNING", to_state="PAUSED", reason="paused",
+                               at=ref + 4 * H))
+
+    db.run(rows)
+    add_placement(db, "arr_0", "n1", [0], ref, ref + H)
+    add_placement(db, "arr_1", "n1", [0], ref + H, ref + 2 * H)
+    add_placement(db, "paused", "n1", [1], ref + 3 * H, ref + 4 * H)
+    collect_all(db)
+    with Client.connect(server.target, token=ADMIN) as client:
+        tenants = {t.tenant: t for t in client.standings().tenants}
+        jobs = {j.job_id: j for j in client.job_fairness()}
+    # Demand: each task only while the cap let it run, the paused job until its pause. The
+    # only tenant, served at once, reads F 1 (counting held tasks and the pause as demand,
+    # as before: 3 GPU-h used of 8 deserved, F 0.38).
+    assert tenants["solo"].deserved == pytest.approx(3.0) and tenants["solo"].fairness == pytest.approx(1.0)
+    assert tenants["idle"].deserved == 0.0 and tenants["idle"].fairness is None  # no demand: n/a
+    assert jobs["arr_2"].deserved == 0.0 and jobs["arr_2"].fairness is None  # held, then cancelled unstarted
+    assert jobs["arr_0"].fairness == pytest.approx(1.0) and jobs["arr_1"].fairness == pytest.approx(1.0)
+    assert jobs["paused"].deserved == pytest.approx(1.0) and jobs["paused"].fairness is None  # not runnable now
+    code, out, _ = run_cli(capsys, "fairness", "--endpoint", server.target, "--token", ADMIN)
+    assert code == 0 and next(line for line in out.splitlines() if line.startswith("idle")).split()[-1] == "n/a"
+    code, out, _ = run_cli(capsys, "fairness", "--jobs", "--json", "--endpoint", server.target, "--token", ADMIN)
+    assert {j["job_id"]: j["fairness"] for j in json.loads(out)["jobs"]}["paused"] is None  # JSON null, not NaN

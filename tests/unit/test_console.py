@@ -4,14 +4,17 @@ error mapping, the form token, and the routes over a fake gateway (no api, no so
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from rota.client import Job, JobState, NotFoundError, PermissionDeniedError, UnauthenticatedError
+from rota.client.arrays import JobArray
+from rota.client.plan import Explanation
 from rota.console.app import ConsoleApp
-from rota.console.gateway import Viewer, allowed_actions
-from rota.console.grid import OTHER, job_colour, mask_ids, node_rows, plan_grid, progress_fraction, runs
+from rota.console.gateway import ArrayPage, Gateway, Part, Viewer, allowed_actions
+from rota.console.grid import OTHER, job_colour, node_rows, plan_grid, progress_fraction, runs
 from rota.console.params import (
     BadParameter,
     error_text,
@@ -54,11 +57,12 @@ def test_plan_grid_labels_rows_the_api_did_not_name_and_survives_an_empty_plan()
     assert empty.rows == [] and empty.steps == [0, 1, 2]
 
 
-def test_a_tenants_plan_names_no_other_tenants_job_in_its_trigger() -> None:
-    assert plan_grid({**PLAN, "trigger": "arrival of j-bbb"}, tenant_view=True).trigger == "arrival of *"
-    assert plan_grid(PLAN, tenant_view=True).trigger == "arrival of j-aaa"  # its own job
-    assert plan_grid({**PLAN, "trigger": "completion of j-bbb"}).trigger == "completion of j-bbb"  # the admin
-    assert mask_ids("after j-1 and j-2 end", {"j-2"}) == "after * and j-2 end"
+def test_the_plans_trigger_is_shown_as_the_allocator_masked_it_for_the_caller() -> None:
+    # The owner of a job that left the plan reads its id (the allocator checked it is
+    # theirs); the console must not mask it again for not being among the plan's jobs.
+    assert plan_grid({**PLAN, "trigger": "completion of j-bbb", "jobs": []}).trigger == "completion of j-bbb"
+    hidden = "arrival of another tenant's job"
+    assert plan_grid({**PLAN, "trigger": hidden}).trigger == hidden
 
 
 def test_job_colours_are_stable_and_idle_or_foreign_cells_are_plain() -> None:
@@ -170,13 +174,26 @@ class FakeGateway:
     def jobs(self, token: str, filters: Any) -> list[Job]:
         return [a_job()]
 
+    def job(self, token: str, jid: str) -> Any:
+        raise NotFoundError(f"job {jid} not found")
+
+    def job_or_array(self, token: str, jid: str) -> Any:
+        if jid != ARRAY.id:
+            try:
+                return self.job(token, jid)
+            except NotFoundError:
+                raise NotFoundError(f"job {jid} not found (nor an array of that id)") from None
+        tasks = [a_job("RUNNING", f"{ARRAY.id}_0"), a_job("PENDING", f"{ARRAY.id}_1"), a_job("SUCCEEDED", f"{ARRAY.id}_2")]
+        return ArrayPage(ARRAY, Part(Explanation(ARRAY.id, "array j-arr: 3 tasks\n1 wait for the array's %1 cap",
+                                                 0, 0, "", 0, 0, 0)), tasks)
+
     def job_state(self, token: str, jid: str) -> dict[str, Any]:
         if jid != "j-aaa":
             raise NotFoundError(f"job {jid} not found")
         return {"id": jid, "state": "RUNNING"}
 
     def plan(self, token: str, viewer: Viewer) -> Any:
-        return plan_grid(PLAN, tenant_view=not viewer.admin)
+        return plan_grid(PLAN)
 
     def cluster(self, token: str, viewer: Viewer) -> Any:
         raise RuntimeError("boom: a bug")
@@ -186,6 +203,10 @@ class FakeGateway:
             raise self.refuse
         self.acted.append((token, jid, action))
         return f"{jid} is CANCELLED"
+
+
+ARRAY = JobArray(id="j-arr", tenant="demo", name="sweep", count=3, max_running=1,
+                 job_ids=[f"j-arr_{i}" for i in range(3)], states={"RUNNING": 1, "PENDING": 1, "SUCCEEDED": 1})
 
 
 def app(gateway: FakeGateway | None = None) -> ConsoleApp:
@@ -339,3 +360,66 @@ def test_the_job_page_lists_checkpoint_operations_with_a_streamed_migration_and_
     assert "<td>migrate</td><td>done</td><td>node-1</td><td>node-2</td>" in table and "<td>yes</td>" in table
     assert "<td>0.12 s</td>" in table and "<td>3.20 s</td>" in table and "<td>3.50 s</td>" in table
     assert "did not reach a safe point" in table and table.count("<td>yes</td>") == 1
+
+
+def test_an_array_id_has_a_page_its_tasks_by_state_each_linking_to_its_own() -> None:
+    page = app().handle("GET", "/jobs/j-arr", COOKIE)
+    assert page.status == 200
+    body = page.body.decode()
+    for i in range(3):
+        assert f'href="/jobs/j-arr_{i}"' in body
+    assert body.index('data-state="RUNNING"') < body.index('data-state="PENDING"') < body.index('data-state="SUCCEEDED"')
+    assert "wait for the array&#39;s %1 cap" in body and 'id="cancel-button"' in body
+    missing = app().handle("GET", "/jobs/j-zzz", COOKIE)
+    assert missing.status == 404 and b"nor an array" in missing.body
+
+
+class FakeClient:
+    """What Gateway.job_or_array asks of the SDK: one job, one array, one explanation."""
+
+    def get_job(self, job_id: str) -> Job:
+        if not job_id.startswith("j-arr_"):
+            raise NotFoundError(f"job {job_id} not found")
+        return a_job("PENDING" if job_id.endswith("_1") else "RUNNING", job_id)
+
+    def get_array(self, array_id: str) -> JobArray:
+        if array_id != ARRAY.id:
+            raise NotFoundError(f"job array {array_id} not found")
+        return ARRAY
+
+    def explain(self, job_id: str) -> Explanation:
+        return Explanation(job_id, "array j-arr: 3 tasks", 0, 0, "", 0, 0, 0)
+
+
+def test_the_gateway_answers_an_array_id_with_its_page_and_neither_with_not_found() -> None:
+    gateway = Gateway(None, timedelta(seconds=5))  # type: ignore[arg-type]
+    gateway.client = lambda token: FakeClient()  # type: ignore[assignment,method-assign,return-value]
+    page = gateway.job_or_array("rt_demo", "j-arr")
+    assert isinstance(page, ArrayPage) and page.explanation.value.reason == "array j-arr: 3 tasks"
+    assert [(s, [t.id for t in ts]) for s, ts in page.by_state] == [("RUNNING", ["j-arr_0", "j-arr_2"]),
+                                                                     ("PENDING", ["j-arr_1"])]
+    with pytest.raises(NotFoundError, match="nor an array"):
+        gateway.job_or_array("rt_demo", "j-zzz")
+
+
+@pytest.mark.parametrize(("fairness", "state", "deserved", "used", "says"), [
+    (None, "PAUSED", 1.0, 1.0, "F = n/a: a paused job is not runnable"),
+    (None, "CANCELLED", 0.0, 0.0, "F = n/a: it has not demanded GPUs"),
+    (None, "PENDING", 0.5, 0.0, "F = n/a: it has not run"),
+    (0.5, "RUNNING", 2.0, 1.0, "F = 0.50 (under-served)"),
+])
+def test_a_jobs_fairness_reads_n_a_where_f_does_not_apply(
+    fairness: float | None, state: str, deserved: float, used: float, says: str,
+) -> None:
+    from rota.client.ledger import JobFairness
+    from rota.console.gateway import JobPage
+
+    figures = JobFairness("j-aaa", "demo", state, 1, deserved, used, fairness, None)
+    missing = Part(None, "UNAVAILABLE: not in this test")
+
+    class WithFairness(FakeGateway):
+        def job(self, token: str, jid: str) -> JobPage:
+            return JobPage(a_job(state), missing, missing, missing, missing, Part([figures]))
+
+    body = app(WithFairness()).handle("GET", "/jobs/j-aaa", COOKIE).body.decode().replace("&#39;", "'")
+    assert says in body

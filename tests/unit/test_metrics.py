@@ -104,3 +104,24 @@ def test_a_job_s_progress_exports_its_numeric_values_only_and_a_bounded_number(
 
     assert numeric_progress(progress) == expected
     assert len(numeric_progress({str(i): i for i in range(100)})) == MAX_PROGRESS_KEYS
+
+
+def test_progress_keys_are_cut_to_a_bounded_label_and_a_cut_that_repeats_keeps_the_first() -> None:
+    from rota.api.metrics import MAX_PROGRESS_KEY_CHARS, numeric_progress
+
+    long_a, long_b = "a" * 500 + "x", "a" * 500 + "y"
+    found = numeric_progress({long_a: 1, long_b: 2, "loss": 0.5})
+    assert found == [("a" * MAX_PROGRESS_KEY_CHARS, 1.0), ("loss", 0.5)]
+
+
+def test_rota_job_progress_has_a_hard_cap_on_series_and_counts_what_it_leaves_out() -> None:
+    from rota.api.metrics import MAX_PROGRESS_KEYS, progress_series
+
+    running = [(f"j-{i:010d}", "t", "TRAINING", {f"k{k}": k for k in range(20)}) for i in range(10)]
+    bounded = progress_series(running, max_series=50)
+    assert len(bounded.series) == 50
+    assert bounded.dropped == {"keys": 10 * (20 - MAX_PROGRESS_KEYS), "series": 10 * MAX_PROGRESS_KEYS - 50}
+    # The first jobs in id order keep all their keys: the same ones from one read to the next.
+    assert {s[0][0] for s in bounded.series} == {f"j-{i:010d}" for i in range(4)}
+    assert all(len(labels[3]) <= 64 for labels, _ in bounded.series)
+

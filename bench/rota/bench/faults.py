@@ -12,7 +12,9 @@ Cases, each over N rounds of short real jobs (numbered as in the reliability iss
 6. a partition between an agent and the api (a proxy, in place of tc netem): no false
    death under 200 ms of jitter, a death within the node timeout under a real cut;
 7. security: no token, a bad token, another tenant's job, a body naming another tenant,
-   an oversized message; plaintext and certificate-less clients of a mutual-TLS port.
+   an oversized message; plaintext and certificate-less clients of a mutual-TLS port;
+   every call that names a job or an array (cancel, pause, resume, checkpoint, migrate,
+   re-plan apply, explain, logs, the console's POST actions) with another tenant's token.
 Every case ends with the same checks (see `rota.bench.fault_harness`): lost and duplicated jobs,
 double-booked GPUs, two running copies, ledger conservation.
 """
@@ -28,6 +30,8 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -43,7 +47,19 @@ from rota.cli.tls_probe import tls_cases
 from rota.client import JobSpec, RotaError
 from rota.client._wire import spec_to_proto  # raw RPCs: replays and refusals the SDK would not send
 from rota.common.bootstrap import TOKEN_CACHE_S
-from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2
+from rota.v1 import (
+    agent_pb2,
+    agent_pb2_grpc,
+    allocator_pb2,
+    allocator_pb2_grpc,
+    api_pb2,
+    api_pb2_grpc,
+    checkpoint_pb2,
+    checkpoint_pb2_grpc,
+    common_pb2,
+    detector_pb2,
+    detector_pb2_grpc,
+)
 
 TOKEN_TTL = timedelta(seconds=2)  # the security case's short-lived token
 
@@ -325,6 +341,9 @@ def security(h: Harness) -> dict[str, Any]:
         expect("token_before_replacement", grpc.StatusCode.OK, list_as(first_token))  # now cached
         admin.issue_token(replaced.name)
         victim = h.submitted[0] if h.submitted else h.submit(1, 0.5)[0]
+        # An array of the suite's tenant, running (at most one task at once): not in h.submitted,
+        # cancelled by its owner's side (the admin) once the hostile calls are made.
+        array = admin.submit_array(spec=sleep_spec(30, interval=0.5), indices="0-1%1").id
 
     get = api_pb2.GetJobRequest(id=victim)
     expect("no_token", grpc.StatusCode.UNAUTHENTICATED, lambda: jobs.GetJob(get, timeout=10))
@@ -344,9 +363,74 @@ def security(h: Harness) -> dict[str, Any]:
     huge.spec.env["PAD"] = "x" * (5 * 1024 * 1024)
     expect("oversized_message", grpc.StatusCode.RESOURCE_EXHAUSTED,
            lambda: jobs.SubmitJob(huge, timeout=10, metadata=(("authorization", f"Bearer {h.token}"),)))
+    results.update(cross_tenant_cases(h, channel, as_other, victim, array))
+    with h.client() as admin:
+        admin.cancel_array(array, reason="the security case is over")
     results.update(tls_cases())  # a TLS server of its own: this cluster runs in plaintext
     channel.close()
     return results
+
+
+def cross_tenant_cases(h: Harness, channel: grpc.Channel, as_other: tuple[tuple[str, str], ...], victim: str,
+                       array: str) -> dict[str, Any]:
+    """Every call that names a job or an array, made with another tenant's token on the
+    suite's tenant's: each reads as missing (NOT_FOUND, as GetJob answers), so ids cannot
+    be probed, and the job or array is left as it was."""
+    results: dict[str, Any] = {}
+    jobs = api_pb2_grpc.JobServiceStub(channel)
+    checkpoints = checkpoint_pb2_grpc.CheckpointServiceStub(channel)
+    detector = detector_pb2_grpc.DetectorServiceStub(channel)
+    allocator = allocator_pb2_grpc.AllocatorServiceStub(channel)
+    task = f"{array}_0"
+    calls: dict[str, Callable[[], Any]] = {
+        "other_tenants_array_cancel": lambda: jobs.CancelJob(api_pb2.CancelJobRequest(id=array), timeout=10, metadata=as_other),
+        "other_tenants_array_read": lambda: jobs.GetJobArray(api_pb2.GetJobArrayRequest(id=array), timeout=10,
+                                                             metadata=as_other),
+        "other_tenants_job_cancel": lambda: jobs.CancelJob(api_pb2.CancelJobRequest(id=task), timeout=10, metadata=as_other),
+        "other_tenants_job_pause": lambda: checkpoints.Pause(checkpoint_pb2.PauseRequest(job_id=task), timeout=10,
+                                                             metadata=as_other),
+        "other_tenants_job_resume": lambda: checkpoints.Resume(checkpoint_pb2.ResumeRequest(job_id=victim), timeout=10,
+                                                               metadata=as_other),
+        "other_tenants_job_checkpoint": lambda: checkpoints.Checkpoint(checkpoint_pb2.CheckpointRequest(job_id=task),
+                                                                       timeout=10, metadata=as_other),
+        "other_tenants_job_migrate": lambda: checkpoints.Migrate(checkpoint_pb2.MigrateRequest(job_id=task), timeout=10,
+                                                                 metadata=as_other),
+        "other_tenants_job_replan_apply": lambda: detector.Replan(
+            detector_pb2.ReplanRequest(job_id=task, apply=True), timeout=10, metadata=as_other),
+        "other_tenants_job_explain": lambda: allocator.Explain(allocator_pb2.ExplainRequest(job_id=task), timeout=10,
+                                                               metadata=as_other),
+        "other_tenants_job_logs": lambda: list(jobs.StreamLogs(api_pb2.StreamLogsRequest(id=task), timeout=10,
+                                                               metadata=as_other)),
+    }
+    for name, call in calls.items():
+        try:
+            call()
+            got = "OK"
+        except grpc.RpcError as exc:
+            got = exc.code().name
+        results[name] = {"expected": "NOT_FOUND", "got": got, "ok": got == "NOT_FOUND"}
+    console = h.info.get("console")
+    if console:  # the console's POST actions, with the other tenant's token: the api's refusal
+        for action in ("cancel", "pause", "resume"):
+            got_status = console_post(str(console), f"/jobs/{task}/{action}", as_other[0][1])
+            results[f"other_tenants_console_{action}"] = {"expected": 404, "got": got_status, "ok": got_status == 404}
+    with h.client() as admin:
+        untouched = [admin.get_job(f"{array}_{i}").state for i in range(2)]
+    results["other_tenants_calls_changed_nothing"] = {
+        "expected": "no task cancelled or paused", "got": untouched,
+        "ok": not {"CANCELLED", "PAUSED"} & set(untouched)}
+    return results
+
+
+def console_post(console: str, path: str, authorization: str) -> int:
+    """The HTTP status of a console POST (a JSON call: `Authorization: Bearer ...`)."""
+    request = urllib.request.Request(console + path, data=b"", method="POST",
+                                     headers={"Authorization": authorization})
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=15) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
 
 
 def new_leader(h: Harness, old: int) -> Callable[[], int | None]:

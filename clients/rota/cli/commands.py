@@ -286,7 +286,10 @@ def watch(args: argparse.Namespace) -> int:
 
 def explain(args: argparse.Namespace) -> int:
     with connect(args) as client:
-        found = client.get_job(args.id)
+        try:
+            found = client.get_job(args.id)
+        except NotFoundError:
+            return _explain_array(args, client)  # NOT_FOUND again for neither a job nor an array
         explained = _explanation(client, args.id)
     if args.json:
         print_json({"id": found.id, "state": found.state, "reason": found.reason,
@@ -295,6 +298,17 @@ def explain(args: argparse.Namespace) -> int:
         print(f"{found.id} {found.state}: {found.reason}")
         if explained is not None and explained.model:
             print(f"duration: {explained.duration_text()}")
+    return 0
+
+
+def _explain_array(args: argparse.Namespace, client: Client) -> int:
+    """`rota explain ARRAY`: its tasks counted, and why the waiting ones wait (the %K cap,
+    a dependency, or the first waiting task's own explanation), as the allocator says."""
+    explained = client.explain(args.id)
+    if args.json:
+        print_json({"id": explained.job_id, "array": True, "explanation": explained.reason.splitlines()})
+    else:
+        print(explained.reason)
     return 0
 
 

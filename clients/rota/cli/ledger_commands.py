@@ -14,6 +14,7 @@ from rota.cli.commands import connect
 from rota.cli.output import print_json, table
 from rota.client import parse_duration
 from rota.client.errors import InvalidArgumentError
+from rota.client.ledger import fairness_text
 
 _DAYS = re.compile(r"^\s*(\d+(?:\.\d+)?)d(.*)$")
 HEADERS = {"job": ("JOB", "TENANT"), "tenant": ("TENANT",), "day": ("DAY (UTC)",), "gpu": ("GPU",)}
@@ -78,7 +79,7 @@ def fairness(args: argparse.Namespace) -> int:
             print(table(
                 ["JOB", "TENANT", "STATE", "GPUS", "DESERVED", "USED", "RAW USED", "F"],
                 [[j.job_id, j.tenant, j.state, j.gpus, _hours(j.deserved), _hours(j.used), _hours(j.raw_used),
-                  f"{j.fairness:.3f}"] for j in jobs],
+                  fairness_text(j.fairness)] for j in jobs],
             ))
             return 0
         st = client.standings()
@@ -89,11 +90,11 @@ def fairness(args: argparse.Namespace) -> int:
     start = st.window_start.isoformat(timespec="minutes") if st.window_start else "-"
     at = st.at.isoformat(timespec="minutes") if st.at else "-"
     print(f"window {start} .. {at}, {st.capacity_gpus} GPUs alive; GPU-hours, used weighted by GPU type;"
-          " F = used / deserved")
+          " F = used / deserved (n/a: no demand in the window)")
     print(table(
         ["TENANT", "SHARE", "QUOTA", "ENTITLED", "DESERVED", "USED", "RAW USED", "F"],
         [[t.tenant, f"{t.share:g}", t.quota, _hours(t.entitled), _hours(t.deserved), _hours(t.used),
-          _hours(t.raw_used), f"{t.fairness:.3f}"] for t in tenants],
+          _hours(t.raw_used), fairness_text(t.fairness)] for t in tenants],
     ))
     return 0
 

@@ -1,13 +1,16 @@
 """The ledger's answers as plain dataclasses: GPU-hours used, tenant standings, job fairness.
 
-GPU time is in GPU-hours throughout; F = used / deserved (1 when nothing was deserved),
-below 1 means under-served. Weighted GPU-hours are GPU-hours times the rate of each GPU's
+GPU time is in GPU-hours throughout; F = used / deserved, below 1 means under-served, and
+None ("n/a") where it does not apply: a tenant without demand in the window, a job that
+never demanded, is not runnable now (paused, held by its array's cap or a dependency) or
+ended without starting (docs/operators.md, "What F means"). Weighted GPU-hours are GPU-hours times the rate of each GPU's
 type (A100 = 1, an unknown type 1; the ledger's ROTA_GPU_TYPE_RATES): `used` and F count
 them, `raw_used` and `gpu_hours` do not.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +35,16 @@ def to_unix(t: datetime | None) -> int:
 
 def _iso(t: datetime | None) -> str | None:
     return t.isoformat() if t else None
+
+
+def _applies(fairness: float) -> float | None:
+    """The ledger sends NaN where F does not apply."""
+    return None if math.isnan(fairness) else fairness
+
+
+def fairness_text(fairness: float | None, digits: int = 3) -> str:
+    """F as the CLI and the console show it: "n/a" where it does not apply."""
+    return "n/a" if fairness is None else f"{fairness:.{digits}f}"
 
 
 def _or_raw(weighted: float, raw: float) -> float:
@@ -64,7 +77,7 @@ class TenantFairness:
     entitled: float  # GPU-hours over the window
     deserved: float
     used: float  # weighted GPU-hours
-    fairness: float
+    fairness: float | None  # None: n/a (no demand in the window)
     raw_used: float = 0.0  # GPU-hours, not weighted
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,7 +85,7 @@ class TenantFairness:
 
     @staticmethod
     def _from_proto(t: ledger_pb2.TenantStanding) -> TenantFairness:
-        return TenantFairness(t.tenant, t.share, int(t.quota), t.entitled, t.deserved, t.used, t.fairness,
+        return TenantFairness(t.tenant, t.share, int(t.quota), t.entitled, t.deserved, t.used, _applies(t.fairness),
                               _or_raw(t.raw_used, t.used))
 
 
@@ -107,7 +120,7 @@ class JobFairness:
     gpus: int
     deserved: float  # GPU-hours since it arrived
     used: float  # weighted GPU-hours
-    fairness: float
+    fairness: float | None  # None: n/a (see the module's docstring)
     pending_since: datetime | None
     raw_used: float = 0.0  # GPU-hours, not weighted
 
@@ -117,6 +130,6 @@ class JobFairness:
     @staticmethod
     def _from_proto(j: ledger_pb2.JobFairness) -> JobFairness:
         return JobFairness(
-            j.job_id, j.tenant, _wire.job_state(j.job_state), j.gpus, j.deserved, j.used, j.fairness, _from_unix(j.pending_since_unix),
+            j.job_id, j.tenant, _wire.job_state(j.job_state), j.gpus, j.deserved, j.used, _applies(j.fairness), _from_unix(j.pending_since_unix),
             _or_raw(j.raw_used, j.used),
         )

@@ -62,8 +62,22 @@ def outcome(when: str, parent_state: str | None) -> str:
     return HOLDS if succeeded == (when == SUCCEEDED) else NEVER
 
 
+WAITS_FOR = "waiting: waits for "  # every waiting_reason begins so (rota.core.array_status reads it)
+
+
 def waiting_reason(parent: str, when: str) -> str:
-    return f"waiting: waits for {parent} to {_VERB.get(when, when)}"
+    return f"{WAITS_FOR}{parent} to {_VERB.get(when, when)}"
+
+
+def cap_reason(array_id: str, cap: int) -> str:
+    """Why a task waits for its array's %K cap (rota.core.array_status recognises it)."""
+    return f"waiting: array {array_id} runs {cap} of at most {cap} at once"
+
+
+def held_back(reason: str) -> bool:
+    """Whether a waiting job's reason is a hold of its own submission's (its array's cap,
+    a dependency), not the cluster's: the job is not runnable yet."""
+    return reason.startswith(WAITS_FOR) or (reason.startswith("waiting: array ") and reason.endswith(" at once"))
 
 
 def failure_reason(parent: str, when: str, parent_state: str | None) -> str:
@@ -159,5 +173,5 @@ def gate(
         if busy < cap:
             admitted[job.array_id] = admitted.get(job.array_id, 0) + 1
         else:
-            out.held_back[job.id] = f"waiting: array {job.array_id} runs {cap} of at most {cap} at once"
+            out.held_back[job.id] = cap_reason(job.array_id, cap)
     return out

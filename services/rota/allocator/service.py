@@ -10,6 +10,8 @@ import time
 from typing import Any
 
 import grpc
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from rota.allocator import repository
 from rota.allocator.models import PlanStepRow
@@ -18,7 +20,8 @@ from rota.common.auth import Identity, current_identity
 from rota.common.config import Settings
 from rota.common.db import Database
 from rota.common.jobs_repo import get_job, utcnow
-from rota.common.models import TenantRow
+from rota.common.models import JobArrayRow, JobRow, TenantRow
+from rota.core.array_status import TaskGroup, explain_array
 from rota.core.errors import InvalidArgument, NotFound
 from rota.core.jobspec import JobSpecData, validate
 from rota.core.planning import policies
@@ -30,7 +33,10 @@ from rota.v1 import allocator_pb2, allocator_pb2_grpc, common_pb2
 
 MAX_FULL_TIME_LIMIT_S = 60.0
 OTHER_TENANT = "*"
-JOB_ID_IN_TEXT = re.compile(r"\bj-[0-9a-z]+\b")  # rota.common.jobs_repo.new_job_id's shape
+# rota.common.jobs_repo.new_job_id's shape, and an array task's (`j-0a1b2c3d4e_7`, rota.core.arrays);
+# a trigger cut at its column's width may end in part of one.
+JOB_ID_IN_TEXT = re.compile(r"\bj-[0-9a-z]+(?:_[0-9]+)?")
+HIDDEN_JOB = "another tenant's job"  # a job id in a plan's trigger that is not the caller's
 
 
 WHAT_IF_ID = "?what-if"  # never a real job id (those are j-<hex>)
@@ -69,10 +75,15 @@ class AllocatorService(allocator_pb2_grpc.AllocatorServiceServicer):
         self, request: allocator_pb2.CurrentPlanRequest, context: grpc.aio.ServicerContext
     ) -> allocator_pb2.CurrentPlanResponse:
         identity = current_identity()
-        row = await asyncio.to_thread(self.db.run, repository.latest_plan_step)
+
+        def read(session: Session) -> tuple[PlanStepRow | None, dict[str, str]]:
+            row = repository.latest_plan_step(session)
+            return row, ({} if row is None or identity.is_admin else _owners(session, trigger_job_ids(row.trigger)))
+
+        row, owners = await asyncio.to_thread(self.db.run, read)
         if row is None:
             raise NotFound("no plan yet: the allocator plans once a node has registered")
-        return plan_step_to_proto(row, identity)
+        return plan_step_to_proto(row, identity, owners)
 
     async def WhatIf(self, request: allocator_pb2.WhatIfRequest, context: grpc.aio.ServicerContext) -> allocator_pb2.WhatIfResponse:
         identity = current_identity()
@@ -101,6 +112,10 @@ class AllocatorService(allocator_pb2_grpc.AllocatorServiceServicer):
         job, fc = await asyncio.to_thread(
             self.db.run, lambda s: (get_job(s, request.job_id), repository.job_forecast(s, request.job_id))
         )
+        if job is None:
+            explained = await asyncio.to_thread(self.db.run, lambda s: _array_explanation(s, request.job_id, identity))
+            if explained is not None:
+                return allocator_pb2.ExplainResponse(job_id=request.job_id, reason=explained)
         if job is None or not identity.may_access(job.tenant):
             raise NotFound(f"job {request.job_id} not found")
         actual = 0.0
@@ -113,8 +128,49 @@ class AllocatorService(allocator_pb2_grpc.AllocatorServiceServicer):
         return reply
 
 
-def plan_step_to_proto(row: PlanStepRow, identity: Identity) -> allocator_pb2.CurrentPlanResponse:
-    """The stored step as the caller may see it: other tenants' job ids are masked."""
+def _array_explanation(session: Session, array_id: str, identity: Identity) -> str | None:
+    """An array's explanation (rota.core.array_status); None when no array the caller may
+    see has that id (another tenant's reads as missing, as its jobs do)."""
+    row = session.get(JobArrayRow, array_id)
+    if row is None or not identity.may_access(row.tenant):
+        return None
+    groups = session.execute(
+        select(JobRow.state, JobRow.reason, func.count(), func.min(JobRow.array_index))
+        .where(JobRow.array_id == array_id).group_by(JobRow.state, JobRow.reason)
+    ).all()
+    return explain_array(row.id, row.count, row.max_running,
+                         [TaskGroup(state, reason or "", n, first or 0) for state, reason, n, first in groups])
+
+
+def trigger_job_ids(trigger: str | None) -> set[str]:
+    """The job ids a plan's trigger names ("arrival of j-..., j-..._3")."""
+    return set(JOB_ID_IN_TEXT.findall(trigger or ""))
+
+
+def visible_trigger(trigger: str, identity: Identity, owners: dict[str, str]) -> str:
+    """A plan's trigger as the caller may read it: the jobs it names that are the caller's
+    by id, every other (another tenant's, one gone since, one cut by the column's width)
+    as HIDDEN_JOB. `owners`: each named job's tenant, as the jobs table has it."""
+    if identity.is_admin:
+        return trigger
+
+    def word(m: re.Match[str]) -> str:
+        owner = owners.get(m.group(0))
+        return m.group(0) if owner is not None and identity.may_access(owner) else HIDDEN_JOB
+
+    return JOB_ID_IN_TEXT.sub(word, trigger)
+
+
+def _owners(session: Session, job_ids: set[str]) -> dict[str, str]:
+    if not job_ids:
+        return {}
+    return dict(session.execute(select(JobRow.id, JobRow.tenant).where(JobRow.id.in_(sorted(job_ids)))).tuples().all())
+
+
+def plan_step_to_proto(row: PlanStepRow, identity: Identity, owners: dict[str, str] | None = None) -> allocator_pb2.CurrentPlanResponse:
+    """The stored step as the caller may see it: other tenants' job ids are masked, in the
+    grid and the job list as OTHER_TENANT, in the trigger's words as HIDDEN_JOB (`owners`:
+    the tenants of the jobs the trigger names)."""
     visible = {job_id for job_id, a in row.assignments.items() if identity.may_access(a.get("tenant", ""))}
 
     def cell(value: str) -> str:
@@ -122,8 +178,7 @@ def plan_step_to_proto(row: PlanStepRow, identity: Identity) -> allocator_pb2.Cu
 
     grid = [allocator_pb2.GridRow(cells=[cell(c) for c, n in runs for _ in range(n)]) for runs in row.grid["rows"]]
     figures: dict[str, Any] = row.figures
-    # The trigger's words name the jobs that changed ("arrival of j-..."): others' masked too.
-    trigger = JOB_ID_IN_TEXT.sub(lambda m: cell(m.group(0)), row.trigger or "")
+    trigger = visible_trigger(row.trigger or "", identity, owners or {})
     return allocator_pb2.CurrentPlanResponse(
         epoch=row.epoch, created_at=convert.timestamp(row.created_at), policy=row.policy, trigger=trigger,
         step_seconds=row.step_seconds, horizon=row.horizon, gpu_labels=list(row.grid["labels"]), grid=grid,

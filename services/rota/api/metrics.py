@@ -8,14 +8,21 @@
                                                  (loss, step, an agentic batch's window and hit
                                                  rate, an overlap plan's predicted step time)
 
-Job ids label only rota_job_progress, and only running jobs' (bounded by what runs at once,
-times the keys each reports, at most MAX_PROGRESS_KEYS a job); no histogram carries one.
+Job ids label only rota_job_progress, and only running jobs': a job's series leave with
+it (each read takes the RUNNING jobs anew, nothing is kept between reads). Its size is
+bounded three ways (`progress_series`): a key's label at most MAX_PROGRESS_KEY_CHARS
+characters, at most MAX_PROGRESS_KEYS keys a job, at most MAX_PROGRESS_SERIES series in
+all (jobs in id order, so the same ones are kept from one read to the next); what is left
+out counts in rota_job_progress_series_dropped{reason}. No histogram carries a job id.
 
 Read once per scrape interval at most (`CachedCollector`), in three grouped queries; an
 api with several workers answers from each, so a dashboard takes max() over instances.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import func, select
@@ -24,7 +31,7 @@ from sqlalchemy.orm import Session
 from rota.common import read_models
 from rota.common.db import Database
 from rota.common.jobs_repo import utcnow
-from rota.common.metrics import REGISTRY, CachedCollector, gauge
+from rota.common.metrics import PROGRESS_DROPPED, REGISTRY, CachedCollector, gauge
 from rota.common.models import GpuClaimRow, GpuRow, JobRow, NodeRow
 
 
@@ -38,7 +45,12 @@ def cluster_families(session: Session) -> list[GaugeMetricFamily]:
     nodes = session.execute(select(NodeRow.name, NodeRow.health, NodeRow.last_heartbeat)).all()
     running = session.execute(
         select(JobRow.id, JobRow.tenant, JobRow.kind, JobRow.progress).where(JobRow.state == "RUNNING")
+        .order_by(JobRow.id)
     ).all()
+    progress = progress_series(running)
+    for reason, n in progress.dropped.items():
+        if n:
+            PROGRESS_DROPPED.labels(reason=reason).inc(n)
     now = utcnow()
     per_node: list[tuple[tuple[str, ...], float]] = []
     for name, total in sorted(gpus.items()):
@@ -55,22 +67,49 @@ def cluster_families(session: Session) -> list[GaugeMetricFamily]:
         gauge("rota_node_health", "1 for the node's current health", ["node", "health"],
               (((n, h), 1.0) for n, h, _at in nodes)),
         gauge("rota_job_progress", "A running job's reported numeric progress values (rota.runtime.report)",
-              ["job", "tenant", "kind", "key"],
-              (((job, tenant, kind, key), value) for job, tenant, kind, progress in running
-               for key, value in numeric_progress(progress))),
+              ["job", "tenant", "kind", "key"], progress.series),
     ]
 
 
 MAX_PROGRESS_KEYS = 16  # a job that reports more shows its first ones, in its own order
+MAX_PROGRESS_KEY_CHARS = 64  # a longer key's label is cut there (report's keys are the job's own text)
+MAX_PROGRESS_SERIES = 4096  # rota_job_progress series in all: a scrape stays small however many jobs run
 
 
-def numeric_progress(progress: object) -> list[tuple[str, float]]:
-    """The numeric values of a job's progress (booleans, text and nested values left out)."""
+@dataclass
+class ProgressSeries:
+    series: list[tuple[tuple[str, str, str, str], float]] = field(default_factory=list)
+    # Values left out: past a job's MAX_PROGRESS_KEYS ("keys"), past MAX_PROGRESS_SERIES ("series").
+    dropped: dict[str, int] = field(default_factory=lambda: {"keys": 0, "series": 0})
+
+
+def progress_series(running: Sequence[tuple[str, str, str, object]], *,
+                    max_series: int = MAX_PROGRESS_SERIES) -> ProgressSeries:
+    """rota_job_progress's series from the running jobs' (id, tenant, kind, progress), bounded."""
+    out = ProgressSeries()
+    for job, tenant, kind, progress in running:
+        values = numeric_progress(progress, limit=None)
+        out.dropped["keys"] += max(0, len(values) - MAX_PROGRESS_KEYS)
+        for key, value in values[:MAX_PROGRESS_KEYS]:
+            if len(out.series) >= max_series:
+                out.dropped["series"] += 1
+                continue
+            out.series.append(((job, tenant, kind, key), value))
+    return out
+
+
+def numeric_progress(progress: object, *, limit: int | None = MAX_PROGRESS_KEYS) -> list[tuple[str, float]]:
+    """The numeric values of a job's progress (booleans, text and nested values left out),
+    each key cut to MAX_PROGRESS_KEY_CHARS (two keys alike in their first characters: the
+    first one kept), the first `limit` of them."""
     if not isinstance(progress, dict):
         return []
-    found = [(str(k), float(v)) for k, v in progress.items()
-             if isinstance(v, int | float) and not isinstance(v, bool) and v == v]
-    return found[:MAX_PROGRESS_KEYS]
+    found: dict[str, float] = {}
+    for k, v in progress.items():
+        key = str(k)[:MAX_PROGRESS_KEY_CHARS]
+        if isinstance(v, int | float) and not isinstance(v, bool) and v == v and key not in found:
+            found[key] = float(v)
+    return list(found.items())[:limit]
 
 
 def register_cluster_metrics(db: Database) -> CachedCollector:

@@ -233,7 +233,11 @@ class Coordinator:
             # second look it would fail as "a migrate in progress", its own operation.
             found = repo.find_operation(s, request_id)
         if found is not None:
-            if found.job_id != job_id or found.kind != kind:
+            if found.job_id != job_id:
+                # Operation ids are one namespace for every tenant: the job it names may be
+                # another tenant's, so its id (and what was done to it) is not told.
+                raise AlreadyExists(f"operation id {request_id!r} was used for another job's operation: choose another")
+            if found.kind != kind:
                 raise AlreadyExists(f"operation id {request_id!r} was used for a {found.kind} of {found.job_id}")
             return found, False
         if job is None:

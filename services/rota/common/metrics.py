@@ -63,6 +63,12 @@ REDIS_ERRORS = Counter("rota_redis_errors", "Live-state (Redis) calls that faile
 QUEUE_WAIT = Histogram("rota_job_queue_wait_seconds", "Submission to the first start, per job",
                        ["kind"], buckets=WAIT_BUCKETS, registry=REGISTRY)
 
+# The api's rota_job_progress gauge (rota.api.metrics): values of running jobs it left out,
+# past a job's key cap ("keys") or the family's series cap ("series"), counted at each read.
+PROGRESS_DROPPED = Counter("rota_job_progress_series_dropped",
+                           "rota_job_progress values left out by its bounds, at each read of the jobs",
+                           ["reason"], registry=REGISTRY)
+
 # The allocator.
 PLAN_SECONDS = Histogram("rota_plan_seconds", "A re-plan's wall time in the pure core, by policy and trigger",
                          ["policy", "trigger"], buckets=FAST_BUCKETS, registry=REGISTRY)

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 from rota.client import RotaError, UnauthenticatedError
-from rota.console.gateway import ACTIONS, Gateway, Viewer
+from rota.console.gateway import ACTIONS, ArrayPage, Gateway, Viewer
 from rota.console.params import (
     BadParameter,
     error_text,
@@ -194,7 +194,9 @@ class ConsoleApp:
 
     def job_page(self, r: Request, token: str, viewer: Viewer, jid: str) -> Response:
         said = (r.query.get("said") or [""])[0][:300]
-        return self.page("job.html", token, viewer, page="jobs", said=said, data=self.gateway.job(token, jid))
+        data = self.gateway.job_or_array(token, jid)
+        template = "array.html" if isinstance(data, ArrayPage) else "job.html"
+        return self.page(template, token, viewer, page="jobs", said=said, data=data)
 
     def plan_page(self, r: Request, token: str, viewer: Viewer) -> Response:
         return self.page("plan.html", token, viewer, page="plan", plan=self.gateway.plan(token, viewer))

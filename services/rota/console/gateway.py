@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import grpc
 
 from rota.client import Client, JobState, NotFoundError, RotaError
+from rota.client.arrays import JobArray
 from rota.console.grid import (
     NodeRow,
     PlanGrid,
@@ -100,6 +101,36 @@ class JobPage:
         return progress_panels(self.job.progress)
 
 
+STATE_ORDER = ("RUNNING", "SCHEDULED", "PENDING", "PAUSED", "LOST", "SUCCEEDED", "FAILED", "CANCELLED")
+MAX_ARRAY_TASKS_SHOWN = 100  # an array's page lists its first tasks, one GetJob each
+
+
+@dataclass
+class ArrayPage:
+    """An array's page: the array, its explanation, and its first tasks grouped by state."""
+
+    array: Any
+    explanation: Part
+    tasks: list[Any]
+
+    @property
+    def by_state(self) -> list[tuple[str, list[Any]]]:
+        order = {s: i for i, s in enumerate(STATE_ORDER)}
+        groups: dict[str, list[Any]] = {}
+        for task in self.tasks:
+            groups.setdefault(task.state, []).append(task)
+        return sorted(groups.items(), key=lambda kv: order.get(kv[0], len(order)))
+
+    @property
+    def counts(self) -> list[tuple[str, int]]:
+        order = {s: i for i, s in enumerate(STATE_ORDER)}
+        return sorted(((s, n) for s, n in self.array.states.items() if n), key=lambda kv: order.get(kv[0], len(order)))
+
+    @property
+    def actions(self) -> list[str]:
+        return ["cancel"] if not self.array.finished else []
+
+
 class Gateway:
     def __init__(self, channel: grpc.Channel, deadline: timedelta) -> None:
         self._channel = channel
@@ -153,6 +184,20 @@ class Gateway:
             actions=allowed_actions(job.state),
         )
 
+    def job_or_array(self, token: str, job_id: str) -> JobPage | ArrayPage:
+        """A job's page, or an array's for an array id; NOT_FOUND (a 404) for neither, or for
+        another tenant's (the api answers both alike)."""
+        try:
+            return self.job(token, job_id)
+        except NotFoundError:
+            client = self.client(token)
+            try:
+                array = client.get_array(job_id)
+            except NotFoundError:
+                raise NotFoundError(f"job {job_id} not found (nor an array of that id)") from None
+            tasks = [client.get_job(t) for t in array.job_ids[:MAX_ARRAY_TASKS_SHOWN]]
+            return ArrayPage(array=array, explanation=optional(lambda: client.explain(job_id)), tasks=tasks)
+
     def job_state(self, token: str, job_id: str) -> dict[str, Any]:
         """What the job page refreshes: state, reason, progress, placement."""
         job = self.client(token).get_job(job_id)
@@ -166,7 +211,7 @@ class Gateway:
     def plan(self, token: str, viewer: Viewer) -> PlanGrid | None:
         """The latest committed plan step as a grid; None before the first plan."""
         try:
-            return plan_grid(self.client(token).current_plan().to_dict(), tenant_view=not viewer.admin)
+            return plan_grid(self.client(token).current_plan().to_dict())
         except NotFoundError:
             return None
 
@@ -197,7 +242,10 @@ class Gateway:
         The api refuses what the token may not do (a RotaError with its message)."""
         client = self.client(token)
         if action == "cancel":
-            return f"{job_id} is {client.cancel(job_id, reason='cancelled from the console').state}"
+            found = client.cancel_job_or_array(job_id, reason="cancelled from the console")
+            if isinstance(found, JobArray):
+                return f"{job_id}: {len(found.job_ids)} unfinished tasks CANCELLED"
+            return f"{job_id} is {found.state}"
         if action == "pause":
             paused = client.pause(job_id)
             return f"{job_id} paused at step {paused.step} (image {paused.image_id})"

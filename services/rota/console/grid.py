@@ -10,13 +10,11 @@ holders of the node table, which the api lists for everyone).
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 OTHER = "*"  # another tenant's job, as the api writes it in the plan
-JOB_ID = re.compile(r"\bj-[0-9A-Za-z]+\b")
 
 
 def job_colour(job_id: str) -> str:
@@ -86,21 +84,14 @@ def runs(cells: Sequence[str]) -> list[Cell]:
     return out
 
 
-def mask_ids(text: str, visible: set[str]) -> str:
-    """`text` with every job id that is not in `visible` written as "*"."""
-    return JOB_ID.sub(lambda m: m.group(0) if m.group(0) in visible else OTHER, text)
-
-
-def plan_grid(plan: Mapping[str, Any], *, tenant_view: bool = False) -> PlanGrid:
+def plan_grid(plan: Mapping[str, Any]) -> PlanGrid:
     """The grid of a plan as `CurrentPlan.to_dict()` writes it (gpu_labels, grid, ...).
 
-    `tenant_view`: the plan as a tenant's token got it, whose cells the api already masked;
-    the job ids its trigger names ("arrival of j-...") are masked here too unless they are
-    among the plan's jobs the api showed this tenant."""
+    As the caller's token got it: the allocator already masked other tenants' jobs, in the
+    cells ("*") and in the trigger's words (rota.allocator.service.visible_trigger), and
+    shows the caller's own, even those that left the plan ("completion of j-...")."""
     grid: list[list[str]] = [list(r) for r in plan.get("grid") or []]
     trigger = str(plan.get("trigger") or "")
-    if tenant_view:
-        trigger = mask_ids(trigger, {str(j.get("job_id")) for j in plan.get("jobs") or []})
     labels: list[str] = list(plan.get("gpu_labels") or [])
     width = max((len(r) for r in grid), default=int(plan.get("horizon") or 0))
     labels += [f"gpu {i}" for i in range(len(labels), len(grid))]

@@ -10,6 +10,7 @@ from typing import Any
 
 import jinja2
 
+from rota.client.ledger import fairness_text
 from rota.console.params import KINDS, STATES
 
 HERE = Path(__file__).resolve().parent
@@ -71,7 +72,7 @@ class Views:
             loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         )
-        self.env.filters.update(ago=ago, when=when, seconds=seconds, number=number, size=size)
+        self.env.filters.update(ago=ago, when=when, seconds=seconds, number=number, size=size, fairness=fairness_text)
         # The filters' choices: the SDK's states and kinds (rota.client.enums), in their order.
         self.env.globals.update(job_states=STATES, job_kinds=KINDS)
 

@@ -22,14 +22,16 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from rota.common import read_models
-from rota.common.models import GpuRow, JobRow, JobTransitionRow, NodeRow, PlacementRow, TenantRow
-from rota.core import jobstate, nodestate
+from rota.common.models import GpuRow, JobArrayRow, JobRow, JobTransitionRow, NodeRow, PlacementRow, TenantRow
+from rota.core import dependencies, jobstate, nodestate
 from rota.core.errors import AlreadyExists, InvalidArgument
 from rota.core.fairness.ltgf import FairnessConfig, quotas
 from rota.core.fairness.rates import DEFAULT_RATES, UNKNOWN_RATE, GpuRates
 from rota.core.fairness.standings import (
     JobLife,
     Span,
+    demand_intervals,
+    job_fairness_applies,
     job_standings,
     tenant_standing,
     used_in_window,
@@ -304,12 +306,12 @@ def standings(session: Session, cfg: FairnessConfig | None = None, tenant: str =
     start = window_start(_ts(now), cfg)
     since = datetime.fromtimestamp(start, UTC)
     demand: dict[str, list[Span]] = defaultdict(list)
-    jobs = select(JobRow.tenant, JobRow.created_at, JobRow.finished_at, JobRow.gpus).where(
+    jobs = list(session.scalars(select(JobRow).where(
         JobRow.created_at < now, or_(JobRow.finished_at.is_(None), JobRow.finished_at > since)
-    )
-    # `asked`, not `gpus`: `gpus` is G, returned below as the capacity.
-    for name, created, finished, asked in session.execute(jobs):
-        demand[name].append(Span(_ts(created), _ts(finished or now), asked))
+    )))
+    runnable = _demand_intervals(session, jobs, now)
+    for job in jobs:  # `job.gpus` asked; `gpus` above is G, returned below as the capacity
+        demand[job.tenant] += [Span(a, _ts(now) if b is None else b, job.gpus) for a, b in runnable[job.id]]
     running: dict[str, list[Span]] = defaultdict(list)  # weighted GPUs: U is weighted service
     raw: dict[str, list[Span]] = defaultdict(list)
     usage = select(UsageRow.tenant, UsageRow.start_at, UsageRow.end_at, func.cardinality(UsageRow.gpu_indices),
@@ -340,6 +342,7 @@ class JobReport:
     used: float
     pending_since: datetime | None
     raw_used: float = 0.0
+    applies: bool = True  # F_j reads as a number (rota.core.fairness.standings.job_fairness_applies)
 
 
 def job_fairness(session: Session, cfg: FairnessConfig | None = None, tenant: str = "") -> list[JobReport]:
@@ -358,11 +361,12 @@ def job_fairness(session: Session, cfg: FairnessConfig | None = None, tenant: st
     # Replay every job active at any time since the earliest shown arrival: each changed
     # the others' shares while it was active.
     first = min(j.created_at for j in shown)
-    replay = session.scalars(base.where(or_(JobRow.finished_at.is_(None), JobRow.finished_at > first)))
+    replay = list(session.scalars(base.where(or_(JobRow.finished_at.is_(None), JobRow.finished_at > first))))
+    runnable = _demand_intervals(session, replay, now)
     lives: dict[str, list[JobLife]] = defaultdict(list)
     for j in replay:
         finished = _ts(j.finished_at) if j.finished_at else None
-        lives[j.tenant].append(JobLife(j.id, j.gpus, float(j.priority), _ts(j.created_at), finished))
+        lives[j.tenant].append(JobLife(j.id, j.gpus, float(j.priority), _ts(j.created_at), finished, runnable[j.id]))
     ids = [j.id for j in shown]
     seconds = _seconds(None, None)
     used_stmt = (
@@ -380,8 +384,43 @@ def job_fairness(session: Session, cfg: FairnessConfig | None = None, tenant: st
     for j in sorted(shown, key=lambda j: (j.tenant, j.created_at, j.id)):
         st = per_tenant[j.tenant][j.id]
         since = pending.get(j.id, j.created_at) if j.state == jobstate.PENDING else None
+        applies = job_fairness_applies(j.state, st.deserved, started=j.started_at is not None or st.used > 0,
+                                       held_now=dependencies.held_back(j.reason or ""))
         out.append(JobReport(j.id, j.tenant, j.state, j.gpus, j.created_at, st.deserved, st.used, since,
-                             raw_used.get(j.id, 0.0)))
+                             raw_used.get(j.id, 0.0), applies))
+    return out
+
+
+def _demand_intervals(
+    session: Session, jobs: Sequence[JobRow], now: datetime,
+) -> dict[str, tuple[tuple[float, float | None], ...]]:
+    """Each job's intervals of demand (rota.core.fairness.standings.demand_intervals): the
+    tasks of a capped array and the jobs with dependencies are the ones their own
+    submission can hold back; PAUSED spells come from the transitions."""
+    arrays = {j.array_id for j in jobs if j.array_id}
+    capped = set(session.scalars(select(JobArrayRow.id).where(JobArrayRow.id.in_(arrays),
+                                                               JobArrayRow.max_running > 0))) if arrays else set()
+    ids = [j.id for j in jobs]
+    paused: dict[str, list[tuple[float, float | None]]] = defaultdict(list)
+    if ids:
+        moves = session.execute(
+            select(JobTransitionRow.job_id, JobTransitionRow.from_state, JobTransitionRow.to_state, JobTransitionRow.at)
+            .where(JobTransitionRow.job_id.in_(ids),
+                   or_(JobTransitionRow.to_state == jobstate.PAUSED, JobTransitionRow.from_state == jobstate.PAUSED))
+            .order_by(JobTransitionRow.job_id, JobTransitionRow.id)
+        )
+        for job_id, before, after, at in moves:
+            if after == jobstate.PAUSED:
+                paused[job_id].append((_ts(at), None))
+            elif before == jobstate.PAUSED and paused[job_id] and paused[job_id][-1][1] is None:
+                paused[job_id][-1] = (paused[job_id][-1][0], _ts(at))
+    out = {}
+    for j in jobs:
+        holdable = j.array_id in capped or bool((j.spec or {}).get("depends_on"))
+        out[j.id] = demand_intervals(
+            _ts(j.created_at), _ts(j.finished_at) if j.finished_at else None,
+            started=_ts(j.started_at) if j.started_at else None, holdable=holdable,
+            held_now=j.state == jobstate.PENDING and dependencies.held_back(j.reason or ""), paused=paused[j.id])
     return out
 
 

@@ -72,6 +72,16 @@ def _window(since_unix: int, until_unix: int) -> tuple[datetime | None, datetime
     return since, until
 
 
+# F where it does not apply (docs/operators.md, "What F means"): NaN on the wire, which the
+# SDK reads as None and the CLI and console show as "n/a". A tenant's F applies when it
+# had demand in the window (D > 0); a job's by rota.core.fairness.standings.job_fairness_applies.
+NOT_APPLICABLE = float("nan")
+
+
+def tenant_fairness(used: float, deserved: float) -> float:
+    return ratio(used, deserved) if deserved > 0 else NOT_APPLICABLE
+
+
 def _tenant_filter(requested: str) -> str:
     identity = current_identity()
     return requested if identity.is_admin else identity.tenant
@@ -121,7 +131,7 @@ class LedgerService(ledger_pb2_grpc.LedgerServiceServicer):
             tenants=[
                 ledger_pb2.TenantStanding(
                     tenant=t.tenant, quota=t.quota, entitled=_hours(t.entitled), deserved=_hours(t.deserved),
-                    used=_hours(t.used), fairness=ratio(t.used, t.deserved), share=t.share,
+                    used=_hours(t.used), fairness=tenant_fairness(t.used, t.deserved), share=t.share,
                     raw_used=_hours(t.raw_used),
                 )
                 for t in st.tenants
@@ -138,7 +148,7 @@ class LedgerService(ledger_pb2_grpc.LedgerServiceServicer):
             jobs=[
                 ledger_pb2.JobFairness(
                     job_id=j.job_id, tenant=j.tenant, deserved=_hours(j.deserved), used=_hours(j.used),
-                    fairness=ratio(j.used, j.deserved), gpus=j.gpus,
+                    fairness=ratio(j.used, j.deserved) if j.applies else NOT_APPLICABLE, gpus=j.gpus,
                     job_state=convert.state_value(j.state),
                     pending_since_unix=_unix(j.pending_since), submitted_unix_seconds=j.submitted.timestamp(),
                     pending_since_unix_seconds=j.pending_since.timestamp() if j.pending_since is not None else 0.0,

@@ -64,9 +64,10 @@ function watchJob(section) {
 
 function watchFairness(table) {
   const history = {};
-  const draw = (tenant, values) => {
+  const draw = (tenant, sampled) => {
     const svg = table.querySelector(`tr[data-tenant="${CSS.escape(tenant)}"] svg.spark`);
-    if (!svg) return;
+    const values = sampled.filter((v) => v !== null);  // null: F n/a (no demand in the window)
+    if (!svg || values.length === 0) return;
     const top = Math.max(1.5, ...values);
     const points = values.map((v, i) => `${(i * 120) / Math.max(1, values.length - 1)},${24 - (v / top) * 22}`).join(" ");
     const ns = "http://www.w3.org/2000/svg";
@@ -83,7 +84,7 @@ function watchFairness(table) {
       (history[t.tenant] = history[t.tenant] || []).push(t.fairness);
       if (history[t.tenant].length > 60) history[t.tenant].shift();
       const cell = table.querySelector(`tr[data-tenant="${CSS.escape(t.tenant)}"] td.f`);
-      if (cell) cell.textContent = t.fairness.toFixed(2);
+      if (cell) cell.textContent = t.fairness === null ? "n/a" : t.fairness.toFixed(2);
       draw(t.tenant, history[t.tenant]);
     }
   };
