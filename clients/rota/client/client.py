@@ -29,10 +29,10 @@ from rota.v1 import api_pb2, api_pb2_grpc, common_pb2
 # The other services' messages and stubs are imported by the methods that call them: a
 # script's `rota submit` loads the job API alone (SDK import: a third of its CPU before).
 if TYPE_CHECKING:
-    from rota.client.admission import AdmissionEndpoint
     from rota.client.checkpoint import CheckpointResult, JobImages, MigrateResult, PauseResult, ResumeResult
     from rota.client.detector import DeviceHealth, DrainResult, ReplanResult, Verdict
     from rota.client.forecast import DemandForecast, Forecast, TrafficSample
+    from rota.client.kv_window import AdmissionEndpoint
     from rota.client.ledger import JobFairness, Standings, UsageEntry
     from rota.client.plan import CurrentPlan, Explanation, ScenarioPlan, WhatIf
     from rota.v1 import allocator_pb2_grpc, ledger_pb2_grpc
@@ -333,8 +333,8 @@ class Client:
     def admission(self, job_id: str, *, timeout: timedelta = timedelta(seconds=5)) -> AdmissionEndpoint:
         """The admission controller of a running agentic batch (its progress's `admission_url`),
         for agents outside Rota: `admit(agent)` at each step boundary, `release(agent)` when
-        done (rota.client.admission). FailedPreconditionError when the job has none."""
-        from rota.client.admission import endpoint_of
+        done (rota.client.kv_window). FailedPreconditionError when the job has none."""
+        from rota.client.kv_window import endpoint_of
 
         return endpoint_of(job_id, self.get_job(job_id).progress, timeout)
 

@@ -23,7 +23,7 @@ from typing import Any
 import optuna
 import yaml
 
-from rota.tuning.space import parse_spec
+from rota.jobkit.tuning.space import parse_spec
 
 __all__ = ["main"]
 
@@ -75,7 +75,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rota.tuning.study import run_study, summarise  # torch loads only for a run
+    from rota.jobkit.tuning.study import run_study, summarise  # torch loads only for a run
 
     spec = parse_spec(load_job_file(Path(args.file)))
     study_id = args.id or f"{spec.name}-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:4]}"
@@ -100,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     if args.storage:
-        from rota.tuning.study import summarise
+        from rota.jobkit.tuning.study import summarise
 
         try:
             study = optuna.load_study(study_name=args.id, storage=args.storage)

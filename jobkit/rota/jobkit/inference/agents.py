@@ -10,7 +10,7 @@ Time is a discrete virtual clock: an engine step advances it by the step's cost,
 default its MEASURED cost, the CPU time of this thread in the step (``time.thread_time``;
 torch runs in this thread with one intra-op thread), so the other processes of a contended
 machine do not stretch it, or the cost a model fitted to such measurements gives
-(``rota.inference.clock``); tool calls advance it by their drawn latency without
+(``rota.jobkit.inference.clock``); tool calls advance it by their drawn latency without
 sleeping; while the engine has nothing to do the clock jumps to the next tool return or
 control tick.
 """
@@ -23,11 +23,11 @@ from dataclasses import dataclass, field, fields
 from heapq import heappop, heappush
 from typing import Any, Protocol
 
-from rota.core.admission import AdmissionController, CacheSample, ControllerConfig, Decision
-from rota.inference.clock import MeasuredClock, StepClock
-from rota.inference.engine import Engine, EngineConfig
-from rota.inference.kvcache import BLOCK_SIZE
-from rota.inference.model import ModelConfig
+from rota.jobkit.inference.clock import MeasuredClock, StepClock
+from rota.jobkit.inference.engine import Engine, EngineConfig
+from rota.jobkit.inference.kv_window import AdmissionController, CacheSample, ControllerConfig, Decision
+from rota.jobkit.inference.kvcache import BLOCK_SIZE
+from rota.jobkit.inference.model import ModelConfig
 
 __all__ = ["AgentPlan", "Gate", "RunResult", "Workload", "make_plans", "parse_workload", "run_workload", "static_gate"]
 
@@ -181,7 +181,7 @@ SampleSource = Callable[[Engine], CacheSample | None]
 
 class Gate(Protocol):
     """What the driver needs of an admission controller (``AdmissionController``, or
-    ``rota.inference.admission.ScrapedAdmission`` when HTTP clients share it)."""
+    ``rota.jobkit.inference.admission.ScrapedAdmission`` when HTTP clients share it)."""
 
     @property
     def active(self) -> tuple[str, ...]: ...

@@ -1,6 +1,6 @@
 """Admission control of a running agentic batch (CONCUR) for an agent framework outside Rota.
 
-A job running `rota.inference` with its controller serves `/admit`, `/release` and `/window`
+A job running `rota.jobkit.inference` with its controller serves `/admit`, `/release` and `/window`
 on its node and names the address in its progress (`admission_url`). An outside agent asks
 at each of its step boundaries, and goes on only when admitted; it keeps its place in the
 queue while held, and releases its slot when it is done:

@@ -1,6 +1,6 @@
 """Bucketing: merge collectives of different tiles into one (pack, one collective, unpack).
 
-Which collectives merge is the simulator's DP (:func:`rota.overlap.simulator.choose_buckets`);
+Which collectives merge is the simulator's DP (:func:`rota.jobkit.overlap.simulator.choose_buckets`);
 this module rewrites the graph for a chosen set of buckets. The merged collective is issued
 where the bucket's last member was issued and waited on where its first member was waited
 on. Packing flattens each member's input; for a reduce-scatter or an all-to-all the flat
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 import torch.fx as fx
 
-from rota.overlap.capture import COLLECTIVE_KINDS, WAIT, collective_kind, is_wait
+from rota.jobkit.overlap.capture import COLLECTIVE_KINDS, WAIT, collective_kind, is_wait
 
 __all__ = ["UNPACK_COPIES", "bucket", "bucket_by_slot"]
 

@@ -1,7 +1,7 @@
 """A small byte-level transformer LM and its corpus: the Python standard library's own sources.
 
 The corpus ships on every machine that runs Python, so the fidelity measurement needs no
-download. The model is written so that the width pass in :mod:`rota.tuning.scaling` can
+download. The model is written so that the width pass in :mod:`rota.jobkit.tuning.scaling` can
 shrink it: every width lives in a module's shape (``Linear``, ``Embedding``, ``LayerNorm``),
 never in a constant of ``forward``; attention splits heads with ``view(B, T, heads, -1)``
 so the head width follows the projection's width, and scores are scaled by

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from rota.inference.engine import EngineCounters
+from rota.jobkit.inference.engine import EngineCounters
 
 __all__ = ["MetricsServer", "render"]
 

@@ -24,9 +24,9 @@ import torch
 import torch.distributed as dist
 import torch.fx as fx
 
-from rota.overlap.bucketing import UNPACK_COPIES
-from rota.overlap.capture import WAIT, collective_kind, is_wait
-from rota.overlap.simulator import CommModel, SimOp
+from rota.jobkit.overlap.bucketing import UNPACK_COPIES
+from rota.jobkit.overlap.capture import WAIT, collective_kind, is_wait
+from rota.jobkit.overlap.simulator import CommModel, SimOp
 
 __all__ = ["NodeProfile", "calibrate_comm", "copy_cost", "fit_alpha_beta", "profile_graph", "to_sim_ops"]
 

@@ -23,9 +23,15 @@ import optuna
 import torch
 from torch import nn
 
-from rota.tuning.fused import FusedTrials, TrialHparams, free_memory_bytes, fusion_count, profile_footprint
-from rota.tuning.scaling import ScaledModel, scale_width
-from rota.tuning.space import TuneSpec, import_callable
+from rota.jobkit.tuning.fused import (
+    FusedTrials,
+    TrialHparams,
+    free_memory_bytes,
+    fusion_count,
+    profile_footprint,
+)
+from rota.jobkit.tuning.scaling import ScaledModel, scale_width
+from rota.jobkit.tuning.space import TuneSpec, import_callable
 
 __all__ = ["StudyResult", "run_study", "summarise"]
 

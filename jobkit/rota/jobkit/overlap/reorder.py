@@ -9,15 +9,15 @@ travels while the next stream's segment runs.
 
 The order keeps every stream's own order, puts ops belonging to no stream (input slices)
 first and the output concatenation last, so it is a valid topological order whenever the
-streams share nothing but graph inputs, which :func:`rota.overlap.tiling.tile` guarantees.
+streams share nothing but graph inputs, which :func:`rota.jobkit.overlap.tiling.tile` guarantees.
 """
 
 from __future__ import annotations
 
 import torch.fx as fx
 
-from rota.overlap.capture import is_wait
-from rota.overlap.tiling import STREAM
+from rota.jobkit.overlap.capture import is_wait
+from rota.jobkit.overlap.tiling import STREAM
 
 __all__ = ["reorder", "rebuild", "segments"]
 

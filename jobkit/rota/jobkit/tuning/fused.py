@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from rota.tuning.scaling import READOUT_MULT, ScaledModel
+from rota.jobkit.tuning.scaling import READOUT_MULT, ScaledModel
 
 __all__ = ["FusedTrials", "TrialHparams", "fusion_count", "free_memory_bytes", "profile_footprint"]
 

@@ -6,7 +6,7 @@ the *input layer's fan-in* (an embedding's vocabulary, or the ``in_features`` of
 fed straight from a graph input) and the *output layer's fan-out* (the ``out_features`` of
 a Linear whose result is the graph's output). Attention and feed-forward widths shrink with
 the projections that carry them, provided ``forward`` reads head widths from tensor shapes
-(``view(B, T, heads, -1)``), as :class:`rota.tuning.lm.TinyLM` does.
+(``view(B, T, heads, -1)``), as :class:`rota.jobkit.tuning.lm.TinyLM` does.
 
 So that a configuration ranks the same at width 1/S as at full width, the pass applies the
 maximal-update parametrisation (muP, Yang et al., "Tensor Programs V"), with the full model

@@ -1,7 +1,7 @@
 """Check that every pass keeps a block's outputs, on real gloo ranks.
 
 ``check_rank`` runs on one rank of a gloo group (spawned by torch.multiprocessing, by the
-integration test, or by ``python -m rota.overlap.check --ranks N``): for each block it
+integration test, or by ``python -m rota.jobkit.overlap.check --ranks N``): for each block it
 compares, on the same inputs, the eager step, the captured graph, the tiled graph, the
 reordered graph, the fully bucketed graph and (optionally) the planner's chosen graph, and
 writes the largest deviation of each from the captured graph's outputs as JSON.
@@ -25,13 +25,13 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as fc
 
-from rota.overlap.blocks import BLOCK_NAMES, BlockSize, make_block
-from rota.overlap.bucketing import bucket, bucket_by_slot
-from rota.overlap.calibrate import calibrate_comm
-from rota.overlap.capture import capture_block, collective_kinds, run_graph
-from rota.overlap.planner import plan_overlap
-from rota.overlap.reorder import reorder
-from rota.overlap.tiling import tile
+from rota.jobkit.overlap.blocks import BLOCK_NAMES, BlockSize, make_block
+from rota.jobkit.overlap.bucketing import bucket, bucket_by_slot
+from rota.jobkit.overlap.calibrate import calibrate_comm
+from rota.jobkit.overlap.capture import capture_block, collective_kinds, run_graph
+from rota.jobkit.overlap.planner import plan_overlap
+from rota.jobkit.overlap.reorder import reorder
+from rota.jobkit.overlap.tiling import tile
 
 __all__ = ["ATOL", "RTOL", "check_rank", "free_port", "main"]
 

@@ -21,8 +21,8 @@ from typing import Protocol
 
 import numpy as np
 
-from rota.inference.engine import Engine, EngineConfig, Finished
-from rota.inference.model import ModelConfig
+from rota.jobkit.inference.engine import Engine, EngineConfig, Finished
+from rota.jobkit.inference.model import ModelConfig
 
 __all__ = ["FEATURES", "FittedClock", "MeasuredClock", "StepClock", "calibrate"]
 

@@ -1,6 +1,6 @@
 """A job's use of the overlap planner: opt in, apply the plan, report it to the control plane.
 
-    overlap = rota.overlap.runtime.apply_overlap(step, inputs, batch_dims=(0, None, None),
+    overlap = rota.jobkit.overlap.runtime.apply_overlap(step, inputs, batch_dims=(0, None, None),
                                                  out_batch_dims=(0,), group=group)
     for i in range(steps):
         out = overlap(*inputs)
@@ -23,9 +23,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rota.overlap.blocks import StepFn
-from rota.overlap.capture import capture, run_graph
-from rota.overlap.planner import OverlapPlan, plan_overlap
+from rota.jobkit.overlap.blocks import StepFn
+from rota.jobkit.overlap.capture import capture, run_graph
+from rota.jobkit.overlap.planner import OverlapPlan, plan_overlap
 from rota.runtime import report as runtime_report
 
 __all__ = ["ENV_OVERLAP", "OverlapStep", "apply_overlap", "overlap_enabled"]

@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from rota.overlap.capture import Captured
+from rota.jobkit.overlap.capture import Captured
 
 __all__ = ["STREAM", "tile", "tile_bounds"]
 

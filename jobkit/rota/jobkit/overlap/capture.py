@@ -18,7 +18,7 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from rota.overlap.blocks import Block, StepFn
+from rota.jobkit.overlap.blocks import Block, StepFn
 
 __all__ = ["COLLECTIVE_KINDS", "Captured", "capture", "capture_block", "collective_kind", "collective_kinds", "is_collective",
            "is_wait", "run_graph"]

@@ -15,7 +15,7 @@ import math
 import urllib.error
 import urllib.request
 
-from rota.core.admission import CacheSample
+from rota.jobkit.inference.kv_window import CacheSample
 
 __all__ = ["parse_text", "sample_from", "scrape"]
 

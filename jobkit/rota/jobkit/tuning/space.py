@@ -3,9 +3,9 @@
 A job file (YAML or JSON)::
 
     name: stdlib-lm
-    factory: rota.tuning.lm:tiny_lm         # importable callable -> nn.Module
+    factory: rota.jobkit.tuning.lm:tiny_lm         # importable callable -> nn.Module
     factory_args: {width: 64, layers: 2, heads: 2, context: 32}
-    data: rota.tuning.lm:stdlib_batches      # callable(seed=..., **data_args) -> next()/eval_batch()
+    data: rota.jobkit.tuning.lm:stdlib_batches      # callable(seed=..., **data_args) -> next()/eval_batch()
     data_args: {batch: 8, context: 32}
     train: fused                             # or module:callable(model, hparams, steps, report) -> loss
     objective: {metric: loss, direction: minimize}

@@ -2,7 +2,7 @@
 
 Each block is a plain function of tensors (activations and this rank's weight shards are all
 inputs, so a trace holds them as placeholders) that calls
-``torch.distributed._functional_collectives``; :func:`rota.overlap.capture.capture` traces it
+``torch.distributed._functional_collectives``; :func:`rota.jobkit.overlap.capture.capture` traces it
 to an FX graph in which every collective is a ``_c10d_functional`` node followed by its
 ``wait_tensor``. A block also says which input dimension is its batch dimension (None for a
 weight) and which output dimension is, which is what tiling needs.

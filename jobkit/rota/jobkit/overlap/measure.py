@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.fx as fx
 
-from rota.overlap.capture import collective_kind, is_wait, run_graph
+from rota.jobkit.overlap.capture import collective_kind, is_wait, run_graph
 
 __all__ = ["heap_in_use", "measure_peak_bytes", "strip_comm", "time_step", "time_steps"]
 

@@ -2,7 +2,7 @@
 
 For each tile count K it builds the tiled, round-robin reordered graph, simulates it with
 costs measured on this machine, lets the DP choose buckets within the memory budget, and
-simulates that too. :func:`rota.overlap.simulator.decide` then keeps the untransformed graph
+simulates that too. :func:`rota.jobkit.overlap.simulator.decide` then keeps the untransformed graph
 unless a candidate is predicted faster and within budget; what it refused, and why, stays in
 the plan.
 
@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 import torch.distributed as dist
 import torch.fx as fx
 
-from rota.overlap.bucketing import bucket
-from rota.overlap.calibrate import calibrate_comm, profile_graph, to_sim_ops
-from rota.overlap.capture import Captured, collective_kinds
-from rota.overlap.measure import time_steps
-from rota.overlap.reorder import reorder
-from rota.overlap.simulator import CommModel, Decision, SimResult, choose_buckets, decide, simulate
-from rota.overlap.tiling import tile
+from rota.jobkit.overlap.bucketing import bucket
+from rota.jobkit.overlap.calibrate import calibrate_comm, profile_graph, to_sim_ops
+from rota.jobkit.overlap.capture import Captured, collective_kinds
+from rota.jobkit.overlap.measure import time_steps
+from rota.jobkit.overlap.reorder import reorder
+from rota.jobkit.overlap.simulator import CommModel, Decision, SimResult, choose_buckets, decide, simulate
+from rota.jobkit.overlap.tiling import tile
 
 __all__ = ["DEFAULT_BUDGET_SLACK", "VERIFY_MARGIN", "Candidate", "OverlapPlan", "measured_faster", "plan_overlap"]
 

@@ -1,4 +1,4 @@
-"""The pure CONCUR controller (`rota.core.admission`) run against a scraped `/metrics` page,
+"""The pure CONCUR controller (`rota.jobkit.inference.kv_window`) run against a scraped `/metrics` page,
 and an admit/release endpoint for agent frameworks outside Rota.
 
 ``ScrapedAdmission`` owns a controller and a metrics URL (this package's engine, a vLLM or
@@ -27,8 +27,8 @@ from dataclasses import asdict
 from typing import Any
 from urllib.parse import parse_qs
 
-from rota.core.admission import AdmissionController, CacheSample, Decision
-from rota.inference.scrape import scrape
+from rota.jobkit.inference.kv_window import AdmissionController, CacheSample, Decision
+from rota.jobkit.inference.scrape import scrape
 
 __all__ = ["ScrapedAdmission", "admission_routes"]
 

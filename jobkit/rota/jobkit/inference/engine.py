@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rota.inference.kvcache import BLOCK_SIZE, BlockPool, chain_hashes
-from rota.inference.model import ModelConfig, SeqChunk, TinyDecoder
+from rota.jobkit.inference.kvcache import BLOCK_SIZE, BlockPool, chain_hashes
+from rota.jobkit.inference.model import ModelConfig, SeqChunk, TinyDecoder
 
 __all__ = ["Engine", "EngineConfig", "EngineCounters", "Finished"]
 

@@ -1,4 +1,7 @@
-"""Agent-level admission control for agentic batch inference (CONCUR), as pure logic.
+"""CONCUR's KV-cache admission window: which agents of an agentic batch may hold a place in
+the inference engine's KV cache (agent-level admission control), as pure logic. Not job
+admission: it runs inside a job, beside the engine (`rota.jobkit.inference`), and no service
+uses it.
 
 The number of *active* agents is a congestion window W over the engine's KV cache. An
 agent holds a slot from its admission until it finishes, through its tool calls, because
