@@ -13,9 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from rota.bench.fitted_clock import FittedClock
 from rota.jobkit.inference.admission import ScrapedAdmission, admission_routes
 from rota.jobkit.inference.agents import Workload, run_workload
-from rota.jobkit.inference.clock import FittedClock
 from rota.jobkit.inference.engine import Engine, EngineConfig
 from rota.jobkit.inference.kv_window import AdmissionController, ControllerConfig, Decision
 from rota.jobkit.inference.metrics_http import MetricsServer

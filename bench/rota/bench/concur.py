@@ -37,8 +37,9 @@ from typing import Any
 
 import torch
 
+from rota.bench.fitted_clock import FittedClock, calibrate
 from rota.jobkit.inference.agents import RunResult, Workload, parse_workload, run_workload, static_gate
-from rota.jobkit.inference.clock import FittedClock, MeasuredClock, StepClock, calibrate
+from rota.jobkit.inference.clock import MeasuredClock, StepClock
 from rota.jobkit.inference.engine import Engine
 from rota.jobkit.inference.kv_window import AdmissionController, CacheSample, ControllerConfig
 from rota.jobkit.inference.metrics_http import render

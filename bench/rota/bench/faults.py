@@ -38,8 +38,8 @@ import grpc
 import redis
 
 from rota.bench.fault_harness import TENANT, Harness, Watch, job_processes, percentiles, sleep_spec
-from rota.cli.netproxy import FaultProxy
-from rota.cli.tls_probe import tls_cases
+from rota.bench.netproxy import FaultProxy
+from rota.bench.tls_probe import tls_cases
 from rota.client import RotaError
 from rota.common.bootstrap import TOKEN_CACHE_S
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, api_pb2_grpc, common_pb2

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rota.bench.kendall import kendall_tau
 from rota.jobkit.tuning.fused import FusedTrials, TrialHparams
-from rota.jobkit.tuning.kendall import kendall_tau
 from rota.jobkit.tuning.lm import Batches, TinyLM, stdlib_batches
 from rota.jobkit.tuning.scaling import scale_width
 

@@ -10,7 +10,7 @@ Time is a discrete virtual clock: an engine step advances it by the step's cost,
 default its MEASURED cost, the CPU time of this thread in the step (``time.thread_time``;
 torch runs in this thread with one intra-op thread), so the other processes of a contended
 machine do not stretch it, or the cost a model fitted to such measurements gives
-(``rota.jobkit.inference.clock``); tool calls advance it by their drawn latency without
+(``rota.bench.fitted_clock``); tool calls advance it by their drawn latency without
 sleeping; while the engine has nothing to do the clock jumps to the next tool return or
 control tick.
 """

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rota.jobkit.tuning.kendall import kendall_tau
+from rota.bench.kendall import kendall_tau
 
 
 def test_identical_and_reversed_rankings() -> None:
