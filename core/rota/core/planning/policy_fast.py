@@ -278,7 +278,7 @@ def orders(s: Scenario) -> list[OrderKey]:
 
 @dataclass
 class Packed:
-    """Fast's grid as placements: what an improver (policy_lns) starts from."""
+    """Fast's grid as placements: what an improver (full_search) starts from."""
 
     base: Board  # the pinned jobs and the realtime apps only
     board: Board  # base plus the batch-like jobs placed

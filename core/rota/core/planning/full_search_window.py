@@ -1,4 +1,4 @@
-"""One window of the large-neighbourhood search (policy_lns): the sub-problem, what an
+"""One window of the large-neighbourhood search (full_search): the sub-problem, what an
 answer to it earns, and the greedy re-fill tried on it before CP-SAT (policy_full) is.
 
 A window is a block of aligned GPU rows x the whole horizon. What stays in it (pinned

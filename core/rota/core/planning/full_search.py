@@ -12,7 +12,7 @@ keeps fast's grid and re-solves small pieces of it, one at a time:
 3. that sub-problem - everything outside the window, the pinned jobs and the realtime
    apps fixed - is re-solved, and the answer kept only if it earns more.
 
-Each window is first re-filled greedily (lns_window.recreate: fast's own block search on
+Each window is first re-filled greedily (full_search_window.recreate: fast's own block search on
 the window, in a few seeded orders; thousands per second), and once no window gains that way,
 solved exactly by the `solve` callback (CP-SAT, in policy_full, hinted with the current
 placement) for what the greedy orders miss; an exact gain makes every window worth a
@@ -30,8 +30,8 @@ import time
 from dataclasses import replace
 
 from rota.core.planning.constraints import StartMasks
+from rota.core.planning.full_search_window import Solve, Window, WindowJob, recreate, value
 from rota.core.planning.grid import Board
-from rota.core.planning.lns_window import Solve, Window, WindowJob, recreate, value
 from rota.core.planning.policy_fast import Packed
 from rota.core.planning.scenario import BatchJob, Scenario
 

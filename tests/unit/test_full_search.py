@@ -1,4 +1,4 @@
-"""The window search `full` runs past a few nodes (rota.core.planning.policy_lns): a legal
+"""The window search `full` runs past a few nodes (rota.core.planning.full_search): a legal
 grid never below fast's, the same one again for a seed, and windows that keep their word."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from rota.bench.allocator_scale import synthetic
-from rota.core.planning import lns_window, policy_fast, policy_full, policy_lns
+from rota.core.planning import full_search, full_search_window, policy_fast, policy_full
 from rota.core.planning.constraints import StartMasks
 from rota.core.planning.legality import violations
 from rota.core.planning.metrics import measure
@@ -57,9 +57,9 @@ def test_lns_finds_what_fast_leaves_on_the_table() -> None:
     assert got > fast and float(plan.stats["lns_gain"]) == pytest.approx(got - fast, abs=1e-2)
 
 
-def search(s: Scenario) -> policy_lns.Search:
+def search(s: Scenario) -> full_search.Search:
     masks = StartMasks(s)
-    return policy_lns.Search(s, policy_fast.pack(s, masks), masks, seed=0)
+    return full_search.Search(s, policy_fast.pack(s, masks), masks, seed=0)
 
 
 def test_a_window_answer_that_earns_less_changes_nothing() -> None:
@@ -93,7 +93,7 @@ def test_movers_that_move_leave_their_old_block_and_the_others_keep_theirs() -> 
     # (late) and leave the other movers offered where they are.
     state = search(synthetic(256, 150))
     win = state.sub_problem(128, 32)
-    answer = lns_window.recreate(win, state.rng)
+    answer = full_search_window.recreate(win, state.rng)
     assert answer is not None
     movers = {j.id: state.placed[j.id] for j in win.jobs if j.stay}
     moved = {i for i in movers if i in answer}
