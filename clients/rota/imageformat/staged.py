@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rota.runtime import mapping
+from rota.imageformat import mapping
 
 ENV_ZERO_COPY = "ROTA_ZERO_COPY"  # 0: a restore copies every tensor out of the chunk files (as before)
 ALIGN = 4096
@@ -270,7 +270,7 @@ def load(folder: Path, rank: int) -> tuple[dict[str, Any], dict[str, Any]]:
     A rank's bytes come from its blob in `folder` or, when its index names them
     ("sources": per segment, [path, length] of each chunk), straight from the chunk
     store's files: the agent then copies nothing, and neither does this (zero-copy,
-    `rota.runtime.mapping`): each segment's chunk files are mapped in place, privately,
+    `rota.imageformat.mapping`): each segment's chunk files are mapped in place, privately,
     into one span, and its tensors are views of it; the job's load_state_dict copies its
     parameters once, into its own, and an optimizer keeps its moments as they are mapped
     (pages of the page cache until its first step writes them). A blob (a remote store's
