@@ -448,7 +448,7 @@ class Client:
     def plan_scenario(
         self, *, scenario: dict[str, Any], policy: str = "fast", time_limit: timedelta = timedelta(seconds=2)
     ) -> ScenarioPlan:
-        """Plans a SPEC §3 scenario with a policy (fifo, fast, full) without touching the cluster."""
+        """Plans a docs/design.md §3 scenario with a policy (fifo, fast, full) without touching the cluster."""
         from rota.client.plan import ScenarioPlan
         from rota.v1 import allocator_pb2
 

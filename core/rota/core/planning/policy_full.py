@@ -1,4 +1,4 @@
-"""The full policy: SPEC §3's five constraints and objective in OR-Tools CP-SAT.
+"""The full policy: docs/design.md §3's five constraints and objective in OR-Tools CP-SAT.
 
 This is the only module that imports ortools. `plan` improves fast's grid in two ways:
 
@@ -6,7 +6,7 @@ This is the only module that imports ortools. `plan` improves fast's grid in two
   a time, everything else fixed; its exact step is `solve_window` here, a small model of
   a box per job (rows x steps) in one no-overlap-2d;
 - on a few nodes (up to WHOLE_MODEL_GPUS) the whole scenario is then solved in one model,
-  hinted with the search's grid: the interval model SPEC §9 measured to work on these
+  hinted with the search's grid: the interval model docs/design.md §9 measured to work on these
   machines (a boolean per GPU x job x step found nothing in 10 s at 64 GPUs):
   - each waiting batch-like job has a presence literal, a start, and an in-horizon length
     min(duration, H - start); one optional interval per aligned block it may take (its
@@ -15,7 +15,7 @@ This is the only module that imports ortools. `plan` improves fast's grid in two
     count per step bounded by max_swap, and an unmet count per step;
   - every GPU carries a no-overlap over the intervals that touch it (pinned jobs fixed).
   Its value is linear in a literal per step the job runs. It runs under a short time
-  limit with probing off (SPEC §9: otherwise a complete hint is not even taken in time),
+  limit with probing off (docs/design.md §9: otherwise a complete hint is not even taken in time),
   and its grid is returned only when it scores better than the hint. Past 16 GPUs it ends
   where it was hinted, so it is not run there.
 """
