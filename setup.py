@@ -1,4 +1,4 @@
-"""Maps the one `rota` import namespace over the source roots (protos, core, services, clients, bench).
+"""Maps the one `rota` import namespace over the source roots (protos, core, services, clients, jobkit, bench).
 
 setuptools' `packages.find` cannot merge one namespace from several roots, so each
 sub-package is mapped to its own folder here; pyproject.toml holds everything else.
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from setuptools import setup
 
-ROOTS = ("protos", "core", "services", "clients", "bench")
+ROOTS = ("protos", "core", "services", "clients", "jobkit", "bench")
 
 
 def _packages() -> tuple[list[str], dict[str, str]]:

@@ -1,8 +1,8 @@
 """An agentic batch on the paged-KV engine, with CONCUR admission control inside the job.
 
-The job runs `rota.inference`'s engine (a small transformer, paged KV cache, prefix
+The job runs `rota.jobkit.inference`'s engine (a small transformer, paged KV cache, prefix
 caching, LRU eviction, recompute by real prefill) behind a real HTTP ``/metrics`` page
-under vLLM's names, and the CONCUR controller (`rota.core.admission`) scraping that page
+under vLLM's names, and the CONCUR controller (`rota.jobkit.inference.kv_window`) scraping that page
 each control interval. It reports the window, cache usage, prefix hit rate, recompute
 ratio and agents done with ``rota.runtime.report``, so they show in ``rota job ID`` and
 ``rota watch`` and reach the forecaster. An agent framework outside the job can use the
@@ -33,12 +33,12 @@ from typing import Any
 import torch
 
 import rota.runtime
-from rota.core.admission import AdmissionController, ControllerConfig, Decision
-from rota.inference.admission import ScrapedAdmission, admission_routes
-from rota.inference.agents import Workload, engine_for, run_workload
-from rota.inference.engine import Engine
-from rota.inference.metrics_http import MetricsServer
-from rota.inference.scrape import scrape
+from rota.jobkit.inference.admission import ScrapedAdmission, admission_routes
+from rota.jobkit.inference.agents import Workload, engine_for, run_workload
+from rota.jobkit.inference.engine import Engine
+from rota.jobkit.inference.kv_window import AdmissionController, ControllerConfig, Decision
+from rota.jobkit.inference.metrics_http import MetricsServer
+from rota.jobkit.inference.scrape import scrape
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -1,7 +1,7 @@
 """A tensor-parallel MLP step that opts into Rota's overlap planner (gloo, on the CPU).
 
 Each rank holds a column shard of ``w1`` and a row shard of ``w2`` (Megatron style); the step
-ends in an all-reduce. ``rota.overlap.runtime.apply_overlap`` captures the step, measures
+ends in an all-reduce. ``rota.jobkit.overlap.runtime.apply_overlap`` captures the step, measures
 this machine, and runs it tiled, reordered and bucketed when the simulator predicts that
 faster within the memory budget (else untransformed); rank 0 reports the plan with every
 progress line, so ``rota job ID`` shows ``overlap_k``, ``overlap_buckets``,
@@ -27,8 +27,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rota.overlap.blocks import BlockSize, make_block
-from rota.overlap.runtime import apply_overlap
+from rota.jobkit.overlap.blocks import BlockSize, make_block
+from rota.jobkit.overlap.runtime import apply_overlap
 
 
 def run_rank(rank: int, world: int, steps: int, size: BlockSize) -> None:

@@ -4,7 +4,7 @@
 
 Two stage processes (ranks 0 and 1, one core each with --cores) train an MLP split in half
 with ``torch.distributed.pipelining`` (``PipelineStage`` + ``ScheduleGPipe``). Each stage
-takes its own timestamps at its compute edges (``rota.tuning.bubbles``); stage 0 reports
+takes its own timestamps at its compute edges (``rota.jobkit.tuning.bubbles``); stage 0 reports
 every step through ``rota.runtime.report`` (step time, bubble time, its bubble windows in
 ms from the step's start) and, with --timeline, writes all its windows to a JSON file at the
 end. With --squeeze-pid, stage 0 lets that process run only inside its bubbles (SIGCONT at
@@ -32,7 +32,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
 import rota.runtime
-from rota.tuning.bubbles import BubbleClock, EdgeMarker
+from rota.jobkit.tuning.bubbles import BubbleClock, EdgeMarker
 
 
 def _half(width: int, layers: int, seed: int) -> nn.Sequential:

@@ -22,9 +22,9 @@ import warnings
 import torch
 
 import rota.runtime
-from rota.tuning.fused import FusedTrials, TrialHparams
-from rota.tuning.lm import TinyLM, stdlib_batches
-from rota.tuning.scaling import scale_width
+from rota.jobkit.tuning.fused import FusedTrials, TrialHparams
+from rota.jobkit.tuning.lm import TinyLM, stdlib_batches
+from rota.jobkit.tuning.scaling import scale_width
 
 
 def main(argv: list[str] | None = None) -> int:

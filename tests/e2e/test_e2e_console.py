@@ -178,10 +178,10 @@ def test_a_tenant_sees_only_its_own_jobs_and_the_owner_cancels(
 def test_an_array_has_a_page_with_its_tasks_by_state_and_why_they_wait(
     cluster: RunningCluster, console: str, tokens: dict[str, str], browser: Any
 ) -> None:
-    from rota.client import spec_from_mapping
+    from rota.client import job_spec_from_mapping
 
-    spec = spec_from_mapping({"name": "console-array", "tenant": "demo", "kind": "training", "gpus": 1,
-                              "command": LONG, "duration": "120s"}, base_dir=REPO)
+    spec = job_spec_from_mapping({"name": "console-array", "tenant": "demo", "kind": "training", "gpus": 1,
+                                  "command": LONG, "duration": "120s"}, base_dir=REPO)
     with cluster.client() as client:
         array = client.submit_array(spec=spec, indices="0-2%1")
     cluster.wait_job(array.job_ids[1], ("PENDING",), timeout_s=60, reason="at most 1 at once")

@@ -19,6 +19,7 @@ import grpc
 import pytest
 import torch
 
+from rota import imageformat
 from rota.agent.checkpoints import FAILED, RESTORE_REQUEST, AgentCheckpoints, ImageRecord
 from rota.agent.processes import LocalJob, ProcessTable
 from rota.agent.streaming import StagedStreams
@@ -26,7 +27,7 @@ from rota.bench.agent_server import AgentServer
 from rota.cli.localcluster import free_port
 from rota.imagestore.images import write_staged
 from rota.imagestore.settings import CheckpointSettings
-from rota.runtime import control, imagefmt
+from rota.runtime import control
 from rota.v1 import agent_pb2, agent_pb2_grpc
 
 TOKEN = "admin-" + secrets.token_hex(8)
@@ -62,7 +63,7 @@ class Pair:
         for rank in range(2):
             gen = torch.Generator().manual_seed(step * 10 + rank)
             models[rank] = torch.randn(numel, generator=gen)
-            imagefmt.stage(folder, rank, 2, step, {"object:model": models[rank], "rng": torch.full((4,), float(rank))})
+            imageformat.stage(folder, rank, 2, step, {"object:model": models[rank], "rng": torch.full((4,), float(rank))})
         record = ImageRecord(image_id=image_id, job_id="job-1", staging=str(folder), ranks=2, step=step, pause=True,
                              logical_bytes=0, copy_s=0.0, pause_s=0.0)
         self.source._save(record)
@@ -89,7 +90,7 @@ def pair(tmp_path: Path) -> Iterator[Pair]:
 
 def loaded(folder: Path, rank: int) -> torch.Tensor:
     assert (folder / control.READY).exists(), (folder / control.FAILED).read_text() if (folder / control.FAILED).exists() else ""
-    _, state = imagefmt.load(folder, rank)
+    _, state = imageformat.load(folder, rank)
     return state["object:model"]
 
 
@@ -97,10 +98,10 @@ def test_a_target_streams_the_staged_copy_byte_for_byte_while_the_write_has_not_
     record, models = pair.stage("img-1", step=30)
     folder = pair.restore("img-1")
     for rank in range(2):
-        assert imagefmt.blob_path(folder, rank).read_bytes() == imagefmt.blob_path(Path(record.staging), rank).read_bytes()
+        assert imageformat.blob_path(folder, rank).read_bytes() == imageformat.blob_path(Path(record.staging), rank).read_bytes()
         assert torch.equal(loaded(folder, rank), models[rank])
-        assert imagefmt.read_index(folder, rank)["step"] == 30
-    assert "sources" not in imagefmt.read_index(folder, 0)  # streamed, not the store's chunk files
+        assert imageformat.read_index(folder, rank)["step"] == 30
+    assert "sources" not in imageformat.read_index(folder, 0)  # streamed, not the store's chunk files
     with pytest.raises(FileNotFoundError):
         pair.source.store.get_manifest("img-1")  # nothing of it was written: it all came over the wire
 
@@ -114,13 +115,13 @@ def test_pieces_the_store_holds_come_from_the_store_and_the_rest_over_the_wire(p
     folder = pair.root / "skip"
     result = streams.fetch(pair.agent.address, "img-2", folder, pair.target.store)
     streams.close()
-    blob0 = imagefmt.blob_path(Path(record.staging), 0).stat().st_size
-    blob1 = imagefmt.blob_path(Path(record.staging), 1).stat().st_size
+    blob0 = imageformat.blob_path(Path(record.staging), 0).stat().st_size
+    blob1 = imageformat.blob_path(Path(record.staging), 1).stat().st_size
     assert 0.9 * blob0 < result.store_bytes <= blob0
     assert result.wire_bytes + result.store_bytes == sum(p.stat().st_size for p in Path(record.staging).iterdir())
     assert result.wire_bytes >= blob1
     for rank in range(2):
-        assert imagefmt.blob_path(folder, rank).read_bytes() == imagefmt.blob_path(Path(record.staging), rank).read_bytes()
+        assert imageformat.blob_path(folder, rank).read_bytes() == imageformat.blob_path(Path(record.staging), rank).read_bytes()
 
 
 def test_a_failed_write_makes_a_waiting_target_restore_the_last_good_image(pair: Pair) -> None:
@@ -129,7 +130,7 @@ def test_a_failed_write_makes_a_waiting_target_restore_the_last_good_image(pair:
     record, _ = pair.stage("img-new", step=20)
     pair.source._finish(record, FAILED, error="OSError: the store's disk is full")
     folder = pair.restore("img-new", fallback="img-old")
-    assert imagefmt.read_index(folder, 0)["step"] == 10
+    assert imageformat.read_index(folder, 0)["step"] == 10
     assert torch.equal(loaded(folder, 1), old_models[1])
 
 
@@ -168,7 +169,7 @@ def test_a_write_that_ended_sends_the_target_to_the_store(pair: Pair) -> None:
     pair.source._write(record)  # written and the staged copy dropped before the target asked
     assert not Path(record.staging).exists()
     folder = pair.restore("img-4")
-    assert "sources" in imagefmt.read_index(folder, 0)  # mapped from the store's chunk files
+    assert "sources" in imageformat.read_index(folder, 0)  # mapped from the store's chunk files
     assert torch.equal(loaded(folder, 1), models[1])
 
 

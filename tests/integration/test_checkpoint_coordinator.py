@@ -18,6 +18,7 @@ import pytest
 import torch
 from sqlalchemy import select, update
 
+from rota import imageformat
 from rota.allocator import repository as alloc
 from rota.allocator.loop import SchedulingLoop
 from rota.api import repository as api
@@ -36,7 +37,6 @@ from rota.core.planning.liveplan import Start
 from rota.imagestore.chunks import FileChunkStore
 from rota.imagestore.images import chunk_digests, digest_of, materialize, write_staged
 from rota.imagestore.settings import CheckpointSettings
-from rota.runtime import imagefmt
 from rota.v1 import agent_pb2
 
 
@@ -61,7 +61,7 @@ class ScriptedAgent:
         state = {"object:model": torch.randn(200_000, generator=gen), "rng": torch.randn(10, generator=gen)}
         folder = self.work / image_id
         for rank in range(2):  # replicated model, per-rank RNG
-            imagefmt.stage(folder, rank, 2, self.step, {**state, "rng": torch.full((10,), float(rank))})
+            imageformat.stage(folder, rank, 2, self.step, {**state, "rng": torch.full((10,), float(rank))})
         written = write_staged(self.store, folder, 2, 64 * 1024)
         self.store.put_manifest(image_id, b"{}")
         status = agent_pb2.AgentImageStatusResponse(

@@ -15,6 +15,7 @@ import pytest
 import torch
 from sqlalchemy import select
 
+from rota import imageformat
 from rota.allocator import repository as alloc
 from rota.allocator.loop import SchedulingLoop
 from rota.api import repository as api
@@ -31,7 +32,6 @@ from rota.core.planning.liveplan import Start
 from rota.imagestore.chunks import FileChunkStore
 from rota.imagestore.images import join_parts, materialize, write_staged
 from rota.imagestore.settings import CheckpointSettings
-from rota.runtime import imagefmt
 from rota.v1 import agent_pb2
 
 WORLD = 4  # 2 nodes x 2 ranks
@@ -56,7 +56,7 @@ class GangAgents:
         ranks = list(request.local_ranks)
         folder = self.work / address.replace(":", "_") / request.image_id
         for rank in ranks:  # replicated model, per-rank RNG
-            imagefmt.stage(folder, rank, WORLD, 30, {"object:model": self.model, "rng": torch.full((4,), float(rank))},
+            imageformat.stage(folder, rank, WORLD, 30, {"object:model": self.model, "rng": torch.full((4,), float(rank))},
                            frozenset({"object:model"}))
         written = write_staged(self.store, folder, ranks, 64 * 1024)
         self.images[(address, request.image_id)] = agent_pb2.AgentImageStatusResponse(
@@ -137,7 +137,7 @@ def test_a_gang_pauses_as_one_image_of_every_rank_and_resumes_from_it(db: Databa
     assert [r["rank"] for r in manifest["ranks"]] == [0, 1, 2, 3]
     materialize(agents.store, manifest, tmp_path / "restore")
     for rank in range(WORLD):
-        _index, state = imagefmt.load(tmp_path / "restore", rank)
+        _index, state = imageformat.load(tmp_path / "restore", rank)
         assert torch.equal(state["object:model"], agents.model) and float(state["rng"][0]) == rank
     # 4. Resumed: PENDING, and every node of its next placement restores from that image.
     resumed, placed = asyncio.run(settled(c, c.resume(job_id)))

@@ -139,6 +139,21 @@ def test_sdk_and_runtime_import_without_torch(client_venv: ClientVenv) -> None:
     assert str(client_venv.root) in done.stdout, "imported from the new virtualenv, not the checkout"
 
 
+
+def test_the_image_format_and_the_job_kit_come_with_the_client(client_venv: ClientVenv) -> None:
+    # rota.imageformat (the runtime's checkpoints) and rota.jobkit (libraries jobs import) are
+    # client packages: installed by `pip install .`, importable without torch or a server library
+    # (the kit's engines load torch only when a job runs them; its KV-cache window is pure).
+    done = client_venv.python(
+        "import sys, rota.imageformat, rota.jobkit, rota.jobkit.inference.kv_window as w\n"
+        "assert w.AdmissionController(w.ControllerConfig()).window >= 1\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'numpy', 'sqlalchemy', 'matplotlib'})\n"
+        "assert not loaded, loaded\n"
+        "print(rota.imageformat.__file__)\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert str(client_venv.root) in done.stdout, "imported from the new virtualenv, not the checkout"
+
 def test_cli_help_lists_the_commands(client_venv: ClientVenv) -> None:
     done = client_venv.rota("--help")
     assert done.returncode == 0, done.stderr

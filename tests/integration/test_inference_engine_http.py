@@ -13,14 +13,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rota.core.admission import AdmissionController, ControllerConfig, Decision
-from rota.inference.admission import ScrapedAdmission, admission_routes
-from rota.inference.agents import Workload, run_workload
-from rota.inference.clock import FittedClock
-from rota.inference.engine import Engine, EngineConfig
-from rota.inference.metrics_http import MetricsServer
-from rota.inference.model import ModelConfig
-from rota.inference.scrape import parse_text, scrape
+from rota.bench.fitted_clock import FittedClock
+from rota.jobkit.inference.admission import ScrapedAdmission, admission_routes
+from rota.jobkit.inference.agents import Workload, run_workload
+from rota.jobkit.inference.engine import Engine, EngineConfig
+from rota.jobkit.inference.kv_window import AdmissionController, ControllerConfig, Decision
+from rota.jobkit.inference.metrics_http import MetricsServer
+from rota.jobkit.inference.model import ModelConfig
+from rota.jobkit.inference.scrape import parse_text, scrape
 
 SMALL = ModelConfig(d_model=64, heads=4, kv_heads=2, ffn=128, layers=1, seed=3)
 
@@ -153,7 +153,7 @@ def test_the_sdk_admits_and_releases_an_outside_agent_over_the_job_s_endpoint() 
     from datetime import timedelta
 
     from rota.client import AdmissionEndpoint, FailedPreconditionError, InvalidArgumentError
-    from rota.client.admission import endpoint_of
+    from rota.client.kv_window import endpoint_of
 
     engine = Engine(EngineConfig(cache_blocks=64, model=SMALL))
     server = MetricsServer(engine.snapshot)

@@ -1,4 +1,4 @@
-"""LedgerService over real gRPC and PostgreSQL: the SPEC §4 numbers through the SDK and the
+"""LedgerService over real gRPC and PostgreSQL: the docs/design.md §4 numbers through the SDK and the
 CLI, who sees what, and the errors. The server is the real servicer behind the real
 interceptor (tokens, error mapping); the SDK talks to it directly, as it would through
 the api's forwarding.

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch.multiprocessing as mp
 
-from rota.overlap.blocks import BLOCK_NAMES, BlockSize
-from rota.overlap.check import check_rank, free_port
-from rota.overlap.runtime import ENV_OVERLAP, overlap_enabled
+from rota.jobkit.overlap.blocks import BLOCK_NAMES, BlockSize
+from rota.jobkit.overlap.check import check_rank, free_port
+from rota.jobkit.overlap.runtime import ENV_OVERLAP, overlap_enabled
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = BlockSize(batch=4, seq=8, model=16, hidden=32, heads=4)

@@ -15,9 +15,9 @@ import pytest
 from cryptography import x509
 from grpc_health.v1 import health_pb2
 
+from rota.bench.tls_probe import health_only_server
 from rota.cli.certs import issue, make_ca
 from rota.cli.main import HANDLERS, build_parser
-from rota.cli.tls_probe import health_only_server
 from rota.common.tls import TLSFiles
 
 PROBE_TIMEOUT_S = 30

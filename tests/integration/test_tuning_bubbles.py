@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rota.tuning.bubbles import BubbleClock, task_cpu_ns
+from rota.jobkit.tuning.bubbles import BubbleClock, task_cpu_ns
 
 
 class FakeTime:

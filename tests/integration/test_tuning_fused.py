@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from rota.tuning.fused import FusedTrials, TrialHparams, fusion_count, profile_footprint
-from rota.tuning.lm import TinyLM, stdlib_batches
-from rota.tuning.scaling import ScaledModel, scale_width
+from rota.jobkit.tuning.fused import FusedTrials, TrialHparams, fusion_count, profile_footprint
+from rota.jobkit.tuning.lm import TinyLM, stdlib_batches
+from rota.jobkit.tuning.scaling import ScaledModel, scale_width
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")  # tests/conftest.py
 

@@ -9,12 +9,12 @@ import optuna
 import pytest
 import yaml
 
-from rota.tuning.cli import main
-from rota.tuning.space import parse_spec
-from rota.tuning.study import run_study, summarise
+from rota.jobkit.tuning.cli import main
+from rota.jobkit.tuning.space import parse_spec
+from rota.jobkit.tuning.study import run_study, summarise
 
 FACTORY = '''
-from rota.tuning.lm import TinyLM
+from rota.jobkit.tuning.lm import TinyLM
 
 
 def flaky_lm(crash: bool = False, width: int = 32):
@@ -34,7 +34,7 @@ def job_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("ROTA_TUNE_STORAGE", raising=False)
     doc = {
         "name": "tiny", "kind": "tune", "factory": "flaky_factory:flaky_lm",
-        "data": "rota.tuning.lm:stdlib_batches", "data_args": {"batch": 4, "context": 16, "max_bytes": 100_000},
+        "data": "rota.jobkit.tuning.lm:stdlib_batches", "data_args": {"batch": 4, "context": 16, "max_bytes": 100_000},
         "space": {"lr": {"distribution": "float", "low": 1e-3, "high": 3e-2, "log": True},
                   "crash": {"distribution": "categorical", "choices": [False, True]}},
         "budget": {"trials": 6, "steps": 8, "report_every": 4}, "scale": 2, "fusion": 3,
@@ -81,7 +81,7 @@ def test_cli_runs_a_study_and_status_shows_it(job_file: Path, tmp_path: Path, ca
 
 def test_cli_refuses_bad_input_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: x\nfactory: rota.tuning.lm:tiny_lm\ndata: rota.tuning.lm:stdlib_batches\n"
+    bad.write_text("name: x\nfactory: rota.jobkit.tuning.lm:tiny_lm\ndata: rota.jobkit.tuning.lm:stdlib_batches\n"
                    "space: {lr: {distribution: float, low: 1, high: 0.1}}\nbudget: {trials: 2, steps: 2}\n", encoding="utf-8")
     assert main([str(bad), "--results", str(tmp_path)]) == 2
     assert "space.lr: low must be below high" in capsys.readouterr().err

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rota.core.admission import AdmissionController, CacheSample, ControllerConfig
+from rota.jobkit.inference.kv_window import AdmissionController, CacheSample, ControllerConfig
 
 
 def healthy(queries: float, hits: float, usage: float = 0.5, **more: float) -> CacheSample:

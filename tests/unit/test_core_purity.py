@@ -39,3 +39,16 @@ def test_the_sdk_and_the_runtime_load_no_torch_and_no_server_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_kv_cache_window_stays_pure_outside_the_core() -> None:
+    # CONCUR's window left rota.core for the job kit (it runs inside jobs, beside the engine) but is
+    # still plain logic: it loads no torch, no numpy, no I/O library and no other rota module.
+    code = (
+        "import sys, rota.jobkit.inference.kv_window\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'numpy', 'grpc', 'sqlalchemy', 'redis'}))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('rota.') and m != 'rota.jobkit.inference.kv_window'"
+        " and m not in ('rota.jobkit', 'rota.jobkit.inference')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines() == ["[]", "[]"]

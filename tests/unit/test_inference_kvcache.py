@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rota.inference.kvcache import BLOCK_SIZE, BlockPool, chain_hashes
+from rota.jobkit.inference.kvcache import BLOCK_SIZE, BlockPool, chain_hashes
 
 
 def filled(pool: BlockPool, tokens: list[int]) -> list[int]:

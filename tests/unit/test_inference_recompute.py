@@ -9,8 +9,8 @@ import random
 import pytest
 import torch
 
-from rota.inference.engine import Engine, EngineConfig, Finished
-from rota.inference.model import ModelConfig
+from rota.jobkit.inference.engine import Engine, EngineConfig, Finished
+from rota.jobkit.inference.model import ModelConfig
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")  # tests/conftest.py
 

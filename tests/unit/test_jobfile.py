@@ -1,4 +1,4 @@
-"""Job files (SPEC §2) to JobSpec protos: durations, field types, and the example files."""
+"""Job files (docs/design.md §2) to JobSpec protos: durations, field types, and the example files."""
 
 from __future__ import annotations
 

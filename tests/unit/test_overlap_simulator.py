@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from rota.overlap.simulator import (
+from rota.jobkit.overlap.simulator import (
     CommModel,
     SimOp,
     SimResult,
@@ -172,13 +172,13 @@ def test_apply_buckets_refuses_incompatible_or_dependent_collectives() -> None:
     ids=["10% faster", "3.5% faster: past the margin", "2% faster: within noise", "as fast", "slower"],
 )
 def test_a_plan_is_kept_only_when_it_measures_the_margin_faster(plan_ms: float, untransformed_ms: float, kept: bool) -> None:
-    from rota.overlap.planner import measured_faster
+    from rota.jobkit.overlap.planner import measured_faster
 
     assert measured_faster(plan_ms / 1e3, untransformed_ms / 1e3) is kept
 
 
 def test_alpha_and_beta_fit_every_size_to_the_same_share() -> None:
-    from rota.overlap.calibrate import fit_alpha_beta
+    from rota.jobkit.overlap.calibrate import fit_alpha_beta
 
     sizes = [16 << 10, 256 << 10, 1 << 20, 4 << 20]
     alpha, beta = 100e-6, 1e-9

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from rota.tuning.lm import TinyLM
-from rota.tuning.scaling import READOUT_MULT, scale_width
+from rota.jobkit.tuning.lm import TinyLM
+from rota.jobkit.tuning.scaling import READOUT_MULT, scale_width
 
 
 def _model() -> TinyLM:

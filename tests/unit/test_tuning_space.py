@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import yaml
 
-from rota.tuning.space import parse_spec
+from rota.jobkit.tuning.space import parse_spec
 
 
 def _doc(**changes: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {
-        "name": "lm", "factory": "rota.tuning.lm:tiny_lm", "data": "rota.tuning.lm:stdlib_batches",
+        "name": "lm", "factory": "rota.jobkit.tuning.lm:tiny_lm", "data": "rota.jobkit.tuning.lm:stdlib_batches",
         "space": {"lr": {"distribution": "float", "low": 1e-4, "high": 1e-1, "log": True},
                   "heads": {"distribution": "categorical", "choices": [2, 4]},
                   "layers": {"distribution": "int", "low": 1, "high": 3}},
@@ -43,9 +43,9 @@ def test_a_good_file_parses_with_defaults() -> None:
     ({"budget": {"trials": 0, "steps": 10}}, r"^budget\.trials: must be a positive integer"),
     ({"budget": {"trials": 4, "steps": -1}}, r"^budget\.steps: must be a positive integer"),
     ({"budget": {"trials": 4, "steps": 10, "hours": 2}}, r"^budget\.hours: unknown field"),
-    ({"factory": "rota.tuning.no_such_module:make"}, r"^factory: cannot import module 'rota\.tuning\.no_such_module'"),
-    ({"factory": "rota.tuning.lm:no_such_factory"}, r"^factory: module 'rota\.tuning\.lm' has no attribute"),
-    ({"factory": "rota.tuning.lm:VOCAB"}, r"^factory: 'rota\.tuning\.lm:VOCAB' is not callable"),
+    ({"factory": "rota.jobkit.tuning.no_such_module:make"}, r"^factory: cannot import module 'rota\.jobkit\.tuning\.no_such_module'"),
+    ({"factory": "rota.jobkit.tuning.lm:no_such_factory"}, r"^factory: module 'rota\.jobkit\.tuning\.lm' has no attribute"),
+    ({"factory": "rota.jobkit.tuning.lm:VOCAB"}, r"^factory: 'rota\.jobkit\.tuning\.lm:VOCAB' is not callable"),
     ({"data": 3}, r"^data: must name an importable callable"),
     ({"pruner": {"type": "random"}}, r"^pruner\.type: unknown pruner 'random'"),
     ({"objective": {"direction": "sideways"}}, r"^objective\.direction"),

@@ -4,7 +4,7 @@
     rota bench allocator --scale [--json]   (rota.bench.allocator_scale: 8 to 8,192 GPUs)
     python -m rota.bench.allocator ...   (the same, without the CLI)
 
-The JSON is SPEC §3's shape; every figure in it can be recomputed from its `grid`. The
+The JSON is docs/design.md §3's shape; every figure in it can be recomputed from its `grid`. The
 table shows each policy's figures and the uplift over FIFO measured in the same run.
 """
 
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="rota bench allocator", description="Compare allocator policies with FIFO.")
     ap.add_argument("--scenario", nargs="+", default=[], metavar="FILE")
     ap.add_argument("--policy", default="fifo,fast,full", help="comma-separated: fifo,fast,full")
-    ap.add_argument("--json", action="store_true", help="print SPEC §3's JSON instead of the table")
+    ap.add_argument("--json", action="store_true", help="print docs/design.md §3's JSON instead of the table")
     ap.add_argument("--render", metavar="DIR", type=Path, help="write a PNG (and a text) picture of each scenario's grids")
     ap.add_argument("--repeat", type=int, default=9, help="runs per policy (runtime is the median)")
     ap.add_argument("--full-repeat", type=int, default=3, help="runs of the CP-SAT policy")

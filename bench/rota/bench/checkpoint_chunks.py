@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rota import imageformat
 from rota.imagestore.chunks import MIB, FileChunkStore
 from rota.imagestore.images import link, write_staged
 from rota.imagestore.settings import default_staging_root
-from rota.runtime import imagefmt
 
 STATE_MB = 256
 TENSOR_MB = 64
@@ -50,7 +50,7 @@ def measure(work: Path) -> list[dict[str, Any]]:
         for folder, touched in ((first, False), (second, True)):
             state = _state(7, touched)
             for rank in range(2):
-                imagefmt.stage(folder, rank, 2, 1, state)
+                imageformat.stage(folder, rank, 2, 1, state)
         rows = []
         for size_mb in SIZES_MB:
             writes, restores = [], []
@@ -60,7 +60,7 @@ def measure(work: Path) -> list[dict[str, Any]]:
                 again = write_staged(store, second, 2, int(size_mb * MIB))
                 started = time.perf_counter()
                 link(store, written.manifest, work / f"restore-{size_mb:g}")
-                imagefmt.load(work / f"restore-{size_mb:g}", 0)  # the restore path: read in place
+                imageformat.load(work / f"restore-{size_mb:g}", 0)  # the restore path: read in place
                 restores.append(written.logical_bytes / 2 / (time.perf_counter() - started) / 1e9)
                 writes.append(written.logical_bytes / written.seconds / 1e9)
                 shutil.rmtree(work / f"store-{size_mb:g}", ignore_errors=True)

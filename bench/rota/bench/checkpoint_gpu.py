@@ -5,7 +5,7 @@ start: the state's way out of and back into device memory is all that is timed).
     rota bench checkpoint --gpu [--sizes 500,2048] [--repeats 5] [--device cuda] [--json]
 
 Per size (parameters plus Adam's two moments, float32, on the device):
-- pause_copy_s: rota.runtime's copy at a safe point (`imagefmt.stage`: device to host
+- pause_copy_s: rota.runtime's copy at a safe point (`imageformat.stage`: device to host
   through a pinned buffer reused between pauses, into a tmpfs file) ;
 - durable_s: that copy plus its write into an empty chunk store (hash + write);
 - restore_s: the image read in place from the store's chunk files (zero-copy) and copied
@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rota import imageformat
 from rota.imagestore.chunks import MIB, FileChunkStore
 from rota.imagestore.images import link, write_staged
 from rota.imagestore.settings import default_staging_root
-from rota.runtime import imagefmt
 
 TENSOR_MB = 64
 
@@ -78,13 +78,13 @@ def measure(state_mb: float, repeats: int, device: str, work: Path) -> dict[str,
             folder, store = staging / f"stage-{r}", FileChunkStore(work / f"store-{r}", fsync=False)
             _sync(device)
             began = time.perf_counter()
-            imagefmt.stage(folder, 0, 1, r, state)
+            imageformat.stage(folder, 0, 1, r, state)
             times["pause_copy_s"].append(time.perf_counter() - began)
             written = write_staged(store, folder, 1)
             times["durable_s"].append(time.perf_counter() - began)
             began = time.perf_counter()
             assert link(store, written.manifest, work / f"restore-{r}")
-            _, loaded = imagefmt.load(work / f"restore-{r}", 0)
+            _, loaded = imageformat.load(work / f"restore-{r}", 0)
             _into(state, loaded, device)
             times["restore_s"].append(time.perf_counter() - began)
             del loaded

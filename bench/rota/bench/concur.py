@@ -3,14 +3,14 @@
     rota bench concur [--config FILE] [--json] [--render DIR]
     python -m rota.bench.concur ...   (the same, without the CLI)
 
-Each workload runs three arms on the same engine (`rota.inference`: a real paged-KV
+Each workload runs three arms on the same engine (`rota.jobkit.inference`: a real paged-KV
 transformer on the CPU, prefix caching, LRU eviction, recompute by real prefill) and the
 same seeded agents: **admit_all** (every agent active at once), **static_best** (the best
 of a sweep of fixed caps, which needs the hindsight no online system has; admit-all is the
-sweep's largest cap) and **controller** (`rota.core.admission`, reading the engine's
+sweep's largest cap) and **controller** (`rota.jobkit.inference.kv_window`, reading the engine's
 Prometheus text each control interval through the same parser that scrapes a real
 vLLM/SGLang `/metrics`; in-process here, over real HTTP in the tests and the example job).
-Time is the virtual clock of `rota.inference.agents`: tool calls cost their drawn latency;
+Time is the virtual clock of `rota.jobkit.inference.agents`: tool calls cost their drawn latency;
 an engine step costs, by default (`--clock fitted`), what a linear model of its work
 fitted to this machine's measured step times at the start of the run says, so every arm
 pays the same for the same work and the arms' ratios do not wander with the machine's
@@ -37,13 +37,14 @@ from typing import Any
 
 import torch
 
-from rota.core.admission import AdmissionController, CacheSample, ControllerConfig
-from rota.inference.agents import RunResult, Workload, parse_workload, run_workload, static_gate
-from rota.inference.clock import FittedClock, MeasuredClock, StepClock, calibrate
-from rota.inference.engine import Engine
-from rota.inference.metrics_http import render
-from rota.inference.model import ModelConfig
-from rota.inference.scrape import parse_text, sample_from
+from rota.bench.fitted_clock import FittedClock, calibrate
+from rota.jobkit.inference.agents import RunResult, Workload, parse_workload, run_workload, static_gate
+from rota.jobkit.inference.clock import MeasuredClock, StepClock
+from rota.jobkit.inference.engine import Engine
+from rota.jobkit.inference.kv_window import AdmissionController, CacheSample, ControllerConfig
+from rota.jobkit.inference.metrics_http import render
+from rota.jobkit.inference.model import ModelConfig
+from rota.jobkit.inference.scrape import parse_text, sample_from
 
 # Ours, chosen by measurement with this benchmark (CONCUR's constants are not published):
 # the window starts at half the agents (W_INIT_FRACTION) and doubles until the first

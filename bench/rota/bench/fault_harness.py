@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, make_url, text
 
-from rota.cli.netproxy import FaultProxy
+from rota.bench.netproxy import FaultProxy
 from rota.client import Client, Job, JobSpec, UnavailableError, job_spec_from_mapping, load_job_file
 from rota.client.home import ClusterHome, read_info
 from rota.common.db import normalize_url

@@ -42,8 +42,8 @@ import grpc
 import redis
 
 from rota.bench.fault_harness import TENANT, Harness, Watch, job_processes, percentiles, sleep_spec
-from rota.cli.netproxy import FaultProxy
-from rota.cli.tls_probe import tls_cases
+from rota.bench.netproxy import FaultProxy
+from rota.bench.tls_probe import tls_cases
 from rota.client import JobSpec, RotaError
 from rota.client._wire import spec_to_proto  # raw RPCs: replays and refusals the SDK would not send
 from rota.common.bootstrap import TOKEN_CACHE_S

@@ -15,7 +15,7 @@ The trial (4 fused TinyLM trials at S = 8) stamps each finished step into shared
 throughput inside the job's measured window, against its throughput alone on the core, is its
 share. The busy fraction of core 0 inside bubble windows (the CPU's stand-in for SM
 activity) comes from the stage's and the trial's CPU time inside the windows (see
-rota.tuning.bubbles).
+rota.jobkit.tuning.bubbles).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ def _trial_worker(core: int, stamps: Any, count: Any) -> None:
 
     import torch
 
-    from rota.tuning.fused import FusedTrials, TrialHparams
-    from rota.tuning.lm import TinyLM, stdlib_batches
-    from rota.tuning.scaling import scale_width
+    from rota.jobkit.tuning.fused import FusedTrials, TrialHparams
+    from rota.jobkit.tuning.lm import TinyLM, stdlib_batches
+    from rota.jobkit.tuning.scaling import scale_width
 
     warnings.filterwarnings("ignore")
     os.sched_setaffinity(0, {core})

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
-from rota.tuning.fused import FusedTrials, TrialHparams
-from rota.tuning.kendall import kendall_tau
-from rota.tuning.lm import Batches, TinyLM, stdlib_batches
-from rota.tuning.scaling import scale_width
+from rota.bench.kendall import kendall_tau
+from rota.jobkit.tuning.fused import FusedTrials, TrialHparams
+from rota.jobkit.tuning.lm import Batches, TinyLM, stdlib_batches
+from rota.jobkit.tuning.scaling import scale_width
 
 
 @dataclass(frozen=True)

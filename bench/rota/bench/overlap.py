@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from rota.bench.overlap_net import RankNet, can_shape, shaped_link
-from rota.overlap.blocks import BLOCK_NAMES
-from rota.overlap.check import free_port
+from rota.jobkit.overlap.blocks import BLOCK_NAMES
+from rota.jobkit.overlap.check import free_port
 
 __all__ = ["CASE_KEYS", "main"]
 

@@ -21,11 +21,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rota.overlap.blocks import BLOCK_NAMES, BlockSize, make_block
-from rota.overlap.calibrate import calibrate_comm
-from rota.overlap.capture import capture_block, collective_kinds, run_graph
-from rota.overlap.measure import measure_peak_bytes, strip_comm, time_steps
-from rota.overlap.planner import MB, plan_overlap
+from rota.jobkit.overlap.blocks import BLOCK_NAMES, BlockSize, make_block
+from rota.jobkit.overlap.calibrate import calibrate_comm
+from rota.jobkit.overlap.capture import capture_block, collective_kinds, run_graph
+from rota.jobkit.overlap.measure import measure_peak_bytes, strip_comm, time_steps
+from rota.jobkit.overlap.planner import MB, plan_overlap
 
 __all__ = ["main"]
 

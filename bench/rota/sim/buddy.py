@@ -1,4 +1,4 @@
-"""Buddy allocation of GPUs (SPEC §3 constraint 3): a job of n = 2^k GPUs gets a block of n
+"""Buddy allocation of GPUs (docs/design.md §3 constraint 3): a job of n = 2^k GPUs gets a block of n
 consecutive GPU indices aligned to n, so with power-of-two nodes it never straddles a node
 (and a job larger than a node gets whole, adjacent nodes).
 

@@ -1,4 +1,4 @@
-"""Discrete-event simulator of a GPU cluster under one scheduling policy (SPEC §4).
+"""Discrete-event simulator of a GPU cluster under one scheduling policy (docs/design.md §4).
 
 Events are arrivals, finishes, lease expiries and checkpoint completions. After every
 batch of events at one instant the policy runs a round: it orders the candidates

@@ -1,7 +1,7 @@
 """The six policies `rota sim` compares, each as an ordering of one round's candidates.
 
 - fifo: strict arrival order, no preemption; the queue head blocks everyone behind it
-  (SPEC §3's FIFO baseline: start times never decrease along the queue).
+  (docs/design.md §3's FIFO baseline: start times never decrease along the queue).
 - sjf:  shortest job first on oracle durations, no preemption, smaller jobs backfill.
 - las:  Tiresias-style two-dimensional least attained service: jobs sit in queues by
   GPU-seconds received (GPUs × time; thresholds 1, 10, 100, 1000 GPU-hours, Tiresias's

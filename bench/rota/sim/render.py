@@ -14,7 +14,7 @@ Two readings of "F over time":
 - **cumulative**, from the start of the trace to t: what the summary's tenant F is at the
   end of the run, so the lines converge on the table's figures;
 - **sliding 24-hour window**, U and D over (t − 24 h, t]: close to what `fair` steers by
-  (SPEC §4 reads hourly buckets over 24 h; here the window is exact rather than bucketed),
+  (docs/design.md §4 reads hourly buckets over 24 h; here the window is exact rather than bucketed),
   and it shows the short-term swings that the cumulative curve averages away.
 
 The figures show both, cumulative on top. Both are sampled at `points` evenly spaced

@@ -1,4 +1,4 @@
-"""Trace files of `rota sim` (SPEC §4): JOBS.csv and TENANTS.csv, read and written.
+"""Trace files of `rota sim` (docs/design.md §4): JOBS.csv and TENANTS.csv, read and written.
 
 JOBS.csv:    job_id,tenant,submit_s,duration_s,gpus[,priority][,gpu_types][,same_switch]
              (duration = run time on the requested GPUs; priority 1..10, default 1,

@@ -1,4 +1,4 @@
-"""`rota pause|resume|move|checkpoint JOB [--to NODE]` and `rota checkpoints JOB` (SPEC §6).
+"""`rota pause|resume|move|checkpoint JOB [--to NODE]` and `rota checkpoints JOB` (docs/design.md §6).
 
     rota checkpoint JOB [--timeout S]                 a new image of the running job
     rota pause JOB [--timeout S]                      image it, stop it: PAUSED, GPUs free

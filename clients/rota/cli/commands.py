@@ -409,7 +409,7 @@ def sim(args: argparse.Namespace) -> int:
 def tune(args: argparse.Namespace) -> int:
     # Optuna and torch: the server extra's (the study trains the job file's model here).
     require_server("tune", ("optuna", "torch"))
-    return int(import_server("tune", "rota.tuning.cli").main(list(args.args)))
+    return int(import_server("tune", "rota.jobkit.tuning.cli").main(list(args.args)))
 
 
 # The demo.

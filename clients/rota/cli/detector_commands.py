@@ -1,4 +1,4 @@
-"""`rota health`, `rota drain` and `rota replan`: the failure detector from the command line (SPEC §7).
+"""`rota health`, `rota drain` and `rota replan`: the failure detector from the command line (docs/design.md §7).
 
     rota health [--job ID] [--limit N] [--json]   nodes, devices (bad ones out of the plan) and
                                                   verdicts with their evidence

@@ -1,4 +1,4 @@
-"""`rota forecast` and `rota traffic`: the forecaster from the command line (SPEC §5).
+"""`rota forecast` and `rota traffic`: the forecaster from the command line (docs/design.md §5).
 
     rota forecast JOBFILE [--quantile Q] [--json]     what the job will take, before submitting it
     rota traffic push APP FILE [--json]               an app's hourly request counts (CSV or JSON)

@@ -1,4 +1,4 @@
-"""`rota usage` and `rota fairness`: the GPU-time ledger from the command line (SPEC §4).
+"""`rota usage` and `rota fairness`: the GPU-time ledger from the command line (docs/design.md §4).
 
 Both show raw GPU-hours and GPU-hours weighted by GPU type (what fairness counts).
 """

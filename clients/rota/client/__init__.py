@@ -36,7 +36,6 @@ from rota.client.jobspec import Dependency, JobSpec
 from rota.client.tls import TLS
 
 if TYPE_CHECKING:
-    from rota.client.admission import AdmissionEndpoint
     from rota.client.checkpoint import (
         CheckpointImage,
         CheckpointOperation,
@@ -48,11 +47,12 @@ if TYPE_CHECKING:
     )
     from rota.client.client import Client, Gpu, Job, JobEvent, Node, StateChange, Tenant
     from rota.client.detector import DeviceHealth, DrainResult, ReplanResult, Verdict
+    from rota.client.kv_window import AdmissionEndpoint
     from rota.client.ledger import JobFairness, Standings, TenantFairness, UsageEntry
     from rota.client.plan import CurrentPlan, Explanation, PlannedJob, ScenarioPlan, WhatIf
 
 _LAZY = {
-    "AdmissionEndpoint": "rota.client.admission",
+    "AdmissionEndpoint": "rota.client.kv_window",
     # The client itself (it brings grpc): `rota submit` over HTTP reads job files with
     # this package and never dials gRPC (rota.cli.http_submit).
     **dict.fromkeys(("Client", "Gpu", "Job", "JobEvent", "Node", "StateChange", "Tenant"), "rota.client.client"),

@@ -31,10 +31,10 @@ from rota.v1 import api_pb2, api_pb2_grpc, common_pb2
 # The other services' messages and stubs are imported by the methods that call them: a
 # script's `rota submit` loads the job API alone (SDK import: a third of its CPU before).
 if TYPE_CHECKING:
-    from rota.client.admission import AdmissionEndpoint
     from rota.client.checkpoint import CheckpointResult, JobImages, MigrateResult, PauseResult, ResumeResult
     from rota.client.detector import DeviceHealth, DrainResult, ReplanResult, Verdict
     from rota.client.forecast import DemandForecast, Forecast, TrafficSample
+    from rota.client.kv_window import AdmissionEndpoint
     from rota.client.ledger import JobFairness, Standings, UsageEntry
     from rota.client.plan import CurrentPlan, Explanation, ScenarioPlan, WhatIf
     from rota.v1 import allocator_pb2_grpc, ledger_pb2_grpc
@@ -329,8 +329,8 @@ class Client:
     def admission(self, job_id: str, *, timeout: timedelta = timedelta(seconds=5)) -> AdmissionEndpoint:
         """The admission controller of a running agentic batch (its progress's `admission_url`),
         for agents outside Rota: `admit(agent)` at each step boundary, `release(agent)` when
-        done (rota.client.admission). FailedPreconditionError when the job has none."""
-        from rota.client.admission import endpoint_of
+        done (rota.client.kv_window). FailedPreconditionError when the job has none."""
+        from rota.client.kv_window import endpoint_of
 
         return endpoint_of(job_id, self.get_job(job_id).progress, timeout)
 
@@ -446,7 +446,7 @@ class Client:
     def plan_scenario(
         self, *, scenario: dict[str, Any], policy: str = "fast", time_limit: timedelta = timedelta(seconds=2)
     ) -> ScenarioPlan:
-        """Plans a SPEC §3 scenario with a policy (fifo, fast, full) without touching the cluster."""
+        """Plans a docs/design.md §3 scenario with a policy (fifo, fast, full) without touching the cluster."""
         from rota.client.plan import ScenarioPlan
         from rota.v1 import allocator_pb2
 

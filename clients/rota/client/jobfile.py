@@ -1,4 +1,4 @@
-"""Job files (YAML or JSON, SPEC §2) to the SDK's JobSpec, with errors that name the field."""
+"""Job files (YAML or JSON, docs/design.md §2) to the SDK's JobSpec, with errors that name the field."""
 
 from __future__ import annotations
 

@@ -25,21 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The restore folder's markers and the atomic write belong to the image format; the agent and the
+# runtime read them here beside the control files.
+from rota.imageformat.files import FAILED as FAILED
+from rota.imageformat.files import READY as READY
+from rota.imageformat.files import write_atomic
+
 ENV_CONTROL_DIR = "ROTA_CONTROL_DIR"
 ENV_RESTORE_DIR = "ROTA_RESTORE_DIR"
 REQUEST = "request.json"
 COMMIT = "commit"
 ABORT = "abort"
-READY = "READY"  # written into the restore folder once every rank's image is ready to load
-FAILED = "FAILED"  # written there instead when materialising failed (with the reason)
 CHECKPOINT = "checkpoint"
 PAUSE = "pause"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ The allocator places a ``kind: trial`` job as a guest of a running job that repo
 bubbles (``rota.runtime.report(step_s=..., bubble_s=...)``); the agent starts the trial
 on the host's GPUs at idle priority and lists the trial's process group in the host's
 ``ROTA_BUBBLE_GUESTS_FILE``. The host's stage stops those groups at each compute start and
-resumes them at each compute end (``rota.tuning.bubbles.BubbleClock(squeeze_pgids=...)``),
+resumes them at each compute end (``rota.jobkit.tuning.bubbles.BubbleClock(squeeze_pgids=...)``),
 so the trial runs only inside the bubbles. ``bubble_guests()`` is cheap enough to call
 every step: the file is read again only when it changed.
 """

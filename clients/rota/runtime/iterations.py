@@ -1,4 +1,4 @@
-"""Iteration reports and rank heartbeats from a training job to the failure detector (SPEC §7).
+"""Iteration reports and rank heartbeats from a training job to the failure detector (docs/design.md §7).
 
 A pipeline-parallel job calls, once per iteration (from the rank that gathers the times)::
 

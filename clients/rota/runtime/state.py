@@ -42,7 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rota.runtime import control, imagefmt
+from rota import imageformat
+from rota.runtime import control
 
 ENV_RESTORE_TIMEOUT = "ROTA_RESTORE_TIMEOUT"
 # How long past a request's deadline a paused rank waits for the agent's decision before
@@ -126,14 +127,14 @@ class Checkpointer:
         path = Path(folder)
         _wait_ready(path, float(os.environ.get(ENV_RESTORE_TIMEOUT, "600")))
         ready = time.time()
-        index, state = imagefmt.load(path, self.rank)
+        index, state = imageformat.load(path, self.rank)
         if index["world_size"] != self.world_size:
             raise RuntimeError(f"the image has {index['world_size']} ranks; this job runs {self.world_size}")
         self._apply(state)
         self.restore_timings = {"t_ready": ready, "t_loaded": time.time()}
         # Free the tmpfs copy as soon as no rank needs it: other ranks may read this one's
         # share of replicated state, so then only once every rank has loaded.
-        if any(imagefmt.uses_other_ranks(imagefmt.read_index(path, r)) for r in _local_ranks(self.rank, self.world_size)):
+        if any(imageformat.uses_other_ranks(imageformat.read_index(path, r)) for r in _local_ranks(self.rank, self.world_size)):
             (path / f"loaded-{self.rank}").touch()
             self._cleanup = path
             self._clean_restore()
@@ -148,7 +149,7 @@ class Checkpointer:
             self._cleanup = None
 
     def _drop_restore(self, path: Path) -> None:
-        for p in (imagefmt.blob_path(path, self.rank), imagefmt.index_path(path, self.rank)):
+        for p in (imageformat.blob_path(path, self.rank), imageformat.index_path(path, self.rank)):
             p.unlink(missing_ok=True)
 
     def _apply(self, state: dict[str, Any]) -> None:
@@ -227,7 +228,7 @@ class Checkpointer:
     def _serve(self, request: control.Request) -> str:
         assert self.control is not None
         try:
-            logical, copy_s = imagefmt.stage(Path(request.staging), self.rank, self.world_size, self.step,
+            logical, copy_s = imageformat.stage(Path(request.staging), self.rank, self.world_size, self.step,
                                              self.snapshot(), self.replicated)
         except Exception as exc:  # noqa: BLE001 - the failure is the agent's answer, not the job's end
             control.write_ack(self.control, request.seq, self.rank, ok=False, step=self.step, error=f"{type(exc).__name__}: {exc}")

@@ -60,7 +60,7 @@ class AllocatorServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Plan(self, request, context):
-        """Plans a scenario (SPEC §3 JSON) with a policy and returns the grid and its metrics.
+        """Plans a scenario (docs/design.md §3 JSON) with a policy and returns the grid and its metrics.
         Pure: it touches no cluster state. INVALID_ARGUMENT for a malformed scenario or an
         unknown policy (field named).
         """

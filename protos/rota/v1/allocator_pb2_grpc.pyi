@@ -34,7 +34,7 @@ class AllocatorServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> AllocatorServiceAsyncStub: ...
     Plan: _grpc.UnaryUnaryMultiCallable[_allocator_pb2.PlanRequest, _allocator_pb2.PlanResponse]
-    """Plans a scenario (SPEC §3 JSON) with a policy and returns the grid and its metrics.
+    """Plans a scenario (docs/design.md §3 JSON) with a policy and returns the grid and its metrics.
     Pure: it touches no cluster state. INVALID_ARGUMENT for a malformed scenario or an
     unknown policy (field named).
     """
@@ -57,7 +57,7 @@ class AllocatorServiceStub:
 class AllocatorServiceAsyncStub(AllocatorServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Plan: _aio.UnaryUnaryMultiCallable[_allocator_pb2.PlanRequest, _allocator_pb2.PlanResponse]  # type: ignore[assignment]
-    """Plans a scenario (SPEC §3 JSON) with a policy and returns the grid and its metrics.
+    """Plans a scenario (docs/design.md §3 JSON) with a policy and returns the grid and its metrics.
     Pure: it touches no cluster state. INVALID_ARGUMENT for a malformed scenario or an
     unknown policy (field named).
     """
@@ -83,7 +83,7 @@ class AllocatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _allocator_pb2.PlanRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_allocator_pb2.PlanResponse, _abc.Awaitable[_allocator_pb2.PlanResponse]]:
-        """Plans a scenario (SPEC §3 JSON) with a policy and returns the grid and its metrics.
+        """Plans a scenario (docs/design.md §3 JSON) with a policy and returns the grid and its metrics.
         Pure: it touches no cluster state. INVALID_ARGUMENT for a malformed scenario or an
         unknown policy (field named).
         """

@@ -35,7 +35,7 @@ class _JobKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobKind.Value
     JOB_KIND_TRIAL: _JobKind.ValueType  # 5
 
 class JobKind(_JobKind, metaclass=_JobKindEnumTypeWrapper):
-    """The workload kinds of SPEC §1. All but REALTIME are batch-like: once started they hold
+    """The workload kinds of docs/design.md §1. All but REALTIME are batch-like: once started they hold
     one contiguous, aligned block of GPUs until they finish, are paused or are moved.
     """
 
@@ -178,7 +178,7 @@ Global___Dependency: _TypeAlias = Dependency  # noqa: Y015
 
 @_typing.final
 class JobSpec(_message.Message):
-    """What a user submits: the fields of a job file (SPEC §2)."""
+    """What a user submits: the fields of a job file (docs/design.md §2)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 

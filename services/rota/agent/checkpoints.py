@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rota import imageformat
 from rota.agent.processes import PAUSED_MARKER, LocalJob, ProcessTable
 from rota.agent.streaming import SourceUnreachable, StagedFailed, StagedGone, StagedStreams
 from rota.common import metrics
@@ -47,7 +48,7 @@ from rota.core.errors import FailedPrecondition, InvalidArgument
 from rota.imagestore import images
 from rota.imagestore.pacing import RateCap
 from rota.imagestore.settings import EXIT_GRACE_S, CheckpointSettings, default_staging_root
-from rota.runtime import control, imagefmt
+from rota.runtime import control
 
 log = logging.getLogger(__name__)
 POLL_S = 0.002  # the agent's polls of the control folder: a stat per poll
@@ -120,7 +121,7 @@ class AgentCheckpoints:
                 continue
             self.records[record.image_id] = record
             if record.state == WRITING:
-                if all(imagefmt.index_path(Path(record.staging), r).exists() for r in record_ranks(record)):
+                if all(imageformat.index_path(Path(record.staging), r).exists() for r in record_ranks(record)):
                     self.writer.submit(self._write, record)
                 else:
                     self._finish(record, FAILED, error="the agent restarted and the staged copy is gone")
@@ -220,7 +221,7 @@ class AgentCheckpoints:
         linked: list[Path] = []
         try:
             for rank in range(int(offer["ranks"])):
-                for source in (imagefmt.blob_path(staging, rank), imagefmt.index_path(staging, rank)):
+                for source in (imageformat.blob_path(staging, rank), imageformat.index_path(staging, rank)):
                     target = folder / source.name
                     target.unlink(missing_ok=True)
                     os.link(source, target)

@@ -33,11 +33,11 @@ from typing import Protocol
 
 import grpc
 
+from rota import imageformat
 from rota.common.tls import TLSFiles, open_channel
 from rota.core.errors import InvalidArgument, NotFound
 from rota.imagestore.chunks import ChunkStore
 from rota.imagestore.pacing import RateCap
-from rota.runtime import imagefmt
 from rota.v1 import agent_pb2, agent_pb2_grpc, checkpoint_pb2
 
 PIECE = 1 << 20  # bytes a FetchStaged message carries
@@ -85,7 +85,7 @@ def staged_files(record: StagedImage) -> list[StagedFileInfo]:
     staging = Path(record.staging)
     out: list[StagedFileInfo] = []
     for rank in list(record.rank_ids) or range(record.ranks):
-        for path in (imagefmt.index_path(staging, rank), imagefmt.blob_path(staging, rank)):
+        for path in (imageformat.index_path(staging, rank), imageformat.blob_path(staging, rank)):
             out.append(StagedFileInfo(path.name, rank, path))
     return out
 
@@ -123,7 +123,7 @@ class StagedSource:
             reply.files.extend(agent_pb2.StagedFile(name=f.name, size=f.path.stat().st_size, rank=f.rank) for f in files)
         except FileNotFoundError as exc:  # the write ended meanwhile and dropped the staged copy
             raise NotFound(f"the staged copy of image {image_id} is gone (its write ended)") from exc
-        blobs = {f.rank: f.name for f in files if f.name == imagefmt.blob_path(Path(), f.rank).name}
+        blobs = {f.rank: f.name for f in files if f.name == imageformat.blob_path(Path(), f.rank).name}
         reply.stored.extend(agent_pb2.StoredPiece(name=blobs[rank], offset=offset, length=length, digest=digest)
                             for rank, offset, length, digest in self.images.stored_pieces(image_id) if rank in blobs)
         return reply

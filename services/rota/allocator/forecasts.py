@@ -1,4 +1,4 @@
-"""What the plan assumes about each job, from the forecaster (SPEC §5), with fallbacks.
+"""What the plan assumes about each job, from the forecaster (docs/design.md §5), with fallbacks.
 
 Batch-like jobs are planned on the forecaster's duration at a quantile (P50 by default),
 realtime apps on its demand curve built from their traffic. Each job's forecast is asked

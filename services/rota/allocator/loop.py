@@ -1,4 +1,4 @@
-"""The scheduling loop: the rolling-horizon planner driving the live cluster (SPEC §3).
+"""The scheduling loop: the rolling-horizon planner driving the live cluster (docs/design.md §3).
 
 Only the leader runs cycles: it holds a Postgres advisory lock on a dedicated connection,
 so a second allocator (or a crashed one's replacement) waits instead of double-booking;

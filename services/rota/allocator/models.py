@@ -1,5 +1,5 @@
-"""The allocator's own tables: every committed plan step (SPEC §3, the rolling horizon) and
-what each job was last planned on (SPEC §5: forecasts beside the declared durations)."""
+"""The allocator's own tables: every committed plan step (docs/design.md §3, the rolling horizon) and
+what each job was last planned on (docs/design.md §5: forecasts beside the declared durations)."""
 
 from __future__ import annotations
 

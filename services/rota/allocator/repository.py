@@ -335,7 +335,7 @@ def latest_plan_step(session: Session) -> PlanStepRow | None:
 
 
 def yield_lease(session: Session, job_id: str, reason: str, events: Events) -> tuple[list[str], int] | None:
-    """A running job gives its GPUs back and waits again (SPEC §4 lease expiry).
+    """A running job gives its GPUs back and waits again (docs/design.md §4 lease expiry).
 
     Returns (nodes, epoch) to stop it at (a gang's every node), or None if it no longer holds GPUs. Only jobs that
     restart on failure are asked to yield, so requeueing them loses no more than a restart.

@@ -169,7 +169,7 @@ class Settings:
     home: Path = field(default_factory=lambda: Path.cwd() / ".rota")
     max_message_bytes: int = 4 * 1024 * 1024
     max_array: int = 100_000  # tasks in one job array (ROTA_MAX_ARRAY)
-    # The allocator's rolling horizon (SPEC §3): an hour a step in production, seconds in a demo.
+    # The allocator's rolling horizon (docs/design.md §3): an hour a step in production, seconds in a demo.
     policy: str = "fast"  # fifo | fast | fair: what re-plans on every arrival, completion, node change
     plan_step_s: float = 3600.0
     plan_horizon: int = 24
@@ -179,7 +179,7 @@ class Settings:
     full_interval_s: float = 1800.0  # the CP-SAT re-plan's period; 0 turns it off
     full_time_limit_s: float = 10.0
     forecast_quantile: float = 0.5  # batch-like jobs are planned on this quantile of their forecast
-    # The ledger's collector period, and the `fair` policy's lease rules (SPEC §4).
+    # The ledger's collector period, and the `fair` policy's lease rules (docs/design.md §4).
     ledger_interval_s: float = 5.0
     fair_lease_s: float = 1800.0
     fair_starvation_s: float = 4 * 3600.0

@@ -72,7 +72,7 @@ PROGRESS_DROPPED = Counter("rota_job_progress_series_dropped",
 # The allocator.
 PLAN_SECONDS = Histogram("rota_plan_seconds", "A re-plan's wall time in the pure core, by policy and trigger",
                          ["policy", "trigger"], buckets=FAST_BUCKETS, registry=REGISTRY)
-PLAN_OBJECTIVE = Gauge("rota_plan_objective", "The last plan's objective (SPEC units), by policy",
+PLAN_OBJECTIVE = Gauge("rota_plan_objective", "The last plan's objective (docs/design.md §3), by policy",
                        ["policy"], registry=REGISTRY)
 PLAN_WAITING = Gauge("rota_plan_jobs_waiting", "Jobs the last plan left waiting", registry=REGISTRY)
 HELD_BACK = Gauge("rota_plan_gpus_held_back", "Free GPUs the last plan keeps for a later start, per node",

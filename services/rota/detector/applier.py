@@ -1,4 +1,4 @@
-"""The executor of an applied re-plan: the checkpoint service migrates the job (SPEC §6, §7).
+"""The executor of an applied re-plan: the checkpoint service migrates the job (docs/design.md §6, §7).
 
 Migrate pauses the job at a safe point (its state copied into an image), then resumes it:
 PENDING with that image, so the allocator places it again and the agent launches it with

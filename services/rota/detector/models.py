@@ -1,4 +1,4 @@
-"""The detector's tables: every verdict with its evidence, applied layouts, bad devices (SPEC §7).
+"""The detector's tables: every verdict with its evidence, applied layouts, bad devices (docs/design.md §7).
 
 A verdict is a fact an operator acts on (drain a node, re-plan a job), so it is
 committed to Postgres before it is answered; `key` makes a repeated report or a second

@@ -1,4 +1,4 @@
-"""What the models learn from (SPEC §5): every finished job, and running realtime apps'
+"""What the models learn from (docs/design.md §5): every finished job, and running realtime apps'
 request counters as traffic samples."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The forecaster's own tables: what it learns from (SPEC §5).
+"""The forecaster's own tables: what it learns from (docs/design.md §5).
 
 Every completed job and every traffic sample is one row, idempotent by `key`: a retried
 Observe finds the key taken and changes nothing. A completion keeps a snapshot of the

@@ -1,6 +1,6 @@
 """Staged images to chunks and back: what an agent does after a copy and before a restore.
 
-`write_staged` cuts each rank's staged blob (see `rota.runtime.imagefmt`) into fixed-size
+`write_staged` cuts each rank's staged blob (see `rota.imageformat`) into fixed-size
 chunks per segment, hashes them and puts the new ones in the store, and returns the
 image's manifest: per rank, its segments with their chunk digests, its tensor index and
 its step. `materialize` does the reverse into a restore folder, checking every chunk's
@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rota import imageformat
+from rota.imageformat import files
 from rota.imagestore.chunks import DEFAULT_CHUNK_SIZE, HASH, ChunkStore
 from rota.imagestore.pacing import RateCap
-from rota.runtime import control, imagefmt
 
 # Threads hashing and writing chunks (hashlib and file writes release the GIL): one a core, up to 8.
 WORKERS = max(2, min(8, os.cpu_count() or 2))
@@ -83,9 +84,9 @@ def write_staged(
     logical = 0
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for rank in (range(ranks) if isinstance(ranks, int) else ranks):
-            index = imagefmt.read_index(folder, rank)
+            index = imageformat.read_index(folder, rank)
             stored = (lambda o, n, d, r=rank: on_stored(r, o, n, d)) if on_stored is not None else None
-            segments = _chunk_rank(pool, put, imagefmt.blob_path(folder, rank), index["segments"], chunk_size, stored)
+            segments = _chunk_rank(pool, put, imageformat.blob_path(folder, rank), index["segments"], chunk_size, stored)
             # What the rank stands for: its shares of replicated state written by others included.
             logical += int(index.get("logical_bytes", sum(length for _, length in index["segments"])))
             manifests.append({**index, "segments": segments})
@@ -134,7 +135,7 @@ def materialize(store: ChunkStore, manifest: dict[str, Any], folder: Path, *, ve
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for rank_manifest in manifest["ranks"]:
             _materialize_rank(pool, store, rank_manifest, folder, verify)
-    control.write_atomic(folder / control.READY, "")
+    files.write_atomic(folder / files.READY, "")
 
 
 def link(store: ChunkStore, manifest: dict[str, Any], folder: Path, *, verify: bool = False,
@@ -155,8 +156,8 @@ def link(store: ChunkStore, manifest: dict[str, Any], folder: Path, *, verify: b
         index = {k: v for k, v in m.items() if k != "segments"}
         index["segments"] = [[s["offset"], s["length"]] for s in m["segments"]]
         index["sources"] = [[[str(paths[d]), n] for d, n in s["chunks"]] for s in m["segments"]]
-        control.write_atomic(imagefmt.index_path(folder, int(m["rank"])), json.dumps(index))
-    control.write_atomic(folder / control.READY, "")
+        files.write_atomic(imageformat.index_path(folder, int(m["rank"])), json.dumps(index))
+    files.write_atomic(folder / files.READY, "")
     return True
 
 
@@ -167,7 +168,7 @@ def _check(store: ChunkStore, digest: str, size: int) -> None:
 
 def _materialize_rank(pool: ThreadPoolExecutor, store: ChunkStore, m: dict[str, Any], folder: Path, verify: bool) -> None:
     rank, size = int(m["rank"]), int(m["size"])
-    path = imagefmt.blob_path(folder, rank)
+    path = imageformat.blob_path(folder, rank)
     with open(path, "wb") as out:
         out.truncate(size)
     if size:
@@ -187,7 +188,7 @@ def _materialize_rank(pool: ThreadPoolExecutor, store: ChunkStore, m: dict[str, 
                 view.release()
     index = {k: v for k, v in m.items() if k != "segments"}
     index["segments"] = [[s["offset"], s["length"]] for s in m["segments"]]
-    control.write_atomic(imagefmt.index_path(folder, rank), json.dumps(index))
+    files.write_atomic(imageformat.index_path(folder, rank), json.dumps(index))
 
 
 def _fetch(store: ChunkStore, digest: str, view: memoryview, verify: bool) -> None:

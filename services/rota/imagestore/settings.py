@@ -23,7 +23,7 @@
     ROTA_CHECKPOINT_WRITE_MBPS  what an agent's background image write puts in the store at most,
                                 MB/s (0: no cap; the default)
     ROTA_ZERO_COPY              read by a job's runtime: 1 (default) a restore maps the chunk
-                                files in place (rota.runtime.mapping); 0: it copies each tensor out
+                                files in place (rota.imageformat.mapping); 0: it copies each tensor out
 """
 
 from __future__ import annotations

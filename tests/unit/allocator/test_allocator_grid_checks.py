@@ -1,4 +1,4 @@
-"""The legality checker and the SPEC §3 metrics, on small hand-drawn grids.
+"""The legality checker and the docs/design.md §3 metrics, on small hand-drawn grids.
 
 Grids are drawn as strings: a row per GPU, a character per step, '.' idle; `KEY` maps
 characters to job ids.

@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 import torch
 
+from rota import imageformat
 from rota.agent.checkpoints import AgentCheckpoints
 from rota.agent.processes import LocalJob, ProcessTable
 from rota.core.errors import FailedPrecondition
 from rota.imagestore.settings import CheckpointSettings
-from rota.runtime import Checkpointer, Paused, control, imagefmt, state
+from rota.runtime import Checkpointer, Paused, control, state
 
 
 @pytest.fixture
@@ -61,7 +62,7 @@ def test_a_restored_job_continues_with_the_same_state_and_rng_streams(tmp_path: 
     np.random.seed(5)
     ckpt = Checkpointer(model=model, optimizer=opt, data=gen)
     ckpt.step, ckpt.cursor, ckpt.extra = 3, {"shard": 2}, {"best": 0.5}
-    imagefmt.stage(tmp_path, 0, 1, 3, ckpt.snapshot())
+    imageformat.stage(tmp_path, 0, 1, 3, ckpt.snapshot())
     (tmp_path / control.READY).touch()
     want = draws(model, opt, gen)
 
@@ -73,7 +74,7 @@ def test_a_restored_job_continues_with_the_same_state_and_rng_streams(tmp_path: 
     assert restored.restore() == 3
     assert restored.cursor == {"shard": 2} and restored.extra == {"best": 0.5}
     assert draws(fresh_model, fresh_opt, fresh_gen) == want  # bit-identical
-    assert not imagefmt.blob_path(tmp_path, 0).exists()  # the tmpfs copy is freed once loaded
+    assert not imageformat.blob_path(tmp_path, 0).exists()  # the tmpfs copy is freed once loaded
 
 
 def test_a_restore_that_failed_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,9 +91,9 @@ def test_the_safe_point_serves_a_checkpoint_and_training_goes_on(control_dir: Pa
     ckpt.safe_point(7)
     ack = control.read_acks(control_dir, 1)[0]
     assert ack["ok"] and ack["step"] == 7 and ack["bytes"] > 0
-    assert imagefmt.read_index(tmp_path / "st", 0)["step"] == 7
+    assert imageformat.read_index(tmp_path / "st", 0)["step"] == 7
     ckpt.safe_point(8)  # served once only
-    assert imagefmt.read_index(tmp_path / "st", 0)["step"] == 7
+    assert imageformat.read_index(tmp_path / "st", 0)["step"] == 7
 
 
 def signalled_acks(monkeypatch: pytest.MonkeyPatch) -> threading.Event:

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from rota import imageformat
 from rota.imagestore.chunks import FileChunkStore
 from rota.imagestore.images import chunk_digests, digest_of, link, materialize, write_staged
-from rota.runtime import imagefmt
 
 KIB = 1024
 
 
 def staged(folder: Path, ranks: int, state: dict[str, object], step: int = 1) -> None:
     for rank in range(ranks):
-        imagefmt.stage(folder, rank, ranks, step, state)
+        imageformat.stage(folder, rank, ranks, step, state)
 
 
 def model_state(seed: int, n: int = 300_000) -> dict[str, object]:
@@ -111,7 +111,7 @@ def test_materialize_rebuilds_every_rank_and_refuses_a_corrupt_chunk(tmp_path: P
     materialize(store, result.manifest, tmp_path / "r")
     assert (tmp_path / "r" / "READY").exists()
     for rank in range(2):
-        _, loaded = imagefmt.load(tmp_path / "r", rank)
+        _, loaded = imageformat.load(tmp_path / "r", rank)
         assert torch.equal(loaded["object:model"]["w"], state["object:model"]["w"])  # type: ignore[index]
     victim = next(iter(chunk_digests(result.manifest)))
     path = store.path(victim)
@@ -127,8 +127,8 @@ def test_staged_images_keep_dtypes_shapes_ties_and_plain_values(tmp_path: Path) 
                          "scalar": torch.tensor(7), "strided": torch.arange(10)[::2], "empty": torch.zeros(0, 4)},
         "extra": {"cursor": [1, "x"], "lr": 0.5},
     }
-    imagefmt.stage(tmp_path, 0, 1, 9, state)
-    index, loaded = imagefmt.load(tmp_path, 0)
+    imageformat.stage(tmp_path, 0, 1, 9, state)
+    index, loaded = imageformat.load(tmp_path, 0)
     assert index["step"] == 9
     m = loaded["object:model"]
     assert m["a"] is m["also_a"]  # a tied tensor is written and read once
@@ -142,13 +142,13 @@ def test_a_linked_restore_reads_every_rank_straight_from_the_chunk_files(tmp_pat
     model = {"w": torch.randn(300_000, generator=gen), "b": torch.randn(7, generator=gen)}
     for rank in range(2):  # the model is replicated and split: each rank copies half of it
         state = {"object:model": model, "rng": torch.full((3,), float(rank))}
-        imagefmt.stage(tmp_path / "s", rank, 2, 4, state, frozenset({"object:model"}))
+        imageformat.stage(tmp_path / "s", rank, 2, 4, state, frozenset({"object:model"}))
     store = FileChunkStore(tmp_path / "store", fsync=False)
     result = write_staged(store, tmp_path / "s", 2, 64 * KIB)
     assert link(store, result.manifest, tmp_path / "r", verify=True)
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["READY", "rank-0.json", "rank-1.json"]
     for rank in range(2):
-        _, loaded = imagefmt.load(tmp_path / "r", rank)
+        _, loaded = imageformat.load(tmp_path / "r", rank)
         assert torch.equal(loaded["object:model"]["w"], model["w"]) and torch.equal(loaded["object:model"]["b"], model["b"])
         assert loaded["rng"].tolist() == [float(rank)] * 3
     # Each rank stands for the whole model, though it copied half: the image counts both.
@@ -162,11 +162,11 @@ def test_a_linked_restore_maps_the_chunk_files_in_place_copy_on_write(tmp_path: 
     gen = torch.Generator().manual_seed(9)
     big = torch.randn(100_000, generator=gen)  # 400 KB: several 64 KiB chunks, its own segment
     small = torch.arange(10, dtype=torch.int64)
-    imagefmt.stage(tmp_path / "s", 0, 1, 3, {"object:model": {"w": big, "b": small}})
+    imageformat.stage(tmp_path / "s", 0, 1, 3, {"object:model": {"w": big, "b": small}})
     store = FileChunkStore(tmp_path / "store", fsync=False)
     result = write_staged(store, tmp_path / "s", 1, 64 * KIB)
     assert link(store, result.manifest, tmp_path / "r")
-    _, loaded = imagefmt.load(tmp_path / "r", 0)
+    _, loaded = imageformat.load(tmp_path / "r", 0)
     w, b = loaded["object:model"]["w"], loaded["object:model"]["b"]
     assert torch.equal(w, big) and torch.equal(b, small)
     # A view of one mapped span per segment, not a tensor of its own memory.
@@ -183,13 +183,13 @@ def test_a_linked_restore_maps_the_chunk_files_in_place_copy_on_write(tmp_path: 
 
 
 def test_without_zero_copy_a_restore_copies_every_tensor_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(imagefmt.ENV_ZERO_COPY, "0")
+    monkeypatch.setenv(imageformat.ENV_ZERO_COPY, "0")
     big = torch.randn(100_000, generator=torch.Generator().manual_seed(2))
-    imagefmt.stage(tmp_path / "s", 0, 1, 3, {"object:model": {"w": big}})
+    imageformat.stage(tmp_path / "s", 0, 1, 3, {"object:model": {"w": big}})
     store = FileChunkStore(tmp_path / "store", fsync=False)
     result = write_staged(store, tmp_path / "s", 1, 64 * KIB)
     assert link(store, result.manifest, tmp_path / "r")
-    _, loaded = imagefmt.load(tmp_path / "r", 0)
+    _, loaded = imageformat.load(tmp_path / "r", 0)
     w = loaded["object:model"]["w"]
     assert torch.equal(w, big) and w.untyped_storage().nbytes() == w.nbytes
 
@@ -197,16 +197,16 @@ def test_without_zero_copy_a_restore_copies_every_tensor_out(tmp_path: Path, mon
 def test_a_copy_through_the_reused_host_buffer_writes_every_byte_in_place(tmp_path: Path) -> None:
     """The device path of a pause (here with a host tensor): piece by piece through one
     buffer, kept for the next copy."""
-    data = torch.randint(0, 256, (imagefmt.BUFFER_BYTES + 12345,), dtype=torch.uint8)
+    data = torch.randint(0, 256, (imageformat.BUFFER_BYTES + 12345,), dtype=torch.uint8)
     path = tmp_path / "blob"
     path.write_bytes(b"\0" * (len(data) + 4096))
     fd = os.open(path, os.O_RDWR)
     try:
-        imagefmt.copy_through_buffer(fd, data, 4096)
-        first = imagefmt._host_buffer()
-        imagefmt.copy_through_buffer(fd, data[:10], 0)
+        imageformat.copy_through_buffer(fd, data, 4096)
+        first = imageformat.staged._host_buffer()
+        imageformat.copy_through_buffer(fd, data[:10], 0)
     finally:
         os.close(fd)
     raw = path.read_bytes()
     assert raw[4096:] == bytes(data.numpy()) and raw[:10] == bytes(data[:10].numpy())
-    assert imagefmt._host_buffer() is first  # allocated once, reused
+    assert imageformat.staged._host_buffer() is first  # allocated once, reused

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from rota import imageformat
 from rota.agent.checkpoints import AgentCheckpoints
 from rota.agent.processes import LocalJob, ProcessTable
 from rota.imagestore.settings import CheckpointSettings
-from rota.runtime import Checkpointer, control, imagefmt
+from rota.runtime import Checkpointer, control
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -79,9 +80,9 @@ def test_a_warm_target_takes_the_staged_copy_while_the_write_goes_on_then_the_st
         assert record.state == "writing"
         with pytest.raises(FileNotFoundError):
             checkpoints.store.get_manifest("img-1")  # not durable yet: the target did not wait for it
-        blob = imagefmt.blob_path(warm, 0)
+        blob = imageformat.blob_path(warm, 0)
         assert blob.stat().st_nlink == 2  # the staged file itself, linked: no byte copied
-        index, state = imagefmt.load(warm, 0)
+        index, state = imageformat.load(warm, 0)
         assert "sources" not in index and torch.equal(state["object:model"]["weight"], model.weight.detach())
     finally:
         hold.set()
@@ -93,10 +94,10 @@ def test_a_warm_target_takes_the_staged_copy_while_the_write_goes_on_then_the_st
         time.sleep(0.005)
     assert checkpoints.status("img-1").state == "complete"  # type: ignore[union-attr]
     assert not checkpoints.handoff_path("img-1").exists()  # the offer ends with the write
-    assert imagefmt.load(warm, 0)[1]["object:model"]["weight"].equal(model.weight.detach())  # links outlive the staging
+    assert imageformat.load(warm, 0)[1]["object:model"]["weight"].equal(model.weight.detach())  # links outlive the staging
     cold = tmp_path / "cold"
     checkpoints._materialize(cold, "img-1")  # from now on: the store
-    index, state = imagefmt.load(cold, 0)
+    index, state = imageformat.load(cold, 0)
     assert "sources" in index and torch.equal(state["object:model"]["weight"], model.weight.detach())
 
 
@@ -112,13 +113,13 @@ def test_a_job_with_no_tensors_checkpoints_and_restores_without_importing_torch(
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from rota.runtime import Checkpointer, control, imagefmt\n"
+        "from rota import imageformat\nfrom rota.runtime import Checkpointer, control\n"
         "ckpt = Checkpointer()\n"
         "ckpt.extra['seen'] = [1, 'two']\n"
         f"control.write_request(Path({str(tmp_path / 'control')!r}), control.Request(1, control.CHECKPOINT, "
         f"time.time() + 5, {str(tmp_path / 'st')!r}))\n"
         "ckpt.safe_point(12)\n"
-        f"index, state = imagefmt.load(Path({str(tmp_path / 'st')!r}), 0)\n"
+        f"index, state = imageformat.load(Path({str(tmp_path / 'st')!r}), 0)\n"
         "assert state['step'] == 12 and state['extra'] == {'seen': [1, 'two']}, state\n"
         "assert 'torch' not in sys.modules and 'numpy' not in sys.modules, 'imported torch or numpy'\n"
         "print('ok')\n"

@@ -1,4 +1,4 @@
-"""LTGF accounting (SPEC §4) on cases worked out by hand."""
+"""LTGF accounting (docs/design.md §4) on cases worked out by hand."""
 
 from __future__ import annotations
 

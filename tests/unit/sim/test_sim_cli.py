@@ -1,4 +1,4 @@
-"""`rota sim` command line: the SPEC §4 JSON contract, the table and errors."""
+"""`rota sim` command line: the docs/design.md §4 JSON contract, the table and errors."""
 
 from __future__ import annotations
 

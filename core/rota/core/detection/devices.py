@@ -1,4 +1,4 @@
-"""Which verdicts take a device out of the plan (pure; SPEC §7).
+"""Which verdicts take a device out of the plan (pure; docs/design.md §7).
 
 A rank declared dead took its GPU with it as far as the scheduler can tell (a hung
 collective and a failed HBM look the same from here), and a device running at half its

@@ -1,4 +1,4 @@
-"""Fail-slow detection: FLOPs-normalised ratios against a raw-time baseline (pure; SPEC §7).
+"""Fail-slow detection: FLOPs-normalised ratios against a raw-time baseline (pure; docs/design.md §7).
 
 Normalised (`FailSlowDetector`): after a warm-up, each report is explained by the fitted
 cost model. A rank's ratio is its busy time over what the model expects for the

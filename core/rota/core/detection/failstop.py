@@ -1,4 +1,4 @@
-"""Fail-stop: a source silent past its timeout is dead (pure; SPEC §7).
+"""Fail-stop: a source silent past its timeout is dead (pure; docs/design.md §7).
 
 A source is one heartbeat stream (a job rank). It counts as dead once, when `now` is more
 than its timeout after its last beat; a source whose stream ended is forgotten, not

@@ -1,4 +1,4 @@
-"""The 3-D re-plan around slow and dead devices (pure; SPEC §7).
+"""The 3-D re-plan around slow and dead devices (pure; docs/design.md §7).
 
 Given the layout and each device's speed (1 nominal, 0 dead, 1/1.3 for a 1.3× slowdown):
 1. tensor parallelism: a TP group runs at its slowest member, so in every replica with an

@@ -1,4 +1,4 @@
-"""Long-term GPU-time fairness (LTGF, SPEC §4): the pure accounting core.
+"""Long-term GPU-time fairness (LTGF, docs/design.md §4): the pure accounting core.
 
 Shared by the ledger service, the allocator's `fair` policy and the simulator, so all
 three compute the same numbers. Nothing here reads a clock: every call takes `now` (or a
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class FairnessConfig:
-    """Knobs of SPEC §4; the defaults are the spec's."""
+    """Knobs of docs/design.md §4; the defaults are the spec's."""
 
     lease_s: float = 1800.0
     starvation_s: float = 4 * 3600.0

@@ -1,7 +1,7 @@
 """GPU-type rates: how much service one GPU-second of each GPU type counts for (pure).
 
 The ledger charges a lease its raw GPU-seconds and its weighted GPU-seconds, raw times the
-rate of each held GPU's type; fairness (U in SPEC §4) reads the weighted ones, so an
+rate of each held GPU's type; fairness (U in docs/design.md §4) reads the weighted ones, so an
 H100-hour counts as more service than a V100-hour. Rates are relative to an A100 (= 1.0);
 a GPU of unknown type ("", or a type without a rate) counts 1.0, as every GPU did before
 types were rated.

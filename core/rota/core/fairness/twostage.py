@@ -1,4 +1,4 @@
-"""ASTRAEA's two-stage choice (SPEC §4): pick a tenant, then one of its jobs, repeat.
+"""ASTRAEA's two-stage choice (docs/design.md §4): pick a tenant, then one of its jobs, repeat.
 
 Stage 1, tenant: a tenant using under 20% of its quota goes first (lowest allocation /
 quota); otherwise the lowest U_u / W_u over the window. Whoever is chosen gets its next

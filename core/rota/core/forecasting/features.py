@@ -1,4 +1,4 @@
-"""The forecaster's job features (SPEC §5), parsed from a job's `features` mapping (pure).
+"""The forecaster's job features (docs/design.md §5), parsed from a job's `features` mapping (pure).
 
 Training jobs (and HPO trials) have the 22 features of `TRAINING_FEATURES`; `variant`,
 `params` and `tokens` are required and the rest have the defaults shown. Quantization

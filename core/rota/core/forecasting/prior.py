@@ -1,4 +1,4 @@
-"""The physical prior: what a job should take from first principles (SPEC §5; pure).
+"""The physical prior: what a job should take from first principles (docs/design.md §5; pure).
 
 Training FLOPs per trained token are 2N forward and 4N backward for full training (6N,
 Kaplan et al. 2020), plus 6·L·s·d for attention. LoRA freezes the base weights: the

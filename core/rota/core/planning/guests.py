@@ -1,4 +1,4 @@
-"""Trials placed into the pipeline bubbles of running jobs (Hydro's bubble squeezing, SPEC §8).
+"""Trials placed into the pipeline bubbles of running jobs (Hydro's bubble squeezing, docs/design.md §8).
 
 A running job that reports its bubbles through ``rota.runtime`` (``step_s`` and
 ``bubble_s`` of its last step: the time its stage waited on a neighbour) is a *bubble

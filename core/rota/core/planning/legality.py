@@ -1,4 +1,4 @@
-"""The five SPEC §3 constraints, checked on a finished grid, and the placement ones:
+"""The five docs/design.md §3 constraints, checked on a finished grid, and the placement ones:
 a job only on GPUs of a type it accepts, a same-switch job under one switch.
 
 This module knows nothing of the policies: it is the referee the tests run on every grid
@@ -67,7 +67,7 @@ def _batch(s: Scenario, j: BatchJob, steps: list[set[int]] | None) -> list[str]:
 
 
 def _placement(s: Scenario, j: BatchJob, first: int, size: int) -> list[str]:
-    """The job's GPU types and switch, where the scenario models them (SPEC §3 placement)."""
+    """The job's GPU types and switch, where the scenario models them (docs/design.md §3 placement)."""
     per = s.gpus_per_node
     nodes = range(first // per, max(first // per + 1, -(-(first + size) // per)))
     out: list[str] = []

@@ -492,7 +492,7 @@ def _human(seconds: float) -> str:
 
 
 def figures(ls: LiveScenario, grid: Grid) -> dict[str, float | int]:
-    """The SPEC §3 figures of a live plan, over real GPUs only (reservations left out)."""
+    """The docs/design.md §3 figures of a live plan, over real GPUs only (reservations left out)."""
     s = ls.scenario
     real = [j for j in s.batch if not j.id.startswith(RESERVED_PREFIX)]
     clean = replace(s, batch=tuple(real))

@@ -1,4 +1,4 @@
-"""The SPEC §3 figures, computed from a scenario and a grid alone.
+"""The docs/design.md §3 figures, computed from a scenario and a grid alone.
 
 Nothing here trusts a policy: a reader of the benchmark JSON can recompute every figure
 from the grid it prints. Realtime GPUs above demand (FIFO's peak reservation) hold a GPU
@@ -19,7 +19,7 @@ class Metrics:
     value: float  # sum of priority * in-horizon GPU-steps of batch-like jobs
     realtime_unmet: int  # GPU-steps of realtime demand not allocated
     completed: int  # batch-like jobs that finish inside the horizon
-    objective: float  # SPEC §3 objective: decayed value minus the realtime penalty
+    objective: float  # docs/design.md §3 objective: decayed value minus the realtime penalty
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)

@@ -1,4 +1,4 @@
-"""Moving running jobs, priced (SPEC §6 on the allocator's side). Pure: plain data in and out.
+"""Moving running jobs, priced (docs/design.md §6 on the allocator's side). Pure: plain data in and out.
 
 A job that can be checkpointed (it has a complete image, so the coordinator can pause it
 at a safe point) is no longer pinned for good. Three moves use that:
@@ -24,7 +24,7 @@ together, on the nodes the plan gives them, so it is neither pinned to one node,
 for another job, nor migrated out of a block; a waiting gang is not the beneficiary of a
 repair either (a repair frees a block on one node).
 
-Costs are in the SPEC objective's units: priority x GPU-steps.
+Costs are in the units of the objective (docs/design.md §3): priority x GPU-steps.
 """
 
 from __future__ import annotations

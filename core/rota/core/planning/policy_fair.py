@@ -1,4 +1,4 @@
-"""The `fair` policy: ASTRAEA's two-stage rule (SPEC §4) on the SPEC §3 grid, and the
+"""The `fair` policy: ASTRAEA's two-stage rule (docs/design.md §4) on the docs/design.md §3 grid, and the
 lease-expiry decision of which running jobs yield to an under-served tenant.
 
 `plan` pins running jobs and serves realtime apps as `fast` does; then batch-like jobs

@@ -1,4 +1,4 @@
-"""The fast policy: a heuristic whose rules are the five constraints (SPEC §3).
+"""The fast policy: a heuristic whose rules are the five constraints (docs/design.md §3).
 
 1. Running jobs are pinned where they are.
 2. Realtime apps get their demand, within the swap cap: a backward pass raises each step
@@ -9,7 +9,7 @@
    in-horizon duration; among those blocks a gang takes one spanning the fewest switches,
    then the one whose buddy is already partly used (best fit), so whole large blocks stay
    whole for the jobs still queued. The queue is tried in a few orders (by priority, by
-   priority then size, by decayed value) and the plan with the best SPEC objective is kept.
+   priority then size, by decayed value) and the plan with the best objective (docs/design.md §3) is kept.
 
 Every write goes through `Board`, which refuses a busy cell, so the grid is legal by
 construction; the tests still run the independent checker on it.
@@ -278,7 +278,7 @@ def orders(s: Scenario) -> list[OrderKey]:
 
 @dataclass
 class Packed:
-    """Fast's grid as placements: what an improver (policy_lns) starts from."""
+    """Fast's grid as placements: what an improver (full_search) starts from."""
 
     base: Board  # the pinned jobs and the realtime apps only
     board: Board  # base plus the batch-like jobs placed

@@ -1,4 +1,4 @@
-"""The FIFO baseline of SPEC §3, exactly: what every figure is measured against.
+"""The FIFO baseline of docs/design.md §3, exactly: what every figure is measured against.
 
 Each realtime app reserves its peak demand for the whole horizon. Batch-like jobs start
 in strict arrival order (start times never decrease along the queue), each in the lowest

@@ -1,12 +1,12 @@
-"""The full policy: SPEC §3's five constraints and objective in OR-Tools CP-SAT.
+"""The full policy: docs/design.md §3's five constraints and objective in OR-Tools CP-SAT.
 
 This is the only module that imports ortools. `plan` improves fast's grid in two ways:
 
-- a large-neighbourhood search (policy_lns) re-solves one window of aligned GPU rows at
+- a large-neighbourhood search (full_search) re-solves one window of aligned GPU rows at
   a time, everything else fixed; its exact step is `solve_window` here, a small model of
   a box per job (rows x steps) in one no-overlap-2d;
 - on a few nodes (up to WHOLE_MODEL_GPUS) the whole scenario is then solved in one model,
-  hinted with the search's grid: the interval model SPEC §9 measured to work on these
+  hinted with the search's grid: the interval model docs/design.md §9 measured to work on these
   machines (a boolean per GPU x job x step found nothing in 10 s at 64 GPUs):
   - each waiting batch-like job has a presence literal, a start, and an in-horizon length
     min(duration, H - start); one optional interval per aligned block it may take (its
@@ -15,7 +15,7 @@ This is the only module that imports ortools. `plan` improves fast's grid in two
     count per step bounded by max_swap, and an unmet count per step;
   - every GPU carries a no-overlap over the intervals that touch it (pinned jobs fixed).
   Its value is linear in a literal per step the job runs. It runs under a short time
-  limit with probing off (SPEC §9: otherwise a complete hint is not even taken in time),
+  limit with probing off (docs/design.md §9: otherwise a complete hint is not even taken in time),
   and its grid is returned only when it scores better than the hint. Past 16 GPUs it ends
   where it was hinted, so it is not run there.
 """
@@ -26,10 +26,10 @@ import time
 
 from ortools.sat.python import cp_model
 
-from rota.core.planning import lns_window, policy_fast, policy_lns
+from rota.core.planning import full_search, full_search_window, policy_fast
 from rota.core.planning.constraints import StartMasks
+from rota.core.planning.full_search_window import Window
 from rota.core.planning.grid import Grid, Plan, cells_by_job, pinned_board
-from rota.core.planning.lns_window import Window
 from rota.core.planning.metrics import measure
 from rota.core.planning.scenario import BatchJob, Scenario
 
@@ -59,7 +59,7 @@ def plan(s: Scenario, time_limit: float = 2.0, workers: int = 2, seed: int = 0,
     masks = StartMasks(s)
     packed = policy_fast.pack(s, masks)
     small = s.gpus <= WHOLE_MODEL_GPUS
-    board, stats = policy_lns.improve(s, packed, solve_window, time_limit / 4 if small else time_limit, seed,
+    board, stats = full_search.improve(s, packed, solve_window, time_limit / 4 if small else time_limit, seed,
                                       iterations, started, masks)
     if small:
         whole = _whole(s, board.cells, started + time_limit, workers, seed, started, masks)
@@ -243,7 +243,7 @@ def _extract(
 
 
 def solve_window(win: Window, deterministic_s: float, wall_s: float, seed: int) -> dict[str, tuple[int, int]] | None:
-    """The best placement CP-SAT finds for a window's jobs (lns_window.Solve), hinted with
+    """The best placement CP-SAT finds for a window's jobs (full_search_window.Solve), hinted with
     where they are now: {job: (start, first row relative to the window)} for those placed.
 
     Each job is a box, rows x steps, in one no-overlap-2d with the window's fixed cells:
@@ -291,7 +291,7 @@ def solve_window(win: Window, deterministic_s: float, wall_s: float, seed: int) 
         xs.append(m.new_optional_fixed_size_interval_var(first, j.gpus, present, f"{j.id}_rows"))
         ys.append(m.new_optional_interval_var(start, length, end, present, f"{j.id}_steps"))
         for t, x in at.items():
-            objective.append(round(SCALE * (lns_window.value(j, t, win.weights) - j.stay)) * x)
+            objective.append(round(SCALE * (full_search_window.value(j, t, win.weights) - j.stay)) * x)
             for u in range(t, min(t + j.duration, h)):
                 usage[u].append(j.gpus * x)
         hs = j.hint[0] if j.hint else None

@@ -1,7 +1,7 @@
 """What forecasts change in planning: a scenario run step by step on estimated durations (pure).
 
 A plan made on estimates cannot be scored on its own grid: jobs do not stop when the
-plan says. So the scenario is *executed* the way the live allocator runs (SPEC §3's
+plan says. So the scenario is *executed* the way the live allocator runs (docs/design.md §3's
 rolling horizon): at every step the policy re-plans the rest of the horizon with every
 waiting job at its estimated duration and every running job pinned where it is,
 believed to end at its estimate (or next step, once it has overrun it); only the jobs

@@ -1,4 +1,4 @@
-"""Scenario types for the allocator (SPEC §3) and a validator that names the bad field.
+"""Scenario types for the allocator (docs/design.md §3) and a validator that names the bad field.
 
 A scenario is everything a policy needs to fill one plan grid: the cluster shape, the
 horizon, the objective's weights and the jobs. It is plain data so the same file drives

@@ -1,0 +1,74 @@
+"""Reads an engine's cache signals from any Prometheus ``/metrics`` page.
+
+vLLM's names are read first (``vllm:kv_cache_usage_perc``, or the older
+``vllm:gpu_cache_usage_perc``; the prefix-cache query and hit counters; preemptions), and
+``rota:recomputed_prefill_tokens_total`` where the engine exports it (ours). SGLang's
+(``--enable-metrics``) come through an adapter: ``sglang:token_usage`` as usage and
+``sglang:cache_hit_rate`` as the hit rate (a gauge, so the controller uses it as is). A
+page with none of the usage names, or a server that does not answer, gives None: the
+controller then holds its window.
+"""
+
+from __future__ import annotations
+
+import math
+import urllib.error
+import urllib.request
+
+from rota.jobkit.inference.kv_window import CacheSample
+
+__all__ = ["parse_text", "sample_from", "scrape"]
+
+
+def parse_text(text: str) -> dict[str, float]:
+    """Sum of each metric's samples over its label sets (one engine, or all of a fleet)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        head, _, rest = line.rpartition("}") if "}" in line else ("", "", line)
+        if head:
+            name = head.split("{", 1)[0]
+            fields = rest.split()
+        else:
+            name, *fields = line.split()
+        if not fields:
+            continue
+        try:
+            value = float(fields[0])
+        except ValueError:
+            continue
+        if math.isfinite(value):
+            out[name] = out.get(name, 0.0) + value
+    return out
+
+
+def _counter(m: dict[str, float], name: str) -> float | None:
+    return m.get(f"{name}_total", m.get(name))
+
+
+def sample_from(m: dict[str, float]) -> CacheSample | None:
+    usage = m.get("vllm:kv_cache_usage_perc", m.get("vllm:gpu_cache_usage_perc"))
+    if usage is not None:
+        return CacheSample(
+            usage=min(1.0, max(0.0, usage)), prefix_queries=_counter(m, "vllm:prefix_cache_queries"),
+            prefix_hits=_counter(m, "vllm:prefix_cache_hits"), preemptions=_counter(m, "vllm:num_preemptions"),
+            recomputed_tokens=_counter(m, "rota:recomputed_prefill_tokens"),
+            evictions=_counter(m, "rota:kv_block_evictions"),
+        )
+    usage = m.get("sglang:token_usage")
+    if usage is not None:
+        rate = m.get("sglang:cache_hit_rate")
+        return CacheSample(usage=min(1.0, max(0.0, usage)), hit_rate=rate)
+    return None
+
+
+def scrape(url: str, timeout_s: float = 1.0) -> CacheSample | None:
+    """One scrape of ``url``; None when it does not answer or has no usage metric."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - a metrics URL
+            text = response.read().decode("utf-8", errors="replace")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return sample_from(parse_text(text))
