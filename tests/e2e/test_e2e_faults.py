@@ -17,7 +17,7 @@ from rota.client import load_job_file, spec_from_mapping
 
 
 def _sleep_spec(seconds: int, *, restart: str = "on-failure") -> Any:
-    data = load_job_file(REPO / "examples" / "sleep.yaml")
+    data = {"tenant": "demo", **load_job_file(REPO / "examples" / "sleep.yaml")}
     data["command"] = ["python", "examples/sleep_job.py", "--seconds", str(seconds)]
     data["restart"] = restart
     return spec_from_mapping(data, base_dir=REPO)
