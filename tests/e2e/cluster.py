@@ -26,6 +26,7 @@ class RunningCluster:
     home: Path
     process: subprocess.Popen[bytes]
     database_url: str
+    demo_token: str = ""  # tenant demo's, once own_cluster made it: the example files take its tenant
 
     @property
     def info(self) -> dict[str, Any]:
@@ -154,11 +155,12 @@ def processes_of(job_id: str) -> list[str]:
 def own_cluster(
     tmp_path_factory: Any, databases: Any, redis_url: str, name: str, **options: Any
 ) -> Iterator[RunningCluster]:
-    """A module's own cluster on its own database, with tenant `demo`; stopped and dropped after."""
+    """A module's own cluster on its own database, with tenant `demo` (its token kept); stopped
+    and dropped after."""
     url = databases.create()
     running = start_cluster(tmp_path_factory.mktemp(name) / "home", url, redis_url, **options)
     try:
-        running.cli("tenants", "add", "demo")
+        running.demo_token = running.cli_json("tenants", "add", "demo")["token"]
         yield running
     finally:
         running.stop()

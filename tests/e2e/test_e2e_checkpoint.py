@@ -198,7 +198,7 @@ def test_the_sleep_example_pauses_at_once_resumes_and_migrates_from_its_step(clu
     command = fields.pop("command")
     assert command[:2] == ["python", "examples/sleep_job.py"] and "--no-checkpoint" not in command
     for key in ("name", "tenant", "kind", "gpus"):
-        fields.pop(key)
+        fields.pop(key, None)
     job_id = submit(cluster, "sleep", [*command[:2], "--seconds", "120", "--interval", "0.2"], **fields)
     home = cluster.wait_job(job_id, ("RUNNING",)).node
 

@@ -26,7 +26,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url:
 
 
 def _spec(file: str, **changes: Any) -> Any:
-    return job_spec_from_mapping({**load_job_file(REPO / "examples" / file), **changes}, base_dir=REPO)
+    return job_spec_from_mapping({"tenant": "demo", **load_job_file(REPO / "examples" / file), **changes}, base_dir=REPO)
 
 
 def test_a_report_stream_reaches_verdicts_and_a_hung_job_is_stopped(cluster: RunningCluster) -> None:
@@ -107,7 +107,7 @@ def test_an_applied_replan_restarts_the_job_from_its_step_with_the_new_layout(
     command = ["python", "examples/pipeline_job.py", "--iterations", "400", "--slow-rank", str(SLOW_RANK),
                "--slow-factor", "1.3", "--slow-from", "40", "--pace", "0.05", "--checkpoint", "--layout-out", str(starts)]
     with cluster.client() as client:
-        refused = client.submit(spec=_spec("pipeline.yaml", command=command[:8]))
+        refused = client.submit(spec=_spec("pipeline.yaml", command=command[:8], accepts_layout_changes=False))
         job = client.submit(spec=_spec("pipeline.yaml", command=command, accepts_layout_changes=True))
     # A job that did not declare it accepts layout changes keeps its layout; the refusal names the flag.
     cluster.wait_job(refused.id, ("RUNNING",), timeout_s=60)

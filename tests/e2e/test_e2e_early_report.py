@@ -24,7 +24,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url:
 
 
 def test_a_started_job_reads_running_before_the_next_periodic_heartbeat(cluster: RunningCluster) -> None:
-    submitted = cluster.cli_json("submit", "examples/sleep.yaml")
+    submitted = cluster.cli_json("submit", "examples/sleep.yaml", token=cluster.demo_token)
     try:
         job = cluster.wait_job(submitted["id"], states=("RUNNING",), timeout_s=RUNNING_WITHIN_S)
         assert job.node and job.gpus

@@ -17,7 +17,7 @@ from rota.client import job_spec_from_mapping, load_job_file
 
 
 def _sleep_spec(seconds: int, *, restart: str = "on-failure") -> Any:
-    data = load_job_file(REPO / "examples" / "sleep.yaml")
+    data = {"tenant": "demo", **load_job_file(REPO / "examples" / "sleep.yaml")}
     data["command"] = ["python", "examples/sleep_job.py", "--seconds", str(seconds)]
     data["restart"] = restart
     return job_spec_from_mapping(data, base_dir=REPO)

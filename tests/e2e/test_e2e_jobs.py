@@ -25,7 +25,8 @@ from rota.client import (
 
 
 def test_the_example_job_submitted_through_the_cli_succeeds_with_its_loss_in_progress(cluster: RunningCluster) -> None:
-    submitted = cluster.cli_json("submit", "examples/train-small.yaml")
+    # With tenant demo's token: the example names no tenant, the token's is taken.
+    submitted = cluster.cli_json("submit", "examples/train-small.yaml", token=cluster.demo_token)
     cluster.wait_job(submitted["id"])
     job = cluster.cli_json("job", submitted["id"])
     assert job["state"] == "SUCCEEDED", job
@@ -36,7 +37,7 @@ def test_the_example_job_submitted_through_the_cli_succeeds_with_its_loss_in_pro
 
 
 def test_the_example_job_submitted_through_the_sdk_succeeds(cluster: RunningCluster) -> None:
-    data = load_job_file(REPO / "examples" / "train-2gpu.yaml")
+    data = {"tenant": "demo", **load_job_file(REPO / "examples" / "train-2gpu.yaml")}  # the admin names it
     spec = job_spec_from_mapping(data, base_dir=REPO)
     with cluster.client() as client:
         job = client.submit(spec=spec)
@@ -47,15 +48,19 @@ def test_the_example_job_submitted_through_the_sdk_succeeds(cluster: RunningClus
 
 
 def test_a_failing_job_reaches_failed_with_its_error(cluster: RunningCluster) -> None:
-    submitted = cluster.cli_json("submit", "examples/fail.yaml")
+    submitted = cluster.cli_json("submit", "examples/fail.yaml", token=cluster.demo_token)
     job = cluster.wait_job(submitted["id"])
     assert job.state == "FAILED"
     assert job.exit_code != 0
     assert "simulated failure" in job.error
+    # Cancelling what has finished changes nothing, and says so.
+    again = cluster.cli("cancel", job.id)
+    assert again.stdout == f"{job.id}: already FAILED, nothing to cancel\n" and again.stderr == ""
+    assert cluster.wait_job(job.id).state == "FAILED"
 
 
 def test_cancelling_a_running_job_leaves_no_process_behind(cluster: RunningCluster) -> None:
-    submitted = cluster.cli_json("submit", "examples/sleep.yaml")
+    submitted = cluster.cli_json("submit", "examples/sleep.yaml", token=cluster.demo_token)
     cluster.wait_job(submitted["id"], ("RUNNING",))
     deadline = time.monotonic() + 20
     while not processes_of(submitted["id"]) and time.monotonic() < deadline:
@@ -77,7 +82,7 @@ def test_cancelling_a_running_job_leaves_no_process_behind(cluster: RunningClust
 
 
 def test_jobs_watch_redraws_the_filtered_table_until_stopped(cluster: RunningCluster) -> None:
-    running = cluster.cli_json("submit", "examples/sleep.yaml")["id"]
+    running = cluster.cli_json("submit", "examples/sleep.yaml", token=cluster.demo_token)["id"]
     cluster.wait_job(running, ("RUNNING",))
     result = cluster.cli("jobs", "--watch", "--interval", "0.5", "--count", "3", "--state", "RUNNING")
     frames = result.stdout.strip().split("\n\n")  # not a terminal: successive plain tables
@@ -98,8 +103,16 @@ def test_jobs_watch_redraws_the_filtered_table_until_stopped(cluster: RunningClu
     cluster.cli("cancel", running)
 
 
+def test_a_mistyped_state_filter_names_the_flag_and_the_states(cluster: RunningCluster) -> None:
+    typo = cluster.cli("jobs", "--state", "RUNNIN", check=False)
+    assert typo.returncode == 1 and typo.stdout == ""
+    assert typo.stderr == ("rota: --state: unknown state 'RUNNIN' (one of PENDING, SCHEDULED, RUNNING, PAUSED, "
+                           "SUCCEEDED, FAILED, CANCELLED, LOST)\n")
+    assert cluster.cli("jobs", "--state", "running").returncode == 0  # any case
+
+
 def test_logs_show_what_the_job_printed(cluster: RunningCluster) -> None:
-    submitted = cluster.cli_json("submit", "examples/fail.yaml")
+    submitted = cluster.cli_json("submit", "examples/fail.yaml", token=cluster.demo_token)
     cluster.wait_job(submitted["id"])
     out = cluster.cli("logs", submitted["id"]).stdout
     assert "simulated failure: bad shard 3" in out
@@ -139,7 +152,7 @@ def test_bad_submissions_exit_non_zero_with_one_line_naming_the_field(
 def test_a_tenant_sees_only_its_own_jobs_and_needs_a_token(cluster: RunningCluster) -> None:
     other = cluster.cli_json("tenants", "add", "other")
     with cluster.client() as admin:
-        spec = job_spec_from_mapping(load_job_file(REPO / "examples" / "fail.yaml"), base_dir=REPO)
+        spec = job_spec_from_mapping({"tenant": "demo", **load_job_file(REPO / "examples" / "fail.yaml")}, base_dir=REPO)
         demo_job = admin.submit(spec=spec)
     with cluster.client(token=other["token"]) as client:
         with pytest.raises(NotFoundError):
@@ -184,7 +197,7 @@ def test_a_token_with_a_lifetime_expires_and_a_reissued_token_replaces_the_old_o
 
 
 def test_a_retried_submission_with_the_same_request_id_creates_one_job(cluster: RunningCluster) -> None:
-    spec = job_spec_from_mapping(load_job_file(REPO / "examples" / "fail.yaml"), base_dir=REPO)
+    spec = job_spec_from_mapping({"tenant": "demo", **load_job_file(REPO / "examples" / "fail.yaml")}, base_dir=REPO)
     with cluster.client() as client:
         first = client.submit(spec=spec, request_id="retry-1")
         again = client.submit(spec=spec, request_id="retry-1")

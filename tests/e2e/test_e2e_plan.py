@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +21,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url:
 
 
 def _spec(file: str, **changes: Any) -> Any:
-    data = {**load_job_file(REPO / "examples" / file), **changes}
+    data = {"tenant": "demo", **load_job_file(REPO / "examples" / file), **changes}
     return job_spec_from_mapping(data, base_dir=REPO)
 
 
@@ -57,7 +58,8 @@ def test_two_blocks_run_and_a_third_waits_with_the_step_it_is_planned_at(cluster
         assert "node-1/0" in text and running[0] in text
         # Asking before submitting: a fourth 2-GPU block waits like the third; nothing is stored.
         before = len(client.list_jobs())
-        answer = cluster.cli_json("submit", str(REPO / "examples" / "train-2gpu.yaml"), "--what-if")
+        answer = cluster.cli_json("submit", str(REPO / "examples" / "train-2gpu.yaml"), "--what-if",
+                                  token=cluster.demo_token)
         assert answer["start_step"] >= 1 and answer["expected_start_seconds"] == answer["start_step"] * STEP_S
         assert "planned at step" in answer["reason"]
         assert len(client.list_jobs()) == before
@@ -68,6 +70,11 @@ def test_two_blocks_run_and_a_third_waits_with_the_step_it_is_planned_at(cluster
             client.cancel(j.id)
 
 
+def _row(text: str, job_id: str) -> list[str]:
+    """The fields of `job_id`'s row in a CLI table ([] if it has none)."""
+    return next((line.split() for line in text.splitlines() if line.startswith(job_id + " ")), [])
+
+
 def test_a_realtime_app_is_scaled_up_and_down_through_its_agent(cluster: RunningCluster) -> None:
     spec = _spec("serve.yaml", demand=[1, 2], max_swap=1, command=["python", "examples/serve_lm.py", "--seconds", "60"])
     with cluster.client() as client:
@@ -75,16 +82,35 @@ def test_a_realtime_app_is_scaled_up_and_down_through_its_agent(cluster: Running
         cluster.wait_job(app.id, ("RUNNING",), timeout_s=60)
         seen: set[int] = set()
         epochs: set[int] = set()
+        # What `rota plan` (start, gpus) and `rota jobs` (GPUS) show for the app, and the plans' triggers.
+        plan_gpus: set[str] = set()
+        jobs_gpus: set[str] = set()
+        triggers: set[str] = set()
         deadline = time.monotonic() + 8 * STEP_S + 20
-        while time.monotonic() < deadline and not ({1, 2} <= seen and len(epochs) >= 3):
+        while time.monotonic() < deadline and not ({1, 2} <= seen and len(epochs) >= 3 and "2" in plan_gpus
+                                                   and "2" in jobs_gpus and any(t.startswith("step began") for t in triggers)):
             progress = client.get_job(app.id).progress
             if "replicas" in progress:
                 seen.add(int(progress["replicas"]))
                 epochs.add(int(progress["epoch"]))
+            plan_text = cluster.cli("plan").stdout
+            triggers.add(plan_text.splitlines()[0].partition("(")[2].rpartition(")")[0])
+            row = _row(plan_text, app.id)  # job tenant kind start gpus node [indices]...
+            if row:
+                plan_gpus.add(row[4])
+            row = _row(cluster.cli("jobs").stdout, app.id)  # ID NAME TENANT KIND PRIO GPUS ...
+            if row:
+                jobs_gpus.add(row[5])
             time.sleep(0.3)
         client.cancel(app.id)
     assert {1, 2} <= seen, f"replica counts seen: {seen}"
     assert len(epochs) >= 3, f"every resize is fenced by a new epoch: {epochs}"
+    # Two replicas hold two GPUs: both tables count them (the spec's one GPU per replica is not the count).
+    assert "2" in plan_gpus and "2" in jobs_gpus, (plan_gpus, jobs_gpus)
+    # A new step's trigger is its wall time, never the step's absolute number.
+    began = [t for t in triggers if t.startswith("step began at ")]
+    assert began and all(re.fullmatch(r"step began at \d\d:\d\d:\d\d UTC", t) for t in began), triggers
+    assert not any(re.search(r"step \d+ began", t) for t in triggers), triggers
 
 
 def test_a_finished_job_shows_its_planned_beside_its_actual_duration_and_teaches_the_forecaster(

@@ -47,7 +47,7 @@ def _health(target: str, credentials: grpc.ChannelCredentials | None) -> grpc.St
 
 
 def test_a_job_runs_end_to_end_over_tls_through_the_cli(cluster: RunningCluster) -> None:
-    submitted = cluster.cli_json("submit", "examples/train-small.yaml")
+    submitted = cluster.cli_json("submit", "examples/train-small.yaml", "--tenant", "demo")  # the admin names it
     cluster.wait_job(submitted["id"])
     job = cluster.cli_json("job", submitted["id"])
     assert job["state"] == "SUCCEEDED", job

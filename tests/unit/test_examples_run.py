@@ -202,7 +202,9 @@ def test_job_files_follow_the_spec(path: Path) -> None:
         "nodes",
         "gpus_per_node",
         "gpu_memory_mb",
+        "accepts_layout_changes",
     }
+    assert "tenant" not in job, "an example takes the caller's tenant (its token's), so any tenant can submit it"
     assert set(job) <= allowed, set(job) - allowed
     assert job["kind"] in {"training", "batch_inference", "quantization", "realtime", "trial"}
     assert 1 <= job["priority"] <= 10
@@ -231,8 +233,7 @@ def test_the_required_job_files_exist() -> None:
     } <= names
     small = yaml.safe_load((EXAMPLES / "train-small.yaml").read_text(encoding="utf-8"))
     assert small["command"] == ["python", "examples/train_lm.py", "--steps", "300", "--seed", "7"]
-    assert (small["tenant"], small["kind"], small["priority"], small["gpus"], small["restart"]) == (
-        "demo",
+    assert (small["kind"], small["priority"], small["gpus"], small["restart"]) == (
         "training",
         5,
         1,

@@ -7,7 +7,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rota.allocator.metrics import held_back, trigger_kind
+from rota.allocator.metrics import held_back, step_trigger, trigger_kind
 from rota.common import metrics
 from rota.common.metrics import CachedCollector, gauge, split_method
 from rota.core.planning.liveplan import Layout, LiveNode, LiveScenario, StepDecision
@@ -17,11 +17,18 @@ from rota.core.planning.scenario import Scenario
 @pytest.mark.parametrize(("trigger", "kind"), [
     ("full re-plan (timer)", "timer"),
     ("first plan of this leader", "leader"),
-    ("step 12 began", "step"),
+    (step_trigger(12, 30.0), "step"),
     ("j-1234 arrived; node-2 left", "change"),
 ])
 def test_a_trigger_is_labelled_by_its_kind_never_by_the_jobs_it_names(trigger: str, kind: str) -> None:
     assert trigger_kind(trigger) == kind
+
+
+def test_a_new_steps_trigger_says_when_it_began_in_utc_not_its_absolute_number() -> None:
+    # Step 59874907 of 30 s began 1796247210 s after the epoch: 2026-12-02 21:33:30 UTC.
+    text = step_trigger(59874907, 30.0)
+    assert text == "step began at 21:33:30 UTC" and "59874907" not in text
+    assert step_trigger(499, 3600.0) == "step began at 19:00:00 UTC"  # an hour's step: on the hour
 
 
 @pytest.mark.parametrize(("method", "parts"), [

@@ -92,20 +92,34 @@ def _counts(states: dict[JobState, int]) -> str:
 
 
 def cancel(args: argparse.Namespace, connect: Callable[[argparse.Namespace], Client]) -> int:
-    """`rota cancel ID`: a job, or every unfinished task of an array."""
+    """`rota cancel ID`: a job, or every unfinished task of an array. A job that had already
+    finished is left as it is, and said so (exit 0: what was asked for, a job that no longer
+    runs, holds)."""
+    from rota.client.errors import NotFoundError
+
     with connect(args) as client:
-        found = client.cancel_job_or_array(args.id, reason=args.reason)
-    if isinstance(found, JobArray):
-        if args.json:
-            print_json(found.to_dict())
-        else:
-            print(f"{found.id} cancelled: {len(found.job_ids)} tasks stopped ({_counts(found.states)})")
-        return 0
+        try:
+            before: Job | None = client.get_job(args.id)
+        except NotFoundError:
+            before = None  # an array's id (or nothing: the cancel says NOT_FOUND)
+        found = before if before is not None and before.finished else client.cancel_job_or_array(
+            args.id, reason=args.reason)
     if args.json:
         print_json(found.to_dict())
     else:
-        print(f"{found.id} {found.state}")
+        print(cancel_text(found, already=found is before))
     return 0
+
+
+def cancel_text(found: Job | JobArray, *, already: bool) -> str:
+    """What `rota cancel` prints: what it stopped, or that there was nothing left to stop."""
+    if isinstance(found, JobArray):
+        if not found.job_ids:
+            return f"{found.id}: every task had already finished, nothing to cancel ({_counts(found.states)})"
+        return f"{found.id} cancelled: {len(found.job_ids)} tasks stopped ({_counts(found.states)})"
+    if already:
+        return f"{found.id}: already {found.state}, nothing to cancel"
+    return f"{found.id} {found.state}"
 
 
 def show_array(args: argparse.Namespace, client: Client, array_id: str) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rota.cli import http_submit
+from rota.cli.flags import job_states
 from rota.cli.node_layout import node_layout
 from rota.cli.output import LiveScreen, ago, print_json, progress_text, shorten, table, ticks
 from rota.cli.running import CLUSTER_MODULES, import_server, require_server
@@ -141,6 +142,7 @@ def _submit_many(args: argparse.Namespace, specs: list[JobSpec]) -> int:
 
 
 def jobs(args: argparse.Namespace) -> int:
+    args.state = job_states(args.state)  # a typo fails here, naming --state and the states
     if getattr(args, "watch", False):
         return _watch_jobs(args)
     with connect(args) as client:
@@ -165,11 +167,22 @@ def _jobs_text(client: Client, args: argparse.Namespace) -> tuple[int, str]:
 
 def jobs_table(found: Sequence[Job]) -> str:
     rows = [
-        (j.id, j.name, j.tenant, j.kind, j.priority, len(j.spec.command) and j.spec.gpus, j.state,
+        (j.id, j.name, j.tenant, j.kind, j.priority, gpu_count(j), j.state,
          _where(j), progress_text(j.progress), ago(j.created_at))
         for j in found
     ]
     return table(("ID", "NAME", "TENANT", "KIND", "PRIO", "GPUS", "STATE", "PLACEMENT", "PROGRESS", "SUBMITTED"), rows)
+
+
+def gpu_count(job: Job) -> int:
+    """The GPUS column: how many GPUs the job holds where it is placed (a gang's on every node,
+    a realtime app's over all its replicas), else how many it asks for (0 for another
+    tenant's job, whose spec is not shown)."""
+    if job.node:
+        if job.replicas:
+            return sum(len(gpus) for gpus in job.replicas.values())
+        return len(job.gpus) * max(1, len(job.nodes))
+    return job.spec.gpus if job.spec.command else 0
 
 
 def _watch_jobs(args: argparse.Namespace, screen: LiveScreen | None = None,
@@ -435,7 +448,8 @@ def demo(args: argparse.Namespace) -> int:
                     client.create_tenant("demo", share=1.0)
                 ids = []
                 for file in files:
-                    spec = job_spec_from_mapping(load_job_file(file), base_dir=examples.parent)
+                    # The examples name no tenant (a tenant's token decides); the admin's names demo.
+                    spec = job_spec_from_mapping({"tenant": "demo", **load_job_file(file)}, base_dir=examples.parent)
                     ids.append(client.submit(spec=spec).id)
                     print(f"submitted {file.name}", flush=True)
                 return _demo_table(client, ids, args.timeout)
@@ -448,7 +462,7 @@ DEMO_WHY_WIDTH = 60
 
 
 def demo_table(found: Sequence[Job]) -> str:
-    rows = [(j.id, j.name, j.kind, j.spec.gpus, j.state, _where(j),
+    rows = [(j.id, j.name, j.kind, gpu_count(j), j.state, _where(j),
              progress_text(j.progress), shorten(j.reason, DEMO_WHY_WIDTH)) for j in found]
     return table(("ID", "NAME", "KIND", "GPUS", "STATE", "PLACEMENT", "PROGRESS", "WHY"), rows)
 

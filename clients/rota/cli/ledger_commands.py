@@ -11,6 +11,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from rota.cli.commands import connect
+from rota.cli.flags import one_of
 from rota.cli.output import print_json, table
 from rota.client import parse_duration
 from rota.client.errors import InvalidArgumentError
@@ -50,6 +51,7 @@ def _hours(x: float) -> str:
 
 
 def usage(args: argparse.Namespace) -> int:
+    args.by = one_of("--by", "grouping", args.by, tuple(HEADERS))
     since = parse_since(args.since)
     with connect(args) as client:
         rows = client.usage(tenant=args.tenant, since=since, by=args.by)

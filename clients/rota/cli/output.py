@@ -26,7 +26,7 @@ def print_json(value: Any) -> None:
 
 def fail(message: str, code: int = 1, detail: str = "") -> int:
     """`rota: MESSAGE` as one line on stderr (what scripts read), then `detail`, if any,
-    indented under it as it was written (a YAML error's marks and caret)."""
+    indented under it as it was written."""
     first_line = " ".join(message.strip().splitlines()) or "error"
     print(f"rota: {first_line}", file=sys.stderr)
     for line in detail.rstrip().splitlines():

@@ -10,8 +10,8 @@ if TYPE_CHECKING:
 
 class RotaError(Exception):
     """A failed call. `code` is the gRPC status name; `field` names the bad field, if any;
-    `detail`, when set, is more for a person, in lines of their own (a YAML parser's
-    marks and carets), that the one-line `message` sums up."""
+    `detail`, when set, is more for a person, in lines of their own, that the one-line
+    `message` sums up."""
 
     code = "UNKNOWN"
 

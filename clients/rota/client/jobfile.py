@@ -67,17 +67,17 @@ def load_job_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _yaml_error(file: Path, exc: yaml.MarkedYAMLError) -> InvalidArgumentError:
-    """One line with the problem and where it is; the parser's own message, whose marks show
-    the offending lines with a caret under the spot, kept line by line as the detail."""
-    for mark in (exc.context_mark, exc.problem_mark):
-        if mark is not None:
-            mark.name = str(file)  # not "<unicode string>": the text was read before parsing
+    """One line: the file, the line and column of the problem, the parser's reason, and
+    what it was reading when it met it (`while parsing a flow sequence` begun where)."""
     where = exc.problem_mark or exc.context_mark
-    at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
+    at = f", line {where.line + 1}, column {where.column + 1}" if where is not None else ""
     problem = exc.problem or exc.context or "cannot parse"
-    error = _bad("file", f"{file} is not valid YAML: {problem}{at}")
-    error.detail = str(exc)
-    return error
+    context = ""
+    if exc.problem and exc.context:
+        began = exc.context_mark
+        since = f" at line {began.line + 1}, column {began.column + 1}" if began is not None and began != where else ""
+        context = f" ({exc.context}{since})"
+    return _bad("file", f"{file}{at}: not valid YAML: {problem}{context}")
 
 
 def _scalars(reason: str, kinds: type | tuple[type, ...], *, bools: bool = False) -> Check:

@@ -378,7 +378,7 @@ class SchedulingLoop:
         if fingerprint != self.memory.fingerprint:
             return s.policy, _what_changed(self.memory.fingerprint, fingerprint)
         if horizon.step_index != self.memory.step_index:
-            return s.policy, f"step {horizon.step_index} began"
+            return s.policy, allocator_metrics.step_trigger(horizon.step_index, horizon.step_s)
         return s.policy, None
 
     async def _commit(

@@ -9,11 +9,21 @@ yields. Per cycle: whether this replica leads.
 from __future__ import annotations
 
 from collections import Counter
+from datetime import UTC, datetime
 
 from rota.common import metrics
 from rota.core.planning.grid import Grid
 from rota.core.planning.liveplan import RESERVED_PREFIX, LiveScenario, StepDecision
 from rota.core.planning.planner import PlanOutcome
+
+STEP_BEGAN = "step began at "
+
+
+def step_trigger(step_index: int, step_s: float) -> str:
+    """A new step's trigger as a reader takes it: the wall time (UTC) it began, not its
+    absolute number (`step 59874907 began` says nothing to anyone)."""
+    began = datetime.fromtimestamp(step_index * step_s, UTC)
+    return f"{STEP_BEGAN}{began:%H:%M:%S} UTC"
 
 
 def trigger_kind(trigger: str) -> str:
@@ -22,7 +32,7 @@ def trigger_kind(trigger: str) -> str:
         return "timer"
     if trigger.startswith("first plan"):
         return "leader"
-    if trigger.startswith("step ") and trigger.endswith("began"):
+    if trigger.startswith(STEP_BEGAN):
         return "step"
     return "change"
 

@@ -88,10 +88,7 @@ class AllocatorService(allocator_pb2_grpc.AllocatorServiceServicer):
     async def WhatIf(self, request: allocator_pb2.WhatIfRequest, context: grpc.aio.ServicerContext) -> allocator_pb2.WhatIfResponse:
         identity = current_identity()
         spec = _what_if_spec(request)
-        if not identity.is_admin:
-            if spec.tenant and spec.tenant != identity.tenant:
-                raise InvalidArgument("tenant", f"a token of tenant {identity.tenant!r} cannot ask for {spec.tenant!r}")
-            spec.tenant = identity.tenant
+        spec.tenant = identity.tenant_for(spec.tenant, "ask")
         if not await asyncio.to_thread(self.db.run, lambda s: s.get(TenantRow, spec.tenant) is not None):
             raise InvalidArgument("tenant", f"unknown tenant {spec.tenant!r}")
         view = await asyncio.to_thread(self.db.run, repository.live_view)

@@ -123,13 +123,10 @@ class ApiContext:
 
 
 def _owned_spec(message: common_pb2.JobSpec, request_id: str) -> JobSpecData:
-    """The submitted spec with its tenant: a tenant's token submits for its own tenant only."""
-    identity = current_identity()
+    """The submitted spec with its tenant: a tenant's token submits for its own tenant only
+    (a spec without one is its own); the admin's must name the tenant."""
     spec = convert.spec_from_proto(message)
-    if not identity.is_admin:
-        if spec.tenant and spec.tenant != identity.tenant:
-            raise InvalidArgument("tenant", f"a token of tenant {identity.tenant!r} cannot submit for {spec.tenant!r}")
-        spec.tenant = identity.tenant
+    spec.tenant = current_identity().tenant_for(spec.tenant)
     if len(request_id) > 128:
         raise InvalidArgument("request_id", "longer than 128 characters")
     return spec

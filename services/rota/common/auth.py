@@ -7,7 +7,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 
-from rota.core.errors import PermissionDenied
+from rota.core.errors import InvalidArgument, PermissionDenied
 
 ADMIN = "admin"
 TENANT = "tenant"
@@ -28,6 +28,19 @@ class Identity:
 
     def may_access(self, tenant: str) -> bool:
         return self.is_admin or self.tenant == tenant
+
+    def tenant_for(self, named: str, verb: str = "submit") -> str:
+        """The tenant a job is submitted for (or asked about): a tenant's token decides it
+        (a spec naming no tenant is its own; naming another is refused); the admin token
+        acts for no tenant, so the spec must name one."""
+        if self.is_admin:
+            if not named:
+                raise InvalidArgument("tenant", f"required with the admin token, which acts for no tenant: name the "
+                                                f"tenant to {verb} for (`tenant:` in the job file, or --tenant)")
+            return named
+        if named and named != self.tenant:
+            raise InvalidArgument("tenant", f"a token of tenant {self.tenant!r} cannot {verb} for {named!r}")
+        return self.tenant
 
 
 _current: contextvars.ContextVar[Identity | None] = contextvars.ContextVar("rota_identity", default=None)
