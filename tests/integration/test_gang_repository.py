@@ -20,11 +20,10 @@ from test_jobs_repository import (  # the same builders as the single-node tests
     transitions,
 )
 
-from rota.allocator import repository as alloc
 from rota.api import repository as api
-from rota.common import nodes_repo
+from rota.cluster import job_starts, node_lifecycle
+from rota.cluster.job_lifecycle import Events
 from rota.common.db import Database, make_engine
-from rota.common.jobs_repo import Events
 from rota.core import jobstate as js
 from rota.core.planning.liveplan import Start
 from rota.ledger.collector import collect_all
@@ -46,7 +45,7 @@ def tenant(db: Database) -> str:
 
 
 def place_gang(db: Database, job_id: str, nodes: list[str]) -> Any:
-    job = db.run(lambda s: alloc.commit_decision(s, Start(job_id, nodes[0], (0, 1), nodes=tuple(nodes)), Events()))
+    job = db.run(lambda s: job_starts.commit_decision(s, Start(job_id, nodes[0], (0, 1), nodes=tuple(nodes)), Events()))
     assert job is not None
     return job
 
@@ -58,7 +57,7 @@ def test_a_gang_claims_every_node_under_one_epoch_and_its_rendezvous(db: Databas
     assert (job.node, job.gang_nodes, job.gpu_indices) == (nodes[0], nodes, [0, 1])
     assert {(n, g) for n, g, _j, e in claims(db, job_id=job_id) if e == job.epoch} == {(n, g) for n in nodes for g in (0, 1)}
     host, port = job.gang_master.rsplit(":", 1)
-    assert host == "127.0.0.1" and int(port) == alloc.GANG_PORT_BASE + job.epoch % alloc.GANG_PORT_SPAN
+    assert host == "127.0.0.1" and int(port) == job_starts.GANG_PORT_BASE + job.epoch % job_starts.GANG_PORT_SPAN
     [p] = placements(db, job_id)
     assert p.gang_nodes == nodes and p.epoch == job.epoch
     # Both agents are told to run it (their heartbeat answers list it).
@@ -100,7 +99,7 @@ def test_a_dead_node_of_a_gang_loses_the_whole_gang(db: Database, tenant: str) -
     report(db, nodes[0], job, js.RUNNING)
     _silence(db, nodes[1], 600)  # node rank 1, not the job's `node`
     events = Events()
-    declared = db.run(lambda s: nodes_repo.declare_dead_nodes(s, 60, events))
+    declared = db.run(lambda s: node_lifecycle.declare_dead_nodes(s, 60, events))
     assert nodes[1] in [d.name for d in declared]
     lost = load(db, job_id)
     assert lost.state == js.PENDING and claims(db, job_id=job_id) == []

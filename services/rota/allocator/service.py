@@ -13,11 +13,12 @@ import grpc
 
 from rota.allocator import repository
 from rota.allocator.models import PlanStepRow
+from rota.cluster import planner_view
+from rota.cluster.job_lifecycle import get_job, utcnow
 from rota.common import convert
 from rota.common.auth import Identity, current_identity
 from rota.common.config import Settings
 from rota.common.db import Database
-from rota.common.jobs_repo import get_job, utcnow
 from rota.common.models import TenantRow
 from rota.core.errors import InvalidArgument, NotFound
 from rota.core.jobspec import JobSpecData, validate
@@ -30,7 +31,7 @@ from rota.v1 import allocator_pb2, allocator_pb2_grpc, common_pb2
 
 MAX_FULL_TIME_LIMIT_S = 60.0
 OTHER_TENANT = "*"
-JOB_ID_IN_TEXT = re.compile(r"\bj-[0-9a-z]+\b")  # rota.common.jobs_repo.new_job_id's shape
+JOB_ID_IN_TEXT = re.compile(r"\bj-[0-9a-z]+\b")  # rota.cluster.job_lifecycle.new_job_id's shape
 
 
 WHAT_IF_ID = "?what-if"  # never a real job id (those are j-<hex>)
@@ -83,9 +84,9 @@ class AllocatorService(allocator_pb2_grpc.AllocatorServiceServicer):
             spec.tenant = identity.tenant
         if not await asyncio.to_thread(self.db.run, lambda s: s.get(TenantRow, spec.tenant) is not None):
             raise InvalidArgument("tenant", f"unknown tenant {spec.tenant!r}")
-        view = await asyncio.to_thread(self.db.run, repository.live_view)
+        view = await asyncio.to_thread(self.db.run, planner_view.live_view)
         validate(spec, max_gpus_per_node=max((n.gpus for n in view.nodes), default=0))
-        probe = repository.live_job(WHAT_IF_ID, spec.tenant, spec.kind, spec.priority, spec)
+        probe = planner_view.live_job(WHAT_IF_ID, spec.tenant, spec.kind, spec.priority, spec)
         horizon = Horizon(self.settings.plan_step_s, self.settings.plan_horizon, time.time())
         outcome = await asyncio.to_thread(plan_live, view.nodes, [*view.jobs, probe], horizon, "fast")
         if any(s.job_id == WHAT_IF_ID for s in outcome.decision.starts):

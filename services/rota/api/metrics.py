@@ -21,11 +21,11 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from rota.cluster.job_lifecycle import utcnow
+from rota.cluster.models import GpuClaimRow, GpuRow, JobRow, NodeRow
 from rota.common import read_models
 from rota.common.db import Database
-from rota.common.jobs_repo import utcnow
 from rota.common.metrics import REGISTRY, CachedCollector, gauge
-from rota.common.models import GpuClaimRow, GpuRow, JobRow, NodeRow
 
 
 def cluster_families(session: Session) -> list[GaugeMetricFamily]:

@@ -47,11 +47,11 @@ from sqlalchemy.orm import Session
 from rota.checkpoint import repository as repo
 from rota.checkpoint.models import OperationRow
 from rota.client.enums import enum_name
+from rota.cluster.job_lifecycle import Events, get_job, pause, transition
+from rota.cluster.models import NodeRow
 from rota.common import metrics
 from rota.common.agents import AgentClients
 from rota.common.db import Database
-from rota.common.jobs_repo import Events, get_job, pause, transition
-from rota.common.models import NodeRow
 from rota.core import jobstate
 from rota.core.errors import AlreadyExists, FailedPrecondition, NotFound
 from rota.imagestore.images import join_parts

@@ -18,8 +18,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from rota.checkpoint.models import ChunkRow, ImageChunkRow, ImageRow, ManifestRow, OperationRow
-from rota.common.jobs_repo import utcnow
-from rota.common.models import JobRow
+from rota.cluster.job_lifecycle import utcnow
+from rota.cluster.models import JobRow
 from rota.core import jobstate
 
 WRITING, COMPLETE, FAILED = "writing", "complete", "failed"

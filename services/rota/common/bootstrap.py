@@ -12,11 +12,11 @@ import grpc
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rota.cluster.job_lifecycle import utcnow
 from rota.common.agents import AgentClients
 from rota.common.auth import ADMIN, TENANT, Identity, hash_token
 from rota.common.config import Settings
 from rota.common.db import Database, make_engine
-from rota.common.jobs_repo import utcnow
 from rota.common.live import LiveState, connect_redis
 from rota.common.metrics import serve_metrics
 from rota.common.models import TenantRow

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
-from rota.common.models import GpuClaimRow, GpuRow, JobRow, JobTransitionRow, NodeRow, TenantRow
+from rota.cluster.models import GpuClaimRow, GpuRow, JobRow, JobTransitionRow, NodeRow
+from rota.common.models import TenantRow
 from rota.core.errors import InvalidArgument
 from rota.core.jobspec import JobSpecData
 from rota.v1 import common_pb2

@@ -16,7 +16,7 @@ reshape its tables behind it.
 | checkpoint_resume_targets   | checkpoint | allocator           |
 | detector_bad_gpus           | detector   | allocator           |
 | detector_applied_layouts    | detector   | allocator, api      |
-| node_gpu_types              | node lifecycle (`nodes_repo`) | ledger |
+| node_gpu_types              | node lifecycle (`node_lifecycle`) | ledger |
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from sqlalchemy import ARRAY, BigInteger, Column, Float, Integer, MetaData, Stri
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
+from rota.cluster.models import JobRow, NodeRow
 from rota.common.layouts import layout_fields, layout_json
-from rota.common.models import JobRow, NodeRow
 from rota.core import jobstate
 
 # Views, not tables: on their own metadata so that migrations never try to create them.

@@ -11,9 +11,9 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from rota.cluster.job_lifecycle import Events, get_job, lose, utcnow
+from rota.cluster.models import JobRow, NodeRow, PlacementRow
 from rota.common import metrics
-from rota.common.jobs_repo import Events, get_job, lose, utcnow
-from rota.common.models import JobRow, NodeRow, PlacementRow
 from rota.core import jobstate
 from rota.core.detection.devices import BAD, CLEARED, DeviceMark
 from rota.core.detection.failslow import Verdict

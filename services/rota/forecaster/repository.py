@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from rota.common.models import JobRow
+from rota.cluster.models import JobRow
 from rota.core.forecasting.predict import Completion
 from rota.forecaster.models import CompletionRow, TrafficRow
 

@@ -21,8 +21,9 @@ from sqlalchemy import ColumnElement, SQLColumnExpression, and_, delete, func, l
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from rota.cluster.models import GpuRow, JobRow, JobTransitionRow, NodeRow, PlacementRow
 from rota.common import read_models
-from rota.common.models import GpuRow, JobRow, JobTransitionRow, NodeRow, PlacementRow, TenantRow
+from rota.common.models import TenantRow
 from rota.core import jobstate, nodestate
 from rota.core.errors import AlreadyExists, InvalidArgument
 from rota.core.fairness.ltgf import FairnessConfig, quotas
@@ -111,7 +112,7 @@ def unsettled_placements(session: Session, after: int, limit: int) -> list[Lease
         .outerjoin(CollectedRow, CollectedRow.placement_id == PlacementRow.id)
         .where(PlacementRow.id > after, or_(CollectedRow.placement_id.is_(None), CollectedRow.closed.is_(False)),
                # A guest in a host's bubbles is billed from when it took the GPUs over: until
-               # then those GPU-seconds are the host's (rota.allocator.guests_repo).
+               # then those GPU-seconds are the host's (rota.cluster.guest_leases).
                or_(PlacementRow.guest_of == "", PlacementRow.promoted_at.is_not(None)))
         .order_by(PlacementRow.id)
         .limit(limit)

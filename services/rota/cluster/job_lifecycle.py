@@ -15,10 +15,11 @@ from typing import Any
 from sqlalchemy import ColumnElement, any_, delete, or_, select, update
 from sqlalchemy.orm import Session
 
+from rota.cluster.models import GpuClaimRow, GpuGuestRow, JobRow, JobTransitionRow, PlacementRow
 from rota.common import metrics
-from rota.common.models import GpuClaimRow, GpuGuestRow, JobRow, JobTransitionRow, PlacementRow
 from rota.common.read_models import resume_image, streamed_image
 from rota.core import jobstate
+from rota.core.errors import NotFound
 
 
 def utcnow() -> datetime:
@@ -82,7 +83,7 @@ def transition(session: Session, job: JobRow, target: str, reason: str, events: 
 def release(session: Session, job: JobRow, reason: str) -> None:
     """Frees the job's GPUs: claims (and a guest's lent GPUs) deleted, its open placements
     closed (a realtime app's on every node). A host's guests keep theirs: the allocator's
-    next cycle gives them the GPUs (rota.allocator.guests_repo.take_over)."""
+    next cycle gives them the GPUs (rota.cluster.guest_leases.take_over)."""
     session.execute(delete(GpuClaimRow).where(GpuClaimRow.job_id == job.id))
     session.execute(delete(GpuGuestRow).where(GpuGuestRow.job_id == job.id))
     job.replicas = {}
@@ -157,3 +158,23 @@ def pause(session: Session, job: JobRow, reason: str, events: Events) -> None:
     release(session, job, "paused")
     transition(session, job, jobstate.PAUSED, reason, events)
     unplace(job)
+
+
+def cancel_job(session: Session, job_id: str, reason: str, events: Events) -> tuple[JobRow, list[str]]:
+    """Cancels an unfinished job; returns it and the nodes whose agents must stop it (a
+    gang's every node; none if it held no GPU)."""
+    job = get_job(session, job_id, lock=True)
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    return job, cancel_row(session, job, reason, events)
+
+
+def cancel_row(session: Session, job: JobRow, reason: str, events: Events) -> list[str]:
+    """cancel_job of a row its caller has locked (an array's tasks, read in one statement)."""
+    if job.state in jobstate.FINAL_STATES:
+        return []
+    nodes = nodes_of(job) if job.state in jobstate.HOLDING_STATES else []
+    if nodes:
+        release(session, job, "cancelled")
+    transition(session, job, jobstate.CANCELLED, reason or "cancelled by user", events)
+    return nodes

@@ -5,7 +5,7 @@ declare dead (the leading allocator, every cycle) and the api's restart grace al
 through here, in the caller's transaction. The rules are `rota.core.nodestate`'s, and one
 clock decides a death: the database's `now()`, which stamps every heartbeat and is the
 deadline's reference, so no process's own clock (or its skew) enters. A dead node's jobs
-are lost through `jobs_repo.lose`, the same path as a silent rank's.
+are lost through `job_lifecycle.lose`, the same path as a silent rank's.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from datetime import timedelta
 from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 
-from rota.common import replicas
-from rota.common.jobs_repo import Events, on_node
-from rota.common.models import GpuRow, JobRow, NodeRow
+from rota.cluster import app_replicas
+from rota.cluster.job_lifecycle import Events, on_node
+from rota.cluster.models import GpuRow, JobRow, NodeRow
 from rota.core import jobstate, nodestate
 from rota.core.errors import NotFound
 
@@ -137,7 +137,7 @@ def declare_dead_nodes(session: Session, timeout_s: float, events: Events) -> li
                        for job in jobs for n in where[job.id] if n in addresses)
         for job in jobs:
             gang = f" (node of its {len(job.gang_nodes)}-node gang)" if job.gang_nodes else ""
-            replicas.lose_on(session, job, node.name, f"node {node.name}{gang} missed heartbeats for {float(silent):.1f}s",
+            app_replicas.lose_on(session, job, node.name, f"node {node.name}{gang} missed heartbeats for {float(silent):.1f}s",
                              events)
         dead.append(DeadNode(node.name, copies))
     return dead

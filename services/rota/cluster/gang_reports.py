@@ -18,12 +18,12 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from rota.common.jobs_repo import Events, pause, release, requeue_or_fail, transition
-from rota.common.models import GangExitRow, JobRow
+from rota.cluster.job_lifecycle import Events, pause, release, requeue_or_fail, transition
+from rota.cluster.models import GangExitRow, JobRow
 from rota.core import jobstate
 
 if TYPE_CHECKING:
-    from rota.api.repository import JobReport
+    from rota.cluster.heartbeats import JobReport
 
 
 def apply_gang_report(session: Session, job: JobRow, node: str, report: JobReport, events: Events) -> None:
