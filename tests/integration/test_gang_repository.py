@@ -21,7 +21,7 @@ from test_jobs_repository import (  # the same builders as the single-node tests
 )
 
 from rota.api import repository as api
-from rota.cluster import job_starts, node_lifecycle
+from rota.cluster import heartbeats, job_starts, node_lifecycle, planner_view
 from rota.cluster.job_lifecycle import Events
 from rota.common.db import Database, make_engine
 from rota.core import jobstate as js
@@ -79,7 +79,15 @@ def test_a_gang_succeeds_only_when_every_node_has_exited_zero_and_counts_a_repea
     assert transitions(db, job_id)[-1][2] == "exit code 0 on all 2 nodes"
 
 
-def test_one_failed_rank_group_stops_the_whole_gang_and_it_is_requeued(db: Database, tenant: str) -> None:
+def _queued_and_blocked(db: Database, job_id: str, node: str) -> tuple[bool, tuple[int, ...]]:
+    """Whether the plan sees the job, and the GPUs of `node` it must leave alone."""
+    view = db.run(lambda s: planner_view.live_view(s))
+    [live] = [n for n in view.nodes if n.name == node]
+    return any(j.id == job_id for j in view.jobs), live.bad_gpus
+
+
+def test_one_failed_rank_group_stops_the_whole_gang_and_it_is_requeued_once_its_other_ranks_stop(
+        db: Database, tenant: str) -> None:
     nodes = [register(db, gpus=2), register(db, gpus=2)]
     job_id = submit(db, tenant, gpus=0, nodes=2, gpus_per_node=2, restart="on-failure")
     job = place_gang(db, job_id, nodes)
@@ -87,9 +95,35 @@ def test_one_failed_rank_group_stops_the_whole_gang_and_it_is_requeued(db: Datab
     assigned = report(db, nodes[1], job, js.FAILED, exit_code=3, error="gloo: connection reset")
     again = load(db, job_id)
     assert (again.state, again.gang_nodes, again.gang_master, again.node) == (js.PENDING, [], "", None)
-    assert claims(db, job_id=job_id) == [] and assigned == []
-    assert f"rank group on {nodes[1]} failed (exit code 3); the whole gang stopped" in transitions(db, job_id)[-1][2]
-    assert report(db, nodes[0], job, js.RUNNING) == []  # the other node's agent stops its group
+    assert assigned == []
+    why = transitions(db, job_id)[-1][2]
+    assert f"rank group on {nodes[1]} failed (exit code 3); the whole gang stopped" in why and nodes[0] in why
+    # The failed node's GPUs are free; the other node's stay claimed while its ranks may run,
+    # and the plan neither places the gang again nor anything else on those GPUs.
+    assert {(n, g) for n, g, _j, _e in claims(db, job_id=job_id)} == {(nodes[0], 0), (nodes[0], 1)}
+    assert _queued_and_blocked(db, job_id, nodes[0]) == (False, (0, 1))
+    assert report(db, nodes[0], job, js.RUNNING) == []  # its agent is told to stop its group ...
+    assert claims(db, job_id=job_id)  # ... which still runs
+    report(db, nodes[0], job, js.FAILED, exit_code=143)  # ... and has ended
+    assert claims(db, job_id=job_id) == []
+    assert _queued_and_blocked(db, job_id, nodes[0]) == (True, ())
+    assert load(db, job_id).state == js.PENDING  # the late exit changes nothing else
+
+
+def test_a_stopped_gangs_node_that_reports_no_group_or_dies_frees_its_claims(db: Database, tenant: str) -> None:
+    nodes = [register(db, gpus=2) for _ in range(4)]
+    job_id = submit(db, tenant, gpus=0, nodes=4, gpus_per_node=2, restart="on-failure")
+    job = place_gang(db, job_id, nodes)
+    report(db, nodes[3], job, js.SUCCEEDED)  # its group is over: its GPUs go with the failure
+    report(db, nodes[2], job, js.FAILED, exit_code=1)
+    assert {n for n, _g, _j, _e in claims(db, job_id=job_id)} == {nodes[0], nodes[1]}
+    db.run(lambda s: heartbeats.heartbeat(s, nodes[0], [], Events()))  # it runs no such group (any more)
+    assert {n for n, _g, _j, _e in claims(db, job_id=job_id)} == {nodes[1]}
+    _silence(db, nodes[1], 600)
+    declared = db.run(lambda s: node_lifecycle.declare_dead_nodes(s, 60, Events()))
+    [dead] = [d for d in declared if d.name == nodes[1]]
+    assert (nodes[1], job_id, job.epoch) in [(c.node, c.job_id, c.epoch) for c in dead.copies]  # the allocator stops it
+    assert claims(db, job_id=job_id) == []
 
 
 def test_a_dead_node_of_a_gang_loses_the_whole_gang(db: Database, tenant: str) -> None:

@@ -14,9 +14,8 @@ from sqlalchemy.exc import IntegrityError
 from test_jobs_repository import _silence, claims, load, placements, register, submit, transitions
 
 from rota.api import repository as api
-from rota.cluster import heartbeats, job_starts, node_lifecycle
+from rota.cluster import heartbeats, job_protos, job_starts, node_lifecycle
 from rota.cluster.job_lifecycle import Events, nodes_of
-from rota.common import convert
 from rota.common.db import Database, make_engine
 from rota.core import jobstate as js
 from rota.core.planning.liveplan import Start
@@ -54,7 +53,7 @@ def beat(db: Database, node: str, app: str, state: str, *, epoch: int | None = N
          progress: dict[str, object] | None = None) -> list[Any]:
     """The node's heartbeat with one report of the app (under its node's epoch); the assignments as protos."""
     rep = heartbeats.JobReport(app, epochs(db, app).get(node, -1) if epoch is None else epoch, state, exit_code, "", progress)
-    return db.run(lambda s: [convert.job_on_node(j, node) for j in heartbeats.heartbeat(s, node, [rep], Events())[1]])
+    return db.run(lambda s: [job_protos.job_on_node(j, node) for j in heartbeats.heartbeat(s, node, [rep], Events())[1]])
 
 
 def test_a_start_on_two_nodes_is_a_lease_per_node_and_each_agent_sees_its_own_gpus(db: Database, tenant: str) -> None:
@@ -74,7 +73,7 @@ def test_a_start_on_two_nodes_is_a_lease_per_node_and_each_agent_sees_its_own_gp
     assert [r.node for r in on_b.replicas] == [b]
     assert load(db, app).state == js.RUNNING
     # The api's copy lists every node, home first.
-    full = convert.job_to_proto(load(db, app))
+    full = job_protos.job_to_proto(load(db, app))
     assert [(r.node, list(r.gpus)) for r in full.replicas] == [(a, [0, 1]), (b, [1])]
 
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from rota.cluster import guest_leases
+from rota.cluster import guest_leases, job_protos
 from rota.cluster.job_lifecycle import Events
-from rota.common import convert, metrics, read_models
+from rota.common import metrics, read_models
 from rota.common.db import Database
 from rota.core.planning.guests import GuestCandidate, place_guests
 from rota.core.planning.liveplan import LiveJob
@@ -78,7 +78,7 @@ def _commit_guests(session: Session, trials: list[LiveJob], events: Events) -> l
         if job is None:
             continue
         metrics.BUBBLE_GUESTS.inc()
-        message = convert.job_on_node(job, start.node)
+        message = job_protos.job_on_node(job, start.node)
         launches.append((addresses[start.node], agent_pb2.LaunchRequest(
             job=message, epoch=message.epoch, **read_models.launch_fields(session, job.id))))
     return launches

@@ -26,9 +26,9 @@ from rota.allocator.forecasts import Forecast
 from rota.allocator.guest_placement import GuestPlacement
 from rota.allocator.peers import Peers
 from rota.allocator.wakeups import Wakeups
-from rota.cluster import job_starts, node_lifecycle, planner_view
+from rota.cluster import job_protos, job_starts, node_lifecycle, planner_view
 from rota.cluster.job_lifecycle import Events, get_job
-from rota.common import convert, metrics, read_models
+from rota.common import metrics, read_models
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
 from rota.common.db import Database
@@ -426,7 +426,7 @@ class SchedulingLoop:
         if job is None:
             return None
         # A paused, migrated or requeued job continues from its last checkpoint image.
-        message = convert.job_on_node(job, node)
+        message = job_protos.job_on_node(job, node)
         return agent_pb2.LaunchRequest(job=message, epoch=message.epoch, **read_models.launch_fields(session, job.id))
 
     @staticmethod
@@ -512,7 +512,7 @@ def _commit_resize(  # type: ignore[no-untyped-def]
     if not done.gpus:
         return done.node, done.previous_epoch
     if not done.previous_epoch:
-        message = convert.job_on_node(done.job, done.node)
+        message = job_protos.job_on_node(done.job, done.node)
         return done.node, agent_pb2.LaunchRequest(job=message, epoch=done.epoch)
     return done.node, agent_pb2.ResizeRequest(job_id=done.job.id, epoch=done.epoch, gpu_indices=list(done.gpus))
 

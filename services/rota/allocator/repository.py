@@ -1,4 +1,4 @@
-"""The allocator's Postgres operations: dead nodes, the live view, commits of plan steps."""
+"""The allocator's own tables: plan steps and forecasts (starts and the live view: rota.cluster)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
 from rota.allocator.models import JobForecastRow, PlanStepRow
-from rota.cluster.models import (
-    EPOCH_SEQUENCE,
-)
+from rota.cluster import job_starts
 from rota.common import read_models
 from rota.core.planning.moves import MoveCost, MoveInputs
 
@@ -20,7 +18,7 @@ PAUSE_EXIT_S = 1.0  # a paused job's process exit, after its state is copied out
 
 
 def record_plan_step(session: Session, **values: Any) -> PlanStepRow:
-    epoch = int(session.execute(EPOCH_SEQUENCE.next_value()).scalar_one())
+    epoch = job_starts.next_epoch(session)
     row = PlanStepRow(epoch=epoch, **values)
     session.add(row)
     session.flush()

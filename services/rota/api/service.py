@@ -14,14 +14,20 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import grpc
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rota.api import repository
 from rota.api.batcher import SubmitBatcher
-from rota.cluster import heartbeats, job_arrays, job_lifecycle, node_lifecycle, queries, submissions
+from rota.cluster import (
+    heartbeats,
+    job_arrays,
+    job_lifecycle,
+    job_protos,
+    node_lifecycle,
+    queries,
+    submissions,
+)
 from rota.cluster.job_lifecycle import Events, get_job, history, utcnow
-from rota.cluster.models import GpuRow, JobArrayRow, JobRow, NodeRow
 from rota.common import convert, read_models
 from rota.common.agents import AgentClients
 from rota.common.auth import Identity, current_identity, hash_token, new_token
@@ -136,7 +142,7 @@ def _owned_spec(message: common_pb2.JobSpec, request_id: str) -> JobSpecData:
     return spec
 
 
-def _array_proto(session: Session, row: JobArrayRow, job_ids: Sequence[str] = ()) -> api_pb2.JobArray:
+def _array_proto(session: Session, row: queries.JobArray, job_ids: Sequence[str] = ()) -> api_pb2.JobArray:
     counts = job_arrays.state_counts(session, [row.id])[row.id]
     return api_pb2.JobArray(
         id=row.id, tenant=row.tenant, name=row.name, count=row.count, max_running=row.max_running,
@@ -145,7 +151,7 @@ def _array_proto(session: Session, row: JobArrayRow, job_ids: Sequence[str] = ()
 
 
 def _new_job_proto(stored: submissions.Stored, spec: JobSpecData) -> common_pb2.Job:
-    """A just-stored job as convert.job_to_proto renders its row."""
+    """A just-stored job as job_protos.job_to_proto renders its row."""
     return common_pb2.Job(
         id=stored.job_id, spec=convert.spec_to_proto(spec), state=PENDING_PROTO, reason="submitted",
         progress=convert.struct({}), created_at=convert.timestamp(stored.created_at),
@@ -162,18 +168,17 @@ def _job_proto(session: Session, job_id: str) -> common_pb2.Job:
     job = get_job(session, job_id)
     if job is None:
         raise NotFound(f"job {job_id} not found")
-    return convert.job_to_proto(job, history(session, job.id))
+    return job_protos.job_to_proto(job, history(session, job.id))
 
 
-def _stops(session: Session, cancelled: Sequence[tuple[JobRow, list[str]]]) -> list[tuple[str, int, str]]:
+def _stops(session: Session, cancelled: Sequence[tuple[queries.Job, list[str]]]) -> list[tuple[str, int, str]]:
     """(job, epoch, agent address) of each node whose agent must stop a cancelled job."""
     nodes = sorted({n for _, held in cancelled for n in held})
-    rows = session.scalars(select(NodeRow).where(NodeRow.name.in_(nodes))).all() if nodes else []
-    address = {r.name: r.address for r in rows}
+    address = queries.node_addresses(session, nodes)
     return [(job.id, job.epoch, address[n]) for job, held in cancelled for n in held if n in address]
 
 
-def _visible_job(session: Session, job_id: str, identity: Identity) -> JobRow:
+def _visible_job(session: Session, job_id: str, identity: Identity) -> queries.Job:
     job = get_job(session, job_id)
     # Another tenant's job reads as missing, so ids cannot be probed.
     if job is None or not identity.may_access(job.tenant):
@@ -232,7 +237,7 @@ class JobService(api_pb2_grpc.JobServiceServicer):
 
         def read(session: Session) -> common_pb2.Job:
             job = _visible_job(session, request.id, identity)
-            message = convert.job_to_proto(job, history(session, job.id))
+            message = job_protos.job_to_proto(job, history(session, job.id))
             message.guests.extend(queries.guests_of(session, job.id, "" if identity.is_admin else identity.tenant))
             return message
 
@@ -260,7 +265,7 @@ class JobService(api_pb2_grpc.JobServiceServicer):
         def read(session: Session) -> api_pb2.ListJobsResponse:
             jobs = queries.list_jobs(session, tenant, states, limit)
             listed = sorted({j.array_id for j in jobs if j.array_id})  # their arrays, every task counted
-            return api_pb2.ListJobsResponse(jobs=[convert.job_to_proto(j) for j in jobs],
+            return api_pb2.ListJobsResponse(jobs=[job_protos.job_to_proto(j) for j in jobs],
                                             arrays=[_array_proto(session, a) for a in job_arrays.arrays_of(session, listed)])
 
         return await self.ctx.tx(read)
@@ -278,7 +283,7 @@ class JobService(api_pb2_grpc.JobServiceServicer):
                 return api_pb2.CancelJobResponse(array=_array_proto(session, row, [j.id for j, _ in done])), stops
             _visible_job(session, request.id, identity)
             job, nodes = job_lifecycle.cancel_job(session, request.id, request.reason, events)
-            reply = api_pb2.CancelJobResponse(job=convert.job_to_proto(job, history(session, job.id)))
+            reply = api_pb2.CancelJobResponse(job=job_protos.job_to_proto(job, history(session, job.id)))
             return reply, _stops(session, [(job, nodes)])
 
         reply, stops = await self.ctx.tx(cancel)
@@ -300,7 +305,7 @@ class JobService(api_pb2_grpc.JobServiceServicer):
 
         def read(session: Session) -> common_pb2.Job:
             job = _visible_job(session, request.id, identity)
-            return convert.job_to_proto(job, history(session, job.id))
+            return job_protos.job_to_proto(job, history(session, job.id))
 
         job = await self.ctx.tx(read)
         last_id = await self._last_event_id(request.id)
@@ -339,7 +344,7 @@ class JobService(api_pb2_grpc.JobServiceServicer):
             job = _visible_job(session, request.id, identity)
             if not job.node:
                 raise FailedPrecondition(f"job {job.id} has not run yet ({job.state})")
-            node = session.get(NodeRow, job.node)
+            node = queries.get_node(session, job.node)
             return job.state, node.address if node else ""
 
         offset = request.offset
@@ -432,7 +437,7 @@ class ClusterService(api_pb2_grpc.ClusterServiceServicer):
 
         def read(session: Session) -> list[common_pb2.Node]:
             rows = queries.list_nodes(session)
-            nodes = [convert.node_to_proto(n, g, c) for n, g, c in rows]
+            nodes = [job_protos.node_to_proto(n, g, c) for n, g, c in rows]
             if not identity.is_admin:  # who holds a GPU: the caller's own jobs by id, others' as "*"
                 held = {c.job_id for _n, _g, claims in rows for c in claims}
                 theirs = {j for j, t in queries.job_tenants(session, held).items() if not identity.may_access(t)}
@@ -498,7 +503,7 @@ async def register_node(ctx: ApiContext, node: common_pb2.Node) -> common_pb2.No
         raise InvalidArgument("node.name", "must not be empty")
     if not node.address:
         raise InvalidArgument("node.address", "must not be empty")
-    gpus = [GpuRow(node=node.name, index=g.index, uuid=g.uuid, model=g.model, virtual=g.virtual, gpu_type=g.type)
+    gpus = [node_lifecycle.GpuInfo(index=g.index, uuid=g.uuid, model=g.model, virtual=g.virtual, gpu_type=g.type)
             for g in node.gpus]
     if sorted(g.index for g in gpus) != list(range(len(gpus))):
         raise InvalidArgument("node.gpus", "indices must be 0..n-1")
@@ -508,7 +513,7 @@ async def register_node(ctx: ApiContext, node: common_pb2.Node) -> common_pb2.No
         row = node_lifecycle.register(session, node.name, node.address, gpus, labels)
         session.flush()
         nodes = {n.name: (n, g, c) for n, g, c in queries.list_nodes(session)}
-        return convert.node_to_proto(*nodes[row.name])
+        return job_protos.node_to_proto(*nodes[row.name])
 
     return await ctx.tx(register)
 
@@ -552,7 +557,7 @@ async def node_heartbeat(
             # A job not yet started restores from its last image, with the layout an
             # applied re-plan gave it: as the allocator's launch.
             api_pb2.Assignment(
-                job=convert.job_on_node(j, node_name),  # a realtime app: this node's replicas only
+                job=job_protos.job_on_node(j, node_name),  # a realtime app: this node's replicas only
                 **(read_models.launch_fields(session, j.id) if j.state == jobstate.SCHEDULED else {}))
             for j in assigned
         ], convert.health_value(node.health)

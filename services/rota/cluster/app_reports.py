@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from rota.cluster import app_replicas
 from rota.cluster.job_lifecycle import Events, transition
 from rota.cluster.models import JobRow
-from rota.core import jobstate
+from rota.core import jobstate, node_reports
 
 SUMMED = ("served", "replicas")  # counters of one node's replicas that add up across nodes
 DEPARTED = "served_departed"  # what nodes the app has left had served
@@ -73,9 +73,10 @@ def apply_node_report(session: Session, job: JobRow, node: str, report: R, event
         rest = copy.copy(report)
         rest.progress = None
         return rest
-    if job.state == jobstate.SCHEDULED and report.state in (jobstate.RUNNING, jobstate.SUCCEEDED, jobstate.FAILED):
+    meaning = node_reports.app_node(job.state, report.state)
+    if meaning.starts:
         transition(session, job, jobstate.RUNNING, f"started with replicas on {', '.join(sorted(nodes))}", events)
-    if report.state in (jobstate.SUCCEEDED, jobstate.FAILED, jobstate.PAUSED):
+    if meaning.outcome is node_reports.Outcome.END_NODE:
         why = f"its replicas on {node} exited" + (f" with {report.exit_code}" if report.exit_code else "")
         app_replicas.end_node(session, job, node, why, events, release_reason=f"replicas on {node} exited")
     return None

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from rota.cluster import app_replicas, app_reports, gang_reports, node_lifecycle
 from rota.cluster.job_lifecycle import (
     Events,
+    get_job,
     on_node,
     pause,
     release,
@@ -24,7 +25,8 @@ from rota.cluster.models import (
     JobRow,
     NodeRow,
 )
-from rota.core import jobstate
+from rota.core import jobstate, node_reports
+from rota.core.node_reports import Outcome
 
 
 @dataclass
@@ -67,6 +69,12 @@ def heartbeat(
         elif (alone := app_reports.apply_node_report(session, job, node_name, report, events)) is not None:
             _apply_report(session, job, alone, events)  # an app on this node alone
     _record_cancelled_exits(session, node_name, [r for r in reports if r.job_id not in by_id])
+    # A stopped gang's ranks here that have ended free their GPUs: the gang may be placed again.
+    freed = gang_reports.settle_stopped_groups(session, node_name, {(r.job_id, r.epoch): r.state for r in reports})
+    for job_id in freed:
+        job = get_job(session, job_id)
+        if job is not None and job.state == jobstate.PENDING:
+            events.add(job, "state")  # wakes the allocator: it has a job to place again
     assigned = [job for job in held if job.state in jobstate.HOLDING_STATES]
     return node, assigned
 
@@ -92,17 +100,18 @@ def _apply_report(session: Session, job: JobRow, report: JobReport, events: Even
     if report.progress is not None and report.progress != job.progress:
         job.progress = report.progress
         events.add(job, "progress")
-    if job.state == jobstate.SCHEDULED and report.state in (jobstate.RUNNING, jobstate.SUCCEEDED, jobstate.FAILED, jobstate.PAUSED):
+    meaning = node_reports.single(job.state, report.state)
+    if meaning.starts:
         transition(session, job, jobstate.RUNNING, f"started on {job.node} GPUs {list(job.gpu_indices)}", events)
-    if report.state == jobstate.SUCCEEDED:
+    if meaning.outcome is Outcome.SUCCEED:
         job.exit_code = report.exit_code
         release(session, job, "succeeded")
         transition(session, job, jobstate.SUCCEEDED, "exit code 0", events)
-    elif report.state == jobstate.PAUSED:
+    elif meaning.outcome is Outcome.PAUSE:
         # The job exited at a safe point after every rank's state was copied out: the
         # checkpoint coordinator records the image; the GPUs are free from now on.
         pause(session, job, f"paused at step {job.progress.get('step', '?')}: exited at a safe point", events)
-    elif report.state == jobstate.FAILED:
+    elif meaning.outcome is Outcome.FAIL:
         job.exit_code = report.exit_code
         job.error = report.error
         release(session, job, "failed")

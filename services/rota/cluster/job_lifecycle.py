@@ -80,11 +80,16 @@ def transition(session: Session, job: JobRow, target: str, reason: str, events: 
     events.add(job, "state")
 
 
-def release(session: Session, job: JobRow, reason: str) -> None:
+def release(session: Session, job: JobRow, reason: str, *, keep_nodes: Sequence[str] = ()) -> None:
     """Frees the job's GPUs: claims (and a guest's lent GPUs) deleted, its open placements
     closed (a realtime app's on every node). A host's guests keep theirs: the allocator's
-    next cycle gives them the GPUs (rota.cluster.guest_leases.take_over)."""
-    session.execute(delete(GpuClaimRow).where(GpuClaimRow.job_id == job.id))
+    next cycle gives them the GPUs (rota.cluster.guest_leases.take_over). `keep_nodes`: a
+    stopped gang's nodes whose ranks may still run keep their claims until they stop
+    (rota.cluster.gang_reports.settle_stopped_groups)."""
+    claims = delete(GpuClaimRow).where(GpuClaimRow.job_id == job.id)
+    if keep_nodes:
+        claims = claims.where(GpuClaimRow.node.notin_(list(keep_nodes)))
+    session.execute(claims)
     session.execute(delete(GpuGuestRow).where(GpuGuestRow.job_id == job.id))
     job.replicas = {}
     session.execute(

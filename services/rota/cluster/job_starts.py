@@ -74,7 +74,7 @@ def gang_master(session: Session, first_node: str, epoch: int) -> str:
 
 def _claim(session: Session, job: JobRow, where: Start) -> int:
     """A new lease: a placement and one claim per GPU under a fresh epoch, which it returns."""
-    epoch = int(session.execute(EPOCH_SEQUENCE.next_value()).scalar_one())
+    epoch = next_epoch(session)
     nodes = list(where.nodes)  # a gang: every node of it, under the one epoch
     placement = PlacementRow(job_id=job.id, node=where.node, gpu_indices=list(where.gpus), epoch=epoch, gang_nodes=nodes)
     session.add(placement)
@@ -171,3 +171,8 @@ def yield_lease(session: Session, job_id: str, reason: str, events: Events) -> t
     transition(session, job, jobstate.PENDING, reason, events)
     unplace(job)
     return nodes, epoch
+
+
+def next_epoch(session: Session) -> int:
+    """A fresh fencing epoch (one sequence numbers placements and plan steps alike)."""
+    return int(session.execute(EPOCH_SEQUENCE.next_value()).scalar_one())

@@ -14,6 +14,7 @@ from rota.cluster.job_lifecycle import (
     utcnow,
 )
 from rota.cluster.models import (
+    GpuClaimRow,
     GpuRow,
     JobArrayRow,
     JobRow,
@@ -119,15 +120,27 @@ def live_view(session: Session, specs: SpecCache | None = None) -> LiveView:
     if unseen:
         for digest, raw in session.execute(select(JobRow.spec_hash, JobRow.spec).where(JobRow.id.in_(list(unseen.values())))):
             specs.get(digest, raw)
+    # A stopped gang whose ranks still run on some node keeps its GPUs there claimed: it is
+    # not placed again before they stop, and nothing else is placed on those GPUs.
+    stopping: dict[str, set[int]] = {}
+    held_back: set[str] = set()
+    for node, index, job_id in session.execute(
+            select(GpuClaimRow.node, GpuClaimRow.gpu_index, GpuClaimRow.job_id)
+            .join(JobRow, JobRow.id == GpuClaimRow.job_id).where(JobRow.state.notin_(jobstate.HOLDING_STATES))):
+        stopping.setdefault(node, set()).add(index)
+        held_back.add(job_id)
     queue: list[dependencies.Queued] = []
     for job_id, tenant, kind, priority, digest, array_id in queued:
+        if job_id in held_back:
+            continue
         spec, mappings[job_id] = specs.get(digest)
         jobs.append(live_job(job_id, tenant, kind, priority, spec, None, (), 0.0))
         if array_id or spec.depends_on:
             queue.append(dependencies.Queued(job_id, array_id or "", tuple((d["job"], d["when"]) for d in spec.depends_on)))
     bad = read_models.bad_gpus(session)
     return LiveView(
-        [LiveNode(n.name, gpu_counts.get(n.name, 0), bad.get(n.name, ()), gpu_type=_node_type(types.get(n.name, {})),
+        [LiveNode(n.name, gpu_counts.get(n.name, 0), tuple(sorted({*bad.get(n.name, ()), *stopping.get(n.name, ())})),
+                  gpu_type=_node_type(types.get(n.name, {})),
                   switch=str((n.labels or {}).get("switch", ""))) for n in nodes],
         jobs, {n.name: n.address for n in nodes}, mappings,
         queue, parent_states(session, {p for q in queue for p, _ in q.depends_on}), running,

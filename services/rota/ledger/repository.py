@@ -21,10 +21,11 @@ from sqlalchemy import ColumnElement, SQLColumnExpression, and_, delete, func, l
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from rota.cluster.models import GpuRow, JobRow, JobTransitionRow, NodeRow, PlacementRow
 from rota.common import read_models
 from rota.common.models import TenantRow
-from rota.core import jobstate, nodestate
+from rota.common.read_models import cluster_job_leases as leases
+from rota.common.read_models import cluster_jobs as cjobs
+from rota.core import jobstate
 from rota.core.errors import AlreadyExists, InvalidArgument
 from rota.core.fairness.ltgf import FairnessConfig, quotas
 from rota.core.fairness.rates import DEFAULT_RATES, UNKNOWN_RATE, GpuRates
@@ -107,22 +108,21 @@ def unsettled_placements(session: Session, after: int, limit: int) -> list[Lease
     """Placements never collected, or collected while still open, by id above `after`, with
     the types their GPUs advertised (from the node lifecycle's read model; "" unknown)."""
     stmt = (
-        select(PlacementRow, JobRow.tenant)
-        .join(JobRow, JobRow.id == PlacementRow.job_id)
-        .outerjoin(CollectedRow, CollectedRow.placement_id == PlacementRow.id)
-        .where(PlacementRow.id > after, or_(CollectedRow.placement_id.is_(None), CollectedRow.closed.is_(False)),
+        select(leases)
+        .outerjoin(CollectedRow, CollectedRow.placement_id == leases.c.placement_id)
+        .where(leases.c.placement_id > after, or_(CollectedRow.placement_id.is_(None), CollectedRow.closed.is_(False)),
                # A guest in a host's bubbles is billed from when it took the GPUs over: until
                # then those GPU-seconds are the host's (rota.cluster.guest_leases).
-               or_(PlacementRow.guest_of == "", PlacementRow.promoted_at.is_not(None)))
-        .order_by(PlacementRow.id)
+               or_(leases.c.guest_of == "", leases.c.promoted_at.is_not(None)))
+        .order_by(leases.c.placement_id)
         .limit(limit)
     )
     rows = session.execute(stmt).all()
     # A gang holds the same GPU indices on every one of its nodes: a lease per node.
-    parts = [(p, tenant, rank, node) for p, tenant in rows for rank, node in enumerate(p.gang_nodes or [p.node])]
+    parts = [(p, p.tenant, rank, node) for p in rows for rank, node in enumerate(p.gang_nodes or [p.node])]
     types = read_models.gpu_types(session, {node for _p, _t, _r, node in parts})
     return [
-        LeaseSource(p.id, p.job_id, tenant, node, list(p.gpu_indices), p.promoted_at or p.created_at, p.released_at,
+        LeaseSource(p.placement_id, p.job_id, tenant, node, list(p.gpu_indices), p.promoted_at or p.created_at, p.released_at,
                     tuple(types.get((node, i), "") for i in p.gpu_indices), rank)
         for p, tenant, rank, node in parts
     ]
@@ -264,8 +264,7 @@ def usage_totals(
 
 def capacity(session: Session) -> int:
     """GPUs of the nodes alive now: G of the quota formula."""
-    stmt = select(func.count()).select_from(GpuRow).join(NodeRow, NodeRow.name == GpuRow.node)
-    return int(session.execute(stmt.where(NodeRow.health == nodestate.ALIVE)).scalar_one())
+    return int(session.execute(select(func.count()).select_from(read_models.cluster_alive_gpus)).scalar_one())
 
 
 @dataclass(frozen=True)
@@ -305,8 +304,8 @@ def standings(session: Session, cfg: FairnessConfig | None = None, tenant: str =
     start = window_start(_ts(now), cfg)
     since = datetime.fromtimestamp(start, UTC)
     demand: dict[str, list[Span]] = defaultdict(list)
-    jobs = select(JobRow.tenant, JobRow.created_at, JobRow.finished_at, JobRow.gpus).where(
-        JobRow.created_at < now, or_(JobRow.finished_at.is_(None), JobRow.finished_at > since)
+    jobs = select(cjobs.c.tenant, cjobs.c.created_at, cjobs.c.finished_at, cjobs.c.gpus).where(
+        cjobs.c.created_at < now, or_(cjobs.c.finished_at.is_(None), cjobs.c.finished_at > since)
     )
     # `asked`, not `gpus`: `gpus` is G, returned below as the capacity.
     for name, created, finished, asked in session.execute(jobs):
@@ -350,16 +349,17 @@ def job_fairness(session: Session, cfg: FairnessConfig | None = None, tenant: st
     quota = quotas(capacity(session), shares)
     now = db_now(session)
     recent = now - timedelta(seconds=cfg.window_s)
-    base = select(JobRow).where(JobRow.created_at <= now)
+    base = select(cjobs.c.job_id.label("id"), cjobs.c.tenant, cjobs.c.state, cjobs.c.gpus, cjobs.c.priority,
+                  cjobs.c.created_at, cjobs.c.finished_at).where(cjobs.c.created_at <= now)
     if tenant:
-        base = base.where(JobRow.tenant == tenant)
-    shown = list(session.scalars(base.where(or_(JobRow.finished_at.is_(None), JobRow.finished_at > recent))))
+        base = base.where(cjobs.c.tenant == tenant)
+    shown = list(session.execute(base.where(or_(cjobs.c.finished_at.is_(None), cjobs.c.finished_at > recent))))
     if not shown:
         return []
     # Replay every job active at any time since the earliest shown arrival: each changed
     # the others' shares while it was active.
     first = min(j.created_at for j in shown)
-    replay = session.scalars(base.where(or_(JobRow.finished_at.is_(None), JobRow.finished_at > first)))
+    replay = session.execute(base.where(or_(cjobs.c.finished_at.is_(None), cjobs.c.finished_at > first)))
     lives: dict[str, list[JobLife]] = defaultdict(list)
     for j in replay:
         finished = _ts(j.finished_at) if j.finished_at else None
@@ -391,9 +391,8 @@ def _pending_since(session: Session, ids: list[str]) -> dict[str, datetime]:
     if not ids:
         return {}
     stmt = (
-        select(JobTransitionRow.job_id, func.max(JobTransitionRow.at))
-        .where(JobTransitionRow.job_id.in_(ids), JobTransitionRow.to_state == jobstate.PENDING)
-        .group_by(JobTransitionRow.job_id)
+        select(read_models.cluster_requeues.c.job_id, read_models.cluster_requeues.c.requeued_at)
+        .where(read_models.cluster_requeues.c.job_id.in_(ids))
     )
     return {k: v for k, v in session.execute(stmt)}
 
