@@ -104,6 +104,9 @@ def test_one_failed_rank_group_stops_the_whole_gang_and_it_is_requeued_once_its_
     assert _queued_and_blocked(db, job_id, nodes[0]) == (False, (0, 1))
     assert report(db, nodes[0], job, js.RUNNING) == []  # its agent is told to stop its group ...
     assert claims(db, job_id=job_id)  # ... which still runs
+    quiet = Events()
+    db.run(lambda s: heartbeats.heartbeat(s, nodes[1], [], quiet))
+    assert not quiet.gpus_freed  # nothing of the gang on the failed node any more
     report(db, nodes[0], job, js.FAILED, exit_code=143)  # ... and has ended
     assert claims(db, job_id=job_id) == []
     assert _queued_and_blocked(db, job_id, nodes[0]) == (True, ())
@@ -117,7 +120,9 @@ def test_a_stopped_gangs_node_that_reports_no_group_or_dies_frees_its_claims(db:
     report(db, nodes[3], job, js.SUCCEEDED)  # its group is over: its GPUs go with the failure
     report(db, nodes[2], job, js.FAILED, exit_code=1)
     assert {n for n, _g, _j, _e in claims(db, job_id=job_id)} == {nodes[0], nodes[1]}
-    db.run(lambda s: heartbeats.heartbeat(s, nodes[0], [], Events()))  # it runs no such group (any more)
+    events = Events()
+    db.run(lambda s: heartbeats.heartbeat(s, nodes[0], [], events))  # it runs no such group (any more)
+    assert events.gpus_freed  # the allocator is woken: the gang may be placeable
     assert {n for n, _g, _j, _e in claims(db, job_id=job_id)} == {nodes[1]}
     _silence(db, nodes[1], 600)
     declared = db.run(lambda s: node_lifecycle.declare_dead_nodes(s, 60, Events()))

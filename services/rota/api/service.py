@@ -79,9 +79,10 @@ class ApiContext:
     async def publish(self, events: Events) -> None:
         """Best effort: Redis is a cache, a failure here loses no state. A job that left
         its GPUs or went back to the queue wakes the allocator: it has work."""
-        if not events.items:
+        if not events.items and not events.gpus_freed:
             return
-        wake = any(event == "state" and snapshot.get("state") in WAKE_STATES for _, event, snapshot in events.items)
+        wake = events.gpus_freed or any(
+            event == "state" and snapshot.get("state") in WAKE_STATES for _, event, snapshot in events.items)
         try:
             await asyncio.to_thread(self.live.publish_job_events, events.items, wake=wake)
         except Exception as exc:  # noqa: BLE001

@@ -14,7 +14,6 @@ from sqlalchemy.orm import Session
 from rota.cluster import app_replicas, app_reports, gang_reports, node_lifecycle
 from rota.cluster.job_lifecycle import (
     Events,
-    get_job,
     on_node,
     pause,
     release,
@@ -70,11 +69,8 @@ def heartbeat(
             _apply_report(session, job, alone, events)  # an app on this node alone
     _record_cancelled_exits(session, node_name, [r for r in reports if r.job_id not in by_id])
     # A stopped gang's ranks here that have ended free their GPUs: the gang may be placed again.
-    freed = gang_reports.settle_stopped_groups(session, node_name, {(r.job_id, r.epoch): r.state for r in reports})
-    for job_id in freed:
-        job = get_job(session, job_id)
-        if job is not None and job.state == jobstate.PENDING:
-            events.add(job, "state")  # wakes the allocator: it has a job to place again
+    if gang_reports.settle_stopped_groups(session, node_name, {(r.job_id, r.epoch): r.state for r in reports}):
+        events.gpus_freed = True
     assigned = [job for job in held if job.state in jobstate.HOLDING_STATES]
     return node, assigned
 

@@ -32,9 +32,12 @@ def new_job_id() -> str:
 
 @dataclass
 class Events:
-    """Events to publish once the transaction commits: (job id, event, job snapshot)."""
+    """Events to publish once the transaction commits: (job id, event, job snapshot), and
+    whether GPUs were freed without a job changing state (a stopped gang's last ranks
+    ended): the allocator has work then too."""
 
     items: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    gpus_freed: bool = False
 
     def add(self, job: JobRow, event: str) -> None:
         self.items.append((job.id, event, job_snapshot(job)))
