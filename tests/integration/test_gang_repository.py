@@ -141,10 +141,14 @@ def test_a_dead_node_of_a_gang_loses_the_whole_gang(db: Database, tenant: str) -
     declared = db.run(lambda s: node_lifecycle.declare_dead_nodes(s, 60, events))
     assert nodes[1] in [d.name for d in declared]
     lost = load(db, job_id)
-    assert lost.state == js.PENDING and claims(db, job_id=job_id) == []
-    # Its ranks on the live node run on until they are stopped: that copy is to stop too.
+    # Its ranks on the live node run on until they are stopped: that copy is to stop too,
+    # and its GPUs there stay claimed (the gang unplaceable) until that node says it ended.
+    assert lost.state == js.PENDING and {n for n, _g, _j, _e in claims(db, job_id=job_id)} == {nodes[0]}
+    assert _queued_and_blocked(db, job_id, nodes[0])[0] is False
     [dead] = [d for d in declared if d.name == nodes[1]]
     assert sorted((c.node, c.job_id, c.epoch) for c in dead.copies) == sorted((n, job_id, job.epoch) for n in nodes)
+    report(db, nodes[0], job, js.FAILED, exit_code=143)
+    assert claims(db, job_id=job_id) == [] and _queued_and_blocked(db, job_id, nodes[0])[0] is True
     reasons = [r for _f, t, r in transitions(db, job_id) if t == js.LOST]
     assert reasons and f"node {nodes[1]} (node of its 2-node gang) missed heartbeats" in reasons[0]
 

@@ -131,4 +131,4 @@ def lose_on(session: Session, job: JobRow, node: str, why: str, events: Events) 
     other job (or an app's last node) is lost whole (`job_lifecycle.lose`)."""
     if is_app(job) and end_node(session, job, node, f"{why}: its replicas there were lost", events):
         return
-    lose(session, job, why, events, release_reason="node lost")
+    lose(session, job, why, events, release_reason="node lost", dead_node=node)

@@ -122,12 +122,17 @@ def requeue_or_fail(session: Session, job: JobRow, why: str, events: Events, ima
         transition(session, job, jobstate.FAILED, why, events)
 
 
-def lose(session: Session, job: JobRow, why: str, events: Events, *, release_reason: str) -> None:
+def lose(session: Session, job: JobRow, why: str, events: Events, *, release_reason: str,
+         dead_node: str = "") -> None:
     """The one path by which a holding job is lost (its node died, or one of its ranks went silent):
     its GPUs are released, it becomes LOST, then it is requeued (restored from its resume
     image when it has one, read from the checkpoint service's read model) or failed by its
-    restart policy. The caller holds the job's row lock."""
-    release(session, job, release_reason)
+    restart policy. The caller holds the job's row lock.
+
+    A gang's ranks on its nodes other than `dead_node` may still run: their GPUs stay
+    claimed until those nodes report them ended or die, and the gang is not placed again
+    before (rota.cluster.gang_reports.settle_stopped_groups)."""
+    release(session, job, release_reason, keep_nodes=[n for n in job.gang_nodes if n != dead_node])
     transition(session, job, jobstate.LOST, why, events)
     # A migration's image still being written counts: the next start streams or reads it.
     streamed = streamed_image(session, job.id)
