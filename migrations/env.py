@@ -8,6 +8,7 @@ from sqlalchemy import create_engine, pool
 # see the whole schema while no service imports another's models.
 import rota.allocator.models  # noqa: F401 - plan_steps
 import rota.checkpoint.models  # noqa: F401 - checkpoint_images, _manifests, _chunks, _operations
+import rota.cluster.models  # noqa: F401 - jobs, nodes, gpus, placements, gpu_claims, gpu_guests, gang_exits, ...
 import rota.detector.models  # noqa: F401 - detector_verdicts, job_layouts, device_health
 import rota.forecaster.models  # noqa: F401 - forecast_completions, forecast_traffic
 import rota.ledger.models  # noqa: F401 - ledger_usage, ledger_collected

@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -167,3 +168,53 @@ def test_a_gang_too_large_waits_with_its_reason_and_an_unknown_type_is_refused(
     held = cluster.wait_job(cluster.cli_json("submit", str(typed))["id"], ("PENDING",), reason="type h100", timeout_s=60)
     assert "no live node has them" in held.reason, held.reason
     cluster.cli("cancel", held.id)
+
+
+# A rank group that fails at once on node rank 1 (first attempt only) while node rank 0's
+# runs on, and takes 2.5 s to stop on SIGTERM: the next attempt runs a few seconds.
+FAILING_GROUP = """
+import os, signal, sys, time
+marker, epoch = sys.argv[1], os.environ["ROTA_EPOCH"]
+first = not os.path.exists(marker) or open(marker).read() == epoch
+if os.environ["NODE_RANK"] == "1" and first:
+    open(marker, "w").write(epoch)
+    time.sleep(1.0)
+    sys.exit(3)
+def slow_stop(*_):
+    time.sleep(2.5)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, slow_stop)
+time.sleep(120 if first else 3)
+"""
+
+
+def test_a_failed_rank_group_stops_the_other_nodes_ranks_before_the_gang_runs_again(
+    three_nodes: RunningCluster, tmp_path: Path,
+) -> None:
+    cluster = three_nodes
+    marker = tmp_path / "failed-epoch"
+    job_id = cluster.submit_job("gang-fails", ["python", "-c", FAILING_GROUP, str(marker)],
+                                gpus=0, nodes=2, gpus_per_node=1, restart="on-failure", max_retries=1)
+    first = cluster.wait_job(job_id, ("RUNNING",), timeout_s=120)
+    # The process table, sampled from the start until the next attempt has run: which
+    # epochs' ranks were alive together, and on which nodes.
+    samples: list[set[tuple[str, str]]] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        alive = {(e["ROTA_EPOCH"], e["ROTA_NODE"]) for e in _rank_envs(job_id).values()}
+        samples.append(alive)
+        if any(epoch != str(first.epoch) for epoch, _ in alive) and len(alive) == 2:
+            break  # the next attempt's two groups run
+        time.sleep(0.05)
+    old = str(first.epoch)
+    seen_old_alone = [s for s in samples if s and all(epoch == old for epoch, _ in s)]
+    assert any(len(s) == 2 for s in seen_old_alone), "the first attempt never ran on both nodes"
+    # Node rank 1's group failed; node rank 0's ran on, then took 2.5 s to stop: no sample
+    # ever shows a rank of the old epoch beside one of the next.
+    mixed = [s for s in samples if {epoch for epoch, _ in s} - {old} and old in {epoch for epoch, _ in s}]
+    assert not mixed, f"old ranks ran beside the next attempt's: {mixed[:3]}"
+    assert any({epoch for epoch, _ in s} - {old} for s in samples), "the gang never ran again"
+    done = cluster.wait_job(job_id, timeout_s=120)
+    assert done.state == "SUCCEEDED", (done.state, done.reason, done.error)
+    failed = [h.reason for h in done.history if "rank group on" in h.reason]
+    assert failed and "the whole gang stopped" in failed[0] and "stop before it is placed again" in failed[0], failed

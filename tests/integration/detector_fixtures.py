@@ -6,14 +6,13 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from rota.allocator import repository as alloc
 from rota.api import repository as api
 from rota.bench.detector_workload import Generator, parse_config
-from rota.common import nodes_repo
+from rota.cluster import job_starts, node_lifecycle, submissions
+from rota.cluster.job_lifecycle import Events
+from rota.cluster.models import GpuRow
 from rota.common.auth import hash_token
 from rota.common.db import Database
-from rota.common.jobs_repo import Events
-from rota.common.models import GpuRow
 from rota.core.detection.layout import flatten
 from rota.core.jobspec import JobSpecData, validate
 from rota.core.planning.liveplan import Start
@@ -31,7 +30,7 @@ def node_with(db: Database, gpus: int) -> str:
     """A fresh node of `gpus` virtual GPUs."""
     node = "n-" + secrets.token_hex(4)
     rows = [GpuRow(node=node, index=i, uuid=f"{node}-{i}", model="virtual", virtual=True) for i in range(gpus)]
-    db.run(lambda s: nodes_repo.register(s, node, "127.0.0.1:1", rows))
+    db.run(lambda s: node_lifecycle.register(s, node, "127.0.0.1:1", rows))
     return node
 
 
@@ -41,8 +40,8 @@ def running_job(db: Database, owner: str, gpus: int = 4, **spec: Any) -> tuple[s
     data = JobSpecData(name="pp", tenant=owner, kind="training", priority=5, gpus=gpus, command=["true"])
     for k, v in spec.items():
         setattr(data, k, v)
-    job, _ = db.run(lambda s: api.submit_job(s, validate(data, max_gpus_per_node=0), "", Events()))
-    placed = db.run(lambda s: alloc.commit_decision(s, Start(job.id, node, tuple(range(gpus))), Events()))
+    job, _ = db.run(lambda s: submissions.submit_job(s, validate(data, max_gpus_per_node=0), "", Events()))
+    placed = db.run(lambda s: job_starts.commit_decision(s, Start(job.id, node, tuple(range(gpus))), Events()))
     assert placed is not None
     return job.id, node, placed.epoch
 

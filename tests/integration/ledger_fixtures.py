@@ -14,10 +14,11 @@ from opentelemetry import trace
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from rota.cluster.models import GpuRow, JobRow, NodeRow, PlacementRow
 from rota.common.auth import hash_token
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
-from rota.common.models import GpuRow, JobRow, NodeRow, PlacementRow, TenantRow
+from rota.common.models import TenantRow
 from rota.common.server import RotaInterceptor
 from rota.core.fairness.rates import DEFAULT_RATES, GpuRates
 from rota.ledger.service import LedgerService

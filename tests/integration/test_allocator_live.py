@@ -22,12 +22,13 @@ from rota.allocator.loop import PRUNE_INTERVAL_S, SchedulingLoop
 from rota.allocator.models import PlanStepRow
 from rota.allocator.peers import Peers
 from rota.api import repository as api
+from rota.cluster import job_lifecycle, job_starts, planner_view
+from rota.cluster.job_lifecycle import Events
+from rota.cluster.models import GpuClaimRow, PlacementRow
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
 from rota.common.db import Database
-from rota.common.jobs_repo import Events
 from rota.common.live import LiveState, connect_redis
-from rota.common.models import GpuClaimRow, PlacementRow
 from rota.core.planning.liveplan import Start
 
 
@@ -40,8 +41,8 @@ def test_the_view_lists_holding_jobs_then_the_queue_with_durations_and_demand(db
     tenant, node = setup_cluster(db)
     first = submit(db, tenant, gpus=2, duration_seconds=600.0)
     app = submit(db, tenant, kind="realtime", gpus=0, demand=[1, 2], max_swap=1)
-    db.run(lambda s: alloc.commit_decision(s, Start(first, node, (0, 1)), Events()))
-    view = db.run(alloc.live_view)
+    db.run(lambda s: job_starts.commit_decision(s, Start(first, node, (0, 1)), Events()))
+    view = db.run(planner_view.live_view)
     assert [n.name for n in view.nodes] == [node] and view.nodes[0].gpus == 4
     assert [j.id for j in view.jobs] == [first, app]
     held, queued = view.jobs
@@ -52,9 +53,9 @@ def test_the_view_lists_holding_jobs_then_the_queue_with_durations_and_demand(db
 def test_a_resize_swaps_claims_and_leases_under_a_newer_epoch(db: Database) -> None:
     tenant, node = setup_cluster(db)
     app = submit(db, tenant, kind="realtime", gpus=1)
-    placed = db.run(lambda s: alloc.commit_decision(s, Start(app, node, (3,)), Events()))
+    placed = db.run(lambda s: job_starts.commit_decision(s, Start(app, node, (3,)), Events()))
     assert placed is not None
-    resized = db.run(lambda s: alloc.commit_resize(s, Start(app, node, (2, 3)), Events()))
+    resized = db.run(lambda s: job_starts.commit_resize(s, Start(app, node, (2, 3)), Events()))
     assert resized is not None and resized.epoch > placed.epoch
     claims = db.run(lambda s: [(c.gpu_index, c.epoch) for c in s.scalars(select(GpuClaimRow).order_by(GpuClaimRow.gpu_index))])
     assert claims == [(2, resized.epoch), (3, resized.epoch)]
@@ -62,7 +63,7 @@ def test_a_resize_swaps_claims_and_leases_under_a_newer_epoch(db: Database) -> N
                                for p in s.scalars(select(PlacementRow).order_by(PlacementRow.id))])
     assert leases == [([3], False, "resized to 2 replicas"), ([2, 3], True, "")]
     # A resize for a node the app is not on changes nothing.
-    assert db.run(lambda s: alloc.commit_resize(s, Start(app, "elsewhere", (0,)), Events())) is None
+    assert db.run(lambda s: job_starts.commit_resize(s, Start(app, "elsewhere", (0,)), Events())) is None
 
 
 def test_a_cycle_starts_step_zero_explains_the_rest_and_records_the_plan(db: Database, redis_url: str) -> None:
@@ -75,9 +76,9 @@ def test_a_cycle_starts_step_zero_explains_the_rest_and_records_the_plan(db: Dat
     report = asyncio.run(loop.cycle())
     loop.leadership.release()
     assert (report.placed, report.waiting, report.planned) == (1, 1, "first plan of this leader")
-    jobs = {j.id: j for j in db.run(alloc.live_view).jobs}
+    jobs = {j.id: j for j in db.run(planner_view.live_view).jobs}
     assert jobs[first].node == node
-    reason = db.run(lambda s: alloc.get_job(s, second).reason)  # type: ignore[union-attr]
+    reason = db.run(lambda s: job_lifecycle.get_job(s, second).reason)  # type: ignore[union-attr]
     assert "planned at step 2" in reason and first in reason, reason
     step = db.run(alloc.latest_plan_step)
     assert step is not None and step.policy == "fast" and step.horizon == 6
@@ -93,7 +94,7 @@ def test_under_fair_an_over_share_tenant_yields_an_expired_lease_to_an_under_ser
     modest = "t-" + secrets.token_hex(3)
     db.run(lambda s: api.create_tenant(s, modest, 1.0, secrets.token_hex(32)))
     hog = submit(db, greedy, gpus=2, preemptible=True, restart="on-failure")
-    db.run(lambda s: alloc.commit_decision(s, Start(hog, node, (0, 1)), Events()))
+    db.run(lambda s: job_starts.commit_decision(s, Start(hog, node, (0, 1)), Events()))
     waiting = submit(db, modest, gpus=1, duration_seconds=60.0)
     ledger = LedgerServer(db)  # the standings come from the real LedgerService, over gRPC
     settings = Settings(policy="fair", plan_step_s=60.0, plan_horizon=6, full_interval_s=0, api_addr="127.0.0.1:1",
@@ -104,9 +105,9 @@ def test_under_fair_an_over_share_tenant_yields_an_expired_lease_to_an_under_ser
 
     async def two_cycles() -> tuple[Any, Any]:
         await loop.cycle()
-        after_first = db.run(lambda s: alloc.get_job(s, hog))
+        after_first = db.run(lambda s: job_lifecycle.get_job(s, hog))
         await loop.cycle()  # the freed GPUs go to the under-served tenant first
-        return after_first, db.run(lambda s: alloc.get_job(s, waiting))
+        return after_first, db.run(lambda s: job_lifecycle.get_job(s, waiting))
 
     try:
         yielded, started = asyncio.run(two_cycles())
@@ -135,7 +136,7 @@ def test_an_agent_that_never_answers_does_not_hold_the_cycle(db: Database, redis
         loop.leadership.release()
         frozen.close()
     assert report.placed == 1
-    assert db.run(lambda s: alloc.get_job(s, job).state) == "SCHEDULED"  # type: ignore[union-attr]
+    assert db.run(lambda s: job_lifecycle.get_job(s, job).state) == "SCHEDULED"  # type: ignore[union-attr]
 
 
 def record_steps(db: Database, count: int, age_s: float) -> list[int]:

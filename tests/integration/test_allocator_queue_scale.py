@@ -15,10 +15,11 @@ from sqlalchemy import text
 from rota.allocator import repository as alloc
 from rota.allocator.loop import SchedulingLoop
 from rota.allocator.peers import Peers
+from rota.cluster import job_lifecycle, job_starts, planner_view
+from rota.cluster.job_lifecycle import Events
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
 from rota.common.db import Database
-from rota.common.jobs_repo import Events
 from rota.common.live import LiveState, connect_redis
 from rota.core.planning.liveplan import Start
 
@@ -37,12 +38,12 @@ def test_a_cached_view_parses_each_spec_once_and_sees_what_a_fresh_view_sees(db:
     tenant, node = setup_cluster(db)
     same = [submit(db, tenant, gpus=1, duration_seconds=60.0) for _ in range(3)]
     other = submit(db, tenant, gpus=2, duration_seconds=600.0, priority=9)
-    db.run(lambda s: alloc.commit_decision(s, Start(same[0], node, (0,)), Events()))
-    cache = alloc.SpecCache()
-    cached = db.run(lambda s: alloc.live_view(s, cache))
-    fresh = db.run(alloc.live_view)
+    db.run(lambda s: job_starts.commit_decision(s, Start(same[0], node, (0,)), Events()))
+    cache = planner_view.SpecCache()
+    cached = db.run(lambda s: planner_view.live_view(s, cache))
+    fresh = db.run(planner_view.live_view)
 
-    def comparable(view: alloc.LiveView) -> list[tuple[object, ...]]:
+    def comparable(view: planner_view.LiveView) -> list[tuple[object, ...]]:
         return [(j.id, j.tenant, j.priority, j.gpus, j.node, j.gpu_indices, j.duration_s) for j in view.jobs]
 
     assert comparable(cached) == comparable(fresh)
@@ -52,12 +53,12 @@ def test_a_cached_view_parses_each_spec_once_and_sees_what_a_fresh_view_sees(db:
     assert cached.specs[same[1]] is cached.specs[same[2]] is cached.specs[same[0]]
     assert cached.specs[other] is not cached.specs[same[1]] and cached.specs[other]["priority"] == 9
     # A second read through the same cache parses nothing new and sees the same queue.
-    again = db.run(lambda s: alloc.live_view(s, cache))
+    again = db.run(lambda s: planner_view.live_view(s, cache))
     assert comparable(again) == comparable(cached) and again.specs[same[2]] is cached.specs[same[2]]
 
 
 def test_a_full_spec_cache_forgets_the_digest_used_longest_ago() -> None:
-    cache = alloc.SpecCache(size=2)
+    cache = planner_view.SpecCache(size=2)
     for digest, gpus in (("a", 1), ("b", 2)):
         cache.get(digest, {"name": digest, "gpus": gpus})
     cache.get("a")  # used again: "b" is now the oldest
@@ -70,15 +71,15 @@ def test_a_full_spec_cache_forgets_the_digest_used_longest_ago() -> None:
 def test_waiting_reasons_rewrite_only_changed_rows_and_only_while_pending(db: Database) -> None:
     tenant, node = setup_cluster(db)
     kept, changed, started = (submit(db, tenant) for _ in range(3))
-    db.run(lambda s: alloc.set_waiting_reasons(s, {kept: "waiting: one", changed: "waiting: two"}))
-    db.run(lambda s: alloc.commit_decision(s, Start(started, node, (0,)), Events()))
+    db.run(lambda s: job_starts.set_waiting_reasons(s, {kept: "waiting: one", changed: "waiting: two"}))
+    db.run(lambda s: job_starts.commit_decision(s, Start(started, node, (0,)), Events()))
     before = {job_id: xmin(db, job_id) for job_id in (kept, changed, started)}
-    db.run(lambda s: alloc.set_waiting_reasons(
+    db.run(lambda s: job_starts.set_waiting_reasons(
         s, {kept: "waiting: one", changed: "waiting: three", started: "waiting: stale"}))
     assert xmin(db, kept) == before[kept]
     assert xmin(db, changed) != before[changed]
     assert xmin(db, started) == before[started]
-    reasons = {j: db.run(lambda s, j=j: alloc.get_job(s, j).reason) for j in (kept, changed)}  # type: ignore[union-attr]
+    reasons = {j: db.run(lambda s, j=j: job_lifecycle.get_job(s, j).reason) for j in (kept, changed)}  # type: ignore[union-attr]
     assert reasons == {kept: "waiting: one", changed: "waiting: three"}
 
 
@@ -105,7 +106,7 @@ def test_after_a_costly_plan_arrivals_wait_out_the_rest_and_are_planned_after_it
         loop.memory.plan_cost_s = 3600.0  # as if that plan had cost an hour
         arrival = submit(db, tenant)
         resting = await loop.cycle()
-        waited = db.run(lambda s: alloc.get_job(s, arrival).state)  # type: ignore[union-attr]
+        waited = db.run(lambda s: job_lifecycle.get_job(s, arrival).state)  # type: ignore[union-attr]
         loop.memory.plan_cost_s = 0.0  # the rest is over
         after = await loop.cycle()
         return first.planned, resting.planned + "|" + waited, after.planned

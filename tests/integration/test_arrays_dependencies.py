@@ -13,12 +13,10 @@ import pytest
 from sqlalchemy import func, select, text, update
 from submission_builders import job_spec, new_tenant
 
-from rota.allocator import repository as allocator
-from rota.api import arrays
-from rota.api import repository as api
+from rota.cluster import job_arrays, job_starts, planner_view, submissions
+from rota.cluster.job_lifecycle import Events, get_job
+from rota.cluster.models import JobRow
 from rota.common.db import Database
-from rota.common.jobs_repo import Events, get_job
-from rota.common.models import JobRow
 from rota.core import jobstate as js
 from rota.core.arrays import parse_array
 from rota.core.errors import AlreadyExists, InvalidArgument
@@ -33,13 +31,13 @@ def spec(tenant: str, **overrides: Any) -> JobSpecData:
     return job_spec(tenant, "task", **overrides)
 
 
-def submit(db: Database, s: JobSpecData, indices: str, request_id: str = "") -> arrays.StoredArray:
-    item = arrays.ArraySubmission(s, parse_array(indices), request_id)
-    return db.run(lambda session: arrays.submit_array(session, item))
+def submit(db: Database, s: JobSpecData, indices: str, request_id: str = "") -> job_arrays.StoredArray:
+    item = job_arrays.ArraySubmission(s, parse_array(indices), request_id)
+    return db.run(lambda session: job_arrays.submit_array(session, item))
 
 
 def job(db: Database, s: JobSpecData) -> str:
-    stored = db.run(lambda session: arrays.submit_dependent(session, api.Submission(s, ""), Events()))
+    stored = db.run(lambda session: job_arrays.submit_dependent(session, submissions.Submission(s, ""), Events()))
     return stored.job_id
 
 
@@ -102,13 +100,13 @@ def test_the_snapshot_holds_back_beyond_k_and_waiting_dependents(private_db: Dat
     set_state(private_db, capped.job_ids[0], js.RUNNING)
     parent = job(private_db, spec(t))
     child = job(private_db, spec(t, depends_on=[{"job": parent, "when": "succeeded"}]))
-    gate = private_db.run(allocator.live_view).gate()
+    gate = private_db.run(planner_view.live_view).gate()
     # One running, one slot left: task 1 is planned, 2..5 wait; the child waits for its parent.
     assert sorted(gate.held_back) == sorted([*capped.job_ids[2:], child])
     assert gate.held_back[capped.job_ids[3]] == f"waiting: array {capped.array_id} runs 2 of at most 2 at once"
     assert gate.held_back[child] == f"waiting: waits for {parent} to succeed"
     set_state(private_db, parent, js.SUCCEEDED)
-    assert child not in private_db.run(allocator.live_view).gate().held_back
+    assert child not in private_db.run(planner_view.live_view).gate().held_back
 
 
 def test_a_dependent_of_a_failed_parent_fails_once_with_the_reason(private_db: Database) -> None:
@@ -117,11 +115,11 @@ def test_a_dependent_of_a_failed_parent_fails_once_with_the_reason(private_db: D
     child = job(private_db, spec(t, depends_on=[{"job": parent, "when": "succeeded"}]))
     grandchild = job(private_db, spec(t, depends_on=[{"job": child, "when": "succeeded"}]))
     set_state(private_db, parent, js.FAILED)
-    gate = private_db.run(allocator.live_view).gate()
+    gate = private_db.run(planner_view.live_view).gate()
     assert set(gate.doomed) == {child, grandchild}
-    failed = private_db.run(lambda s: allocator.fail_unsatisfiable(s, gate.doomed, Events()))
+    failed = private_db.run(lambda s: job_starts.fail_unsatisfiable(s, gate.doomed, Events()))
     assert sorted(failed) == sorted([child, grandchild])
-    assert private_db.run(lambda s: allocator.fail_unsatisfiable(s, gate.doomed, Events())) == []  # idempotent
+    assert private_db.run(lambda s: job_starts.fail_unsatisfiable(s, gate.doomed, Events())) == []  # idempotent
     row = private_db.run(lambda s: get_job(s, child))
     assert row is not None and row.state == js.FAILED
     assert row.reason == f"dependency {parent} failed; it can no longer succeed"
@@ -131,7 +129,7 @@ def test_cancelling_an_array_cancels_every_unfinished_task(private_db: Database)
     t = tenant(private_db)
     stored = submit(private_db, spec(t), "0-3")
     set_state(private_db, stored.job_ids[0], js.SUCCEEDED)
-    done = private_db.run(lambda s: [(j.id, j.state) for j, _ in arrays.cancel_array(s, stored.array_id, "", Events())])
+    done = private_db.run(lambda s: [(j.id, j.state) for j, _ in job_arrays.cancel_array(s, stored.array_id, "", Events())])
     assert done == [(i, js.CANCELLED) for i in stored.job_ids[1:]]
-    counts = private_db.run(lambda s: arrays.state_counts(s, [stored.array_id]))
+    counts = private_db.run(lambda s: job_arrays.state_counts(s, [stored.array_id]))
     assert counts == {stored.array_id: {js.SUCCEEDED: 1, js.CANCELLED: 3}}

@@ -12,11 +12,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from test_jobs_repository import claims, load, place, placements, register, report, submit, transitions
 
-from rota.allocator import guests_repo
-from rota.allocator import repository as alloc
+from rota.cluster import guest_leases, planner_view, queries
+from rota.cluster.job_lifecycle import Events
+from rota.cluster.models import GpuGuestRow
 from rota.common.db import Database
-from rota.common.jobs_repo import Events
-from rota.common.models import GpuGuestRow
 from rota.core import jobstate as js
 from rota.core.planning.guests import GuestStart
 from rota.ledger.collector import collect_all
@@ -38,7 +37,7 @@ def running_host(db: Database, tenant: str, node: str, progress: dict[str, objec
 
 def guest(db: Database, trial_id: str, host: Any, gpus: tuple[int, ...] = (0,)) -> Any:
     start = GuestStart(trial_id, host.id, host.node, gpus, 0.4)
-    return db.run(lambda s: guests_repo.commit_guest(s, start, Events()))
+    return db.run(lambda s: guest_leases.commit_guest(s, start, Events()))
 
 
 def lent(db: Database, job_id: str) -> list[tuple[str, int, str]]:
@@ -47,7 +46,7 @@ def lent(db: Database, job_id: str) -> list[tuple[str, int, str]]:
 
 
 def hosts_on(db: Database, node: str) -> dict[str, Any]:
-    return {h.job_id: h for h in db.run(guests_repo.bubble_hosts) if h.node == node}
+    return {h.job_id: h for h in db.run(guest_leases.bubble_hosts) if h.node == node}
 
 
 def test_a_running_job_that_reports_bubbles_is_a_host_and_one_that_does_not_is_not(db: Database, tenant: str) -> None:
@@ -74,7 +73,7 @@ def test_a_guest_runs_on_its_hosts_gpus_unseen_by_the_planner_and_one_per_gpu(db
     [p] = placements(db, trial_id)
     assert (p.guest_of, p.promoted_at, p.epoch) == (host.id, None, placed.epoch)
     # The planner sees the host on both GPUs and not the guest at all.
-    view = db.run(alloc.live_view)
+    view = db.run(planner_view.live_view)
     mine = {j.id: j for j in view.jobs if j.id in (host.id, trial_id)}
     assert list(mine) == [host.id] and mine[host.id].gpu_indices == (0, 1)
     assert hosts_on(db, node)[host.id].lent == frozenset({0})
@@ -102,15 +101,15 @@ def test_once_the_host_ends_its_guest_takes_the_gpus_over_and_is_billed_from_the
     trial_id = submit(db, tenant, kind="trial")
     placed = guest(db, trial_id, host)
     report(db, node, placed, js.RUNNING)
-    assert trial_id not in db.run(guests_repo.orphaned_guests)
+    assert trial_id not in db.run(guest_leases.orphaned_guests)
     collect_all(db)
     usage = lambda job_id: db.run(lambda s: s.scalars(select(UsageRow).where(UsageRow.job_id == job_id)).all())  # noqa: E731
     assert usage(host.id) and not usage(trial_id)  # the host pays for its GPUs, bubbles and all
     # The host ends: nothing holds GPU 0 but the guest, which is due to take it over ...
     report(db, node, host, js.SUCCEEDED)
-    assert trial_id in db.run(guests_repo.orphaned_guests)
+    assert trial_id in db.run(guest_leases.orphaned_guests)
     events = Events()
-    assert db.run(lambda s: guests_repo.take_over(s, trial_id, events))
+    assert db.run(lambda s: guest_leases.take_over(s, trial_id, events))
     assert [e for _j, e, _s in events.items] == ["promoted"]
     # ... under the same placement and epoch (its agent keeps it running), seen by the planner now.
     after = load(db, trial_id)
@@ -118,8 +117,8 @@ def test_once_the_host_ends_its_guest_takes_the_gpus_over_and_is_billed_from_the
     assert claims(db, job_id=trial_id) == [(node, 0, trial_id, placed.epoch)] and lent(db, trial_id) == []
     [p] = placements(db, trial_id)
     assert p.promoted_at is not None
-    assert [j.id for j in db.run(alloc.live_view).jobs if j.id == trial_id] == [trial_id]
-    assert not db.run(lambda s: guests_repo.take_over(s, trial_id, Events()))  # a repeat changes nothing
+    assert [j.id for j in db.run(planner_view.live_view).jobs if j.id == trial_id] == [trial_id]
+    assert not db.run(lambda s: guest_leases.take_over(s, trial_id, Events()))  # a repeat changes nothing
     collect_all(db)
     [row] = usage(trial_id)
     assert row.start_at == p.promoted_at  # billed from the takeover, not from its placement
@@ -142,14 +141,14 @@ def test_a_guest_that_ends_first_frees_its_lent_gpu_and_is_never_billed(db: Data
 def test_a_dead_node_loses_its_guests_with_its_hosts(db: Database, tenant: str) -> None:
     from test_jobs_repository import _silence
 
-    from rota.common import nodes_repo
+    from rota.cluster import node_lifecycle
 
     node = register(db, gpus=2)
     host = running_host(db, tenant, node)
     trial_id = submit(db, tenant, kind="trial", restart="on-failure", max_retries=1)
     guest(db, trial_id, host)
     _silence(db, node, 600)
-    dead = db.run(lambda s: nodes_repo.declare_dead_nodes(s, 30, Events()))
+    dead = db.run(lambda s: node_lifecycle.declare_dead_nodes(s, 30, Events()))
     assert node in [d.name for d in dead]
     again = load(db, trial_id)
     assert (again.state, again.guest_of, again.node, lent(db, trial_id)) == (js.PENDING, "", None, [])
@@ -212,7 +211,7 @@ def test_a_trial_that_says_its_gpu_memory_waits_for_a_stage_that_leaves_that_muc
     host = running_host(db, tenant, node, {**BUBBLES, "bubble_free_mb": 256})
     assert hosts_on(db, node)[host.id].free_mb == 256.0
     trial_id = submit(db, tenant, kind="trial", gpu_memory_mb=512)
-    [waiting] = [j for j in db.run(alloc.live_view).jobs if j.id == trial_id]
+    [waiting] = [j for j in db.run(planner_view.live_view).jobs if j.id == trial_id]
     assert waiting.gpu_memory_mb == 512  # from the stored spec, as the planner reads it
     placement = GuestPlacement(db, [waiting])
     assert placement.between_plans(Events()) == [] and load(db, trial_id).state == js.PENDING
@@ -232,7 +231,7 @@ def test_a_host_names_its_running_guests_and_a_tenant_sees_only_its_own(db: Data
     mine, theirs = submit(db, tenant, kind="trial"), submit(db, other, kind="trial")
     guest(db, mine, host, (0,))
     guest(db, theirs, host, (1,))
-    assert db.run(lambda s: api.guests_of(s, host.id)) == sorted([mine, theirs])  # the admin's view
-    assert db.run(lambda s: api.guests_of(s, host.id, tenant)) == [mine]
+    assert db.run(lambda s: queries.guests_of(s, host.id)) == sorted([mine, theirs])  # the admin's view
+    assert db.run(lambda s: queries.guests_of(s, host.id, tenant)) == [mine]
     report(db, node, load(db, mine), js.SUCCEEDED)
-    assert db.run(lambda s: api.guests_of(s, host.id)) == [theirs]  # a finished guest is gone from the list
+    assert db.run(lambda s: queries.guests_of(s, host.id)) == [theirs]  # a finished guest is gone from the list

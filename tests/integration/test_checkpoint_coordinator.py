@@ -19,17 +19,17 @@ import torch
 from sqlalchemy import select, update
 
 from rota import imageformat
-from rota.allocator import repository as alloc
 from rota.allocator.loop import SchedulingLoop
 from rota.api import repository as api
 from rota.checkpoint import gc
 from rota.checkpoint import repository as repo
 from rota.checkpoint.coordinator import AgentCallFailed, Coordinator
 from rota.checkpoint.models import ImageRow, ManifestRow, OperationRow
-from rota.common import nodes_repo, read_models
+from rota.cluster import heartbeats, job_starts, node_lifecycle, submissions
+from rota.cluster.job_lifecycle import Events, get_job, lose
+from rota.cluster.models import GpuClaimRow, GpuRow, PlacementRow
+from rota.common import read_models
 from rota.common.db import Database
-from rota.common.jobs_repo import Events, get_job, lose
-from rota.common.models import GpuClaimRow, GpuRow, PlacementRow
 from rota.core import jobstate as js
 from rota.core.errors import AlreadyExists
 from rota.core.jobspec import JobSpecData, validate
@@ -112,14 +112,14 @@ def running_job(db: Database) -> str:
     tenant, node = "t-" + secrets.token_hex(4), "n-" + secrets.token_hex(4)
     db.run(lambda s: api.create_tenant(s, tenant, 1.0, secrets.token_hex(32)))
     gpus = [GpuRow(node=node, index=i, uuid=f"{node}-{i}", model="virtual", virtual=True) for i in range(2)]
-    db.run(lambda s: nodes_repo.register(s, node, "127.0.0.1:1", gpus))
+    db.run(lambda s: node_lifecycle.register(s, node, "127.0.0.1:1", gpus))
     spec = validate(JobSpecData(name="ft", tenant=tenant, kind="training", priority=5, gpus=1, command=["true"]),
                     max_gpus_per_node=0)
-    job, _ = db.run(lambda s: api.submit_job(s, spec, "", Events()))
-    placed = db.run(lambda s: alloc.commit_decision(s, Start(job.id, node, (1,)), Events()))
+    job, _ = db.run(lambda s: submissions.submit_job(s, spec, "", Events()))
+    placed = db.run(lambda s: job_starts.commit_decision(s, Start(job.id, node, (1,)), Events()))
     assert placed is not None
-    report = api.JobReport(job.id, placed.epoch, js.RUNNING, 0, "", {"step": 1})
-    db.run(lambda s: api.heartbeat(s, node, [report], Events()))
+    report = heartbeats.JobReport(job.id, placed.epoch, js.RUNNING, 0, "", {"step": 1})
+    db.run(lambda s: heartbeats.heartbeat(s, node, [report], Events()))
     return str(job.id)
 
 
@@ -277,8 +277,8 @@ def test_retention_and_gc_free_what_no_kept_image_names_and_spare_a_write_in_fli
 def test_an_agent_report_of_a_paused_exit_makes_the_job_paused_not_failed(db: Database) -> None:
     job_id = running_job(db)
     job = db.run(lambda s: get_job(s, job_id))
-    report = api.JobReport(job_id, job.epoch, js.PAUSED, 0, "", {"step": 42})
-    db.run(lambda s: api.heartbeat(s, job.node, [report], Events()))
+    report = heartbeats.JobReport(job_id, job.epoch, js.PAUSED, 0, "", {"step": 42})
+    db.run(lambda s: heartbeats.heartbeat(s, job.node, [report], Events()))
     job = db.run(lambda s: get_job(s, job_id))
     assert job.state == js.PAUSED and "paused at step 42" in job.reason and claims(db, job_id) == []
 
@@ -364,7 +364,7 @@ def test_a_migration_resumes_its_job_at_the_copy_and_hands_the_start_the_image_b
         assert fields["resume_source"] == "127.0.0.1:1"  # the source node's registered agent address
         assert db.run(lambda s: read_models.resume_image(s, job_id)) == good.image_id  # complete images only
         node = "n-" + secrets.token_hex(4)  # the target
-        db.run(lambda s: nodes_repo.register(s, node, "127.0.0.1:2", [GpuRow(node=node, index=0, uuid=f"{node}-0",
+        db.run(lambda s: node_lifecycle.register(s, node, "127.0.0.1:2", [GpuRow(node=node, index=0, uuid=f"{node}-0",
                                                                             model="virtual", virtual=True)]))
         request = db.run(lambda s: SchedulingLoop._commit_start(s, Start(job_id, node, (0,)), Events()))
         assert (request.resume_image, request.resume_source) == (op.image_id, "127.0.0.1:1")

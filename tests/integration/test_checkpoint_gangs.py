@@ -16,15 +16,15 @@ import torch
 from sqlalchemy import select
 
 from rota import imageformat
-from rota.allocator import repository as alloc
 from rota.allocator.loop import SchedulingLoop
 from rota.api import repository as api
 from rota.checkpoint import repository as repo
 from rota.checkpoint.coordinator import AgentCallFailed, Coordinator
-from rota.common import nodes_repo, read_models
+from rota.cluster import heartbeats, job_starts, node_lifecycle, submissions
+from rota.cluster.job_lifecycle import Events, get_job
+from rota.cluster.models import GpuClaimRow, GpuRow
+from rota.common import read_models
 from rota.common.db import Database
-from rota.common.jobs_repo import Events, get_job
-from rota.common.models import GpuClaimRow, GpuRow
 from rota.core import jobstate as js
 from rota.core.errors import FailedPrecondition
 from rota.core.jobspec import JobSpecData, validate
@@ -94,15 +94,15 @@ def running_gang(db: Database) -> tuple[str, list[str]]:
     nodes = [f"g{i}-{secrets.token_hex(3)}" for i in range(2)]
     for i, node in enumerate(nodes):
         gpus = [GpuRow(node=node, index=g, uuid=f"{node}-{g}", model="virtual", virtual=True) for g in range(2)]
-        db.run(lambda s, n=node, a=f"127.0.0.1:{10 + i}", g=gpus: nodes_repo.register(s, n, a, g))
+        db.run(lambda s, n=node, a=f"127.0.0.1:{10 + i}", g=gpus: node_lifecycle.register(s, n, a, g))
     spec = validate(JobSpecData(name="gang", tenant=tenant, kind="training", priority=5, nodes=2, gpus_per_node=2,
                                 command=["true"]), max_gpus_per_node=2)
-    job, _ = db.run(lambda s: api.submit_job(s, spec, "", Events()))
-    placed = db.run(lambda s: alloc.commit_decision(s, Start(job.id, nodes[0], (0, 1), tuple(nodes)), Events()))
+    job, _ = db.run(lambda s: submissions.submit_job(s, spec, "", Events()))
+    placed = db.run(lambda s: job_starts.commit_decision(s, Start(job.id, nodes[0], (0, 1), tuple(nodes)), Events()))
     assert placed is not None
     for node in nodes:
-        report = api.JobReport(job.id, placed.epoch, js.RUNNING, 0, "", {"step": 30} if node == nodes[0] else None)
-        db.run(lambda s, n=node, r=report: api.heartbeat(s, n, [r], Events()))
+        report = heartbeats.JobReport(job.id, placed.epoch, js.RUNNING, 0, "", {"step": 30} if node == nodes[0] else None)
+        db.run(lambda s, n=node, r=report: heartbeats.heartbeat(s, n, [r], Events()))
     return str(job.id), nodes
 
 
@@ -175,8 +175,8 @@ def test_a_paused_exit_reported_by_one_node_pauses_the_whole_gang(db: Database) 
     job_id, nodes = running_gang(db)
     job = db.run(lambda s: get_job(s, job_id))
     assert job is not None
-    report = api.JobReport(job_id, job.epoch, js.PAUSED, 0, "", None)
-    db.run(lambda s: api.heartbeat(s, nodes[1], [report], Events()))
+    report = heartbeats.JobReport(job_id, job.epoch, js.PAUSED, 0, "", None)
+    db.run(lambda s: heartbeats.heartbeat(s, nodes[1], [report], Events()))
     job = db.run(lambda s: get_job(s, job_id))
     assert job is not None and job.state == js.PAUSED and "all 2 nodes" in job.reason
     assert claims(db, job_id) == [] and job.gang_nodes == []

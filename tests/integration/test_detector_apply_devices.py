@@ -23,9 +23,7 @@ import pytest
 from detector_fixtures import node_with, report_requests, running_job, tenant
 from opentelemetry import trace
 
-from rota.allocator import repository as alloc
 from rota.allocator.loop import SchedulingLoop
-from rota.api import repository as api
 from rota.client import (
     Client,
     DeadlineExceededError,
@@ -34,10 +32,11 @@ from rota.client import (
     NotFoundError,
     PermissionDeniedError,
 )
+from rota.cluster import job_lifecycle, job_starts, planner_view
+from rota.cluster.job_lifecycle import Events, get_job
 from rota.common import read_models
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
-from rota.common.jobs_repo import Events, get_job
 from rota.common.server import RotaInterceptor
 from rota.core import jobstate
 from rota.core.detection.devices import DeviceMark
@@ -162,7 +161,7 @@ def test_an_applied_replan_stores_the_layout_migrates_the_job_and_its_next_launc
     stored = db.run(lambda s: read_models.applied_layout(s, job_id))
     assert json.loads(stored) == layout
     # Once the job is queued again (the migration's resume), its next placement's launch carries it.
-    assert db.run(lambda s: alloc.yield_lease(s, job_id, "migrating", Events())) is not None
+    assert db.run(lambda s: job_starts.yield_lease(s, job_id, "migrating", Events())) is not None
     node = node_with(db, 4)
     launch = db.run(lambda s: SchedulingLoop._commit_start(s, Start(job_id, node, (0, 1, 2, 3)), Events()))
     assert launch is not None and launch.layout == stored and json.loads(launch.layout)["from_epoch"] == epoch
@@ -175,7 +174,7 @@ def test_a_retry_with_the_same_operation_id_migrates_once_and_answers_the_first_
     first = client.replan(job_id=job_id, apply=True, operation_id="op-retry-1")
     stored = db.run(lambda s: read_models.applied_layout(s, job_id))
     # The job moved on (a new placement with no verdicts): a fresh plan would differ, a retry may not.
-    assert db.run(lambda s: alloc.yield_lease(s, job_id, "migrating", Events())) is not None
+    assert db.run(lambda s: job_starts.yield_lease(s, job_id, "migrating", Events())) is not None
     again = client.replan(job_id=job_id, apply=True, operation_id="op-retry-1")
     assert [c.operation_id for c in server.checkpoint.calls] == ["op-retry-1", "op-retry-1"]  # the service dedups
     assert again.applied_layout == first.applied_layout and again.layers_per_stage == first.layers_per_stage
@@ -218,7 +217,7 @@ def test_apply_refuses_what_it_cannot_do(server: Server, db: Database, client: C
         detector_pb2_grpc.DetectorServiceStub(channel).Replan(
             detector_pb2.ReplanRequest(job_id=job_id, apply=True, wait_seconds=math.nan), metadata=META, timeout=10)
     assert dict(rpc.value.trailing_metadata())["rota-field"] == "wait_seconds"  # type: ignore[attr-defined]
-    db.run(lambda s: api.cancel_job(s, job_id, "done", Events()))
+    db.run(lambda s: job_lifecycle.cancel_job(s, job_id, "done", Events()))
     with pytest.raises(FailedPreconditionError, match="only a running job"):
         client.replan(job_id=job_id, apply=True)
     assert server.checkpoint.calls == []
@@ -245,7 +244,7 @@ def test_a_dead_ranks_gpu_leaves_the_plan_until_an_admin_clears_it(server: Serve
 
     # The allocator sees GPUs 0 and 1 as bad: the requeued 4-GPU job cannot go back to that
     # node, and a 2-GPU job there gets GPUs 2 and 3.
-    view = db.run(alloc.live_view)
+    view = db.run(planner_view.live_view)
     [live] = [n for n in view.nodes if n.name == node]
     assert live.bad_gpus == (0, 1)
     horizon = Horizon(60.0, 8, 60.0 * 1000)
@@ -275,7 +274,7 @@ def test_a_dead_ranks_gpu_leaves_the_plan_until_an_admin_clears_it(server: Serve
     assert (cleared.gpu, cleared.state) == (1, "CLEARED") and cleared.cleared is not None
     assert [d.gpu for d in client.devices() if d.node == node] == [0]
     assert [d.state for d in client.devices(include_cleared=True) if d.node == node] == ["BAD", "CLEARED"]
-    [live] = [n for n in db.run(alloc.live_view).nodes if n.name == node]
+    [live] = [n for n in db.run(planner_view.live_view).nodes if n.name == node]
     assert live.bad_gpus == (0,)
     assert [d.gpu for d in client.clear_devices(node)] == [0]
 
@@ -287,7 +286,7 @@ def test_ranks_silent_after_their_job_ended_otherwise_leave_their_gpus_in_the_pl
     job_id, node, epoch = running_job(db, owner, gpus=2)
     for rank in (0, 1):
         server.service.monitor.beat((job_id, epoch, rank), server.clock[0], 1.0)
-    db.run(lambda s: api.cancel_job(s, job_id, "done", Events()))  # a race: its streams outlive it a moment
+    db.run(lambda s: job_lifecycle.cancel_job(s, job_id, "done", Events()))  # a race: its streams outlive it a moment
     server.clock[0] += 4.0
     assert len(server.run(server.service.check_silence())) == 2
     assert [v.kind for v in client.verdicts(job_id=job_id)] == ["stop", "stop"]

@@ -22,9 +22,9 @@ from detector_fixtures import report_requests, running_job, tenant
 from opentelemetry import trace
 
 from rota.client import Client, InvalidArgumentError, NotFoundError, PermissionDeniedError
+from rota.cluster.job_lifecycle import get_job, history
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
-from rota.common.jobs_repo import get_job, history
 from rota.common.server import RotaInterceptor
 from rota.core import jobstate
 from rota.core.detection.failslow import DetectorConfig

@@ -61,8 +61,9 @@ def test_every_succeeded_batch_job_is_observed_once_with_its_run_time(db: Databa
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
-    from rota.common.jobs_repo import utcnow
-    from rota.common.models import JobRow, TenantRow
+    from rota.cluster.job_lifecycle import utcnow
+    from rota.cluster.models import JobRow
+    from rota.common.models import TenantRow
     from rota.forecaster.models import CompletionRow
 
     tenant, now = "t-" + secrets.token_hex(3), utcnow()
@@ -91,7 +92,8 @@ def test_a_running_apps_served_counter_becomes_traffic_counted_once(db: Database
     from sqlalchemy import select, update
     from sqlalchemy.orm import Session
 
-    from rota.common.models import JobRow, TenantRow
+    from rota.cluster.models import JobRow
+    from rota.common.models import TenantRow
     from rota.forecaster.collector import CompletionCollector
     from rota.forecaster.models import TrafficRow
 

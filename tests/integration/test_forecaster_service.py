@@ -20,10 +20,11 @@ from opentelemetry import trace
 from rota.api import repository as api
 from rota.client import Client, InvalidArgumentError, NotFoundError, job_spec_from_mapping
 from rota.client.forecast import TrafficSample
+from rota.cluster import submissions
+from rota.cluster.job_lifecycle import Events
 from rota.common.auth import hash_token
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
-from rota.common.jobs_repo import Events
 from rota.common.server import RotaInterceptor
 from rota.core.forecasting.features import parse_training
 from rota.core.forecasting.prior import training_seconds
@@ -126,7 +127,7 @@ def test_a_completion_of_a_known_job_uses_its_stored_spec(db: Database, endpoint
     db.run(lambda s: api.create_tenant(s, name, 1.0, secrets.token_hex(32)))
     data = validate(JobSpecData(tenant=name, kind="batch_inference", priority=5, gpus=1, command=["true"],
                                 duration_seconds=600.0), max_gpus_per_node=0)
-    job, _ = db.run(lambda s: api.submit_job(s, data, "", Events()))
+    job, _ = db.run(lambda s: submissions.submit_job(s, data, "", Events()))
     assert observe(endpoint, forecaster_pb2.ObserveRequest(job_id=job.id, duration_seconds=900.0)) is True
     assert observe(endpoint, forecaster_pb2.ObserveRequest(job_id=job.id, duration_seconds=900.0)) is False
     with pytest.raises(grpc.RpcError) as err:

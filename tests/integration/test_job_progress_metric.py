@@ -8,17 +8,17 @@ from typing import Any
 from sqlalchemy import update
 from submission_builders import job_spec, new_tenant
 
-from rota.api import repository as api
 from rota.api.metrics import MAX_PROGRESS_KEY_CHARS, MAX_PROGRESS_KEYS, cluster_families
+from rota.cluster import submissions
+from rota.cluster.job_lifecycle import Events
+from rota.cluster.models import JobRow
 from rota.common import metrics
 from rota.common.db import Database
-from rota.common.jobs_repo import Events
-from rota.common.models import JobRow
 
 
 def running_job(db: Database, tenant: str, progress: dict[str, Any]) -> str:
     def store(session: Any) -> str:
-        job, _ = api.submit_job(session, job_spec(tenant), "", Events())
+        job, _ = submissions.submit_job(session, job_spec(tenant), "", Events())
         # The state a node's report gives a started job (this test reads the table, it plans nothing).
         session.execute(update(JobRow).where(JobRow.id == job.id).values(state="RUNNING", progress=progress))
         return job.id

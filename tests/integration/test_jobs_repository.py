@@ -18,10 +18,19 @@ from sqlalchemy.exc import IntegrityError
 from rota.allocator import repository as alloc
 from rota.api import repository as api
 from rota.checkpoint import repository as ckpt
-from rota.common import nodes_repo, read_models
+from rota.cluster import (
+    heartbeats,
+    job_lifecycle,
+    job_starts,
+    node_lifecycle,
+    planner_view,
+    queries,
+    submissions,
+)
+from rota.cluster.job_lifecycle import Events, get_job, history, utcnow
+from rota.cluster.models import GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
+from rota.common import read_models
 from rota.common.db import Database, make_engine
-from rota.common.jobs_repo import Events, get_job, history, utcnow
-from rota.common.models import GpuClaimRow, GpuRow, JobRow, NodeRow, PlacementRow
 from rota.core import jobstate as js
 from rota.core import nodestate
 from rota.core.errors import AlreadyExists, InvalidArgument, NotFound
@@ -52,7 +61,7 @@ def node(db: Database) -> str:
 def register(db: Database, gpus: int) -> str:
     name = "n-" + secrets.token_hex(4)
     rows = [GpuRow(node=name, index=i, uuid=f"{name}-gpu{i}", model="virtual", virtual=True) for i in range(gpus)]
-    db.run(lambda s: nodes_repo.register(s, name, f"127.0.0.1:{50000 + gpus}", rows))
+    db.run(lambda s: node_lifecycle.register(s, name, f"127.0.0.1:{50000 + gpus}", rows))
     return name
 
 
@@ -65,13 +74,13 @@ def make_spec(tenant: str, **overrides: Any) -> JobSpecData:
 
 def submit(db: Database, tenant: str, request_id: str = "", **overrides: Any) -> str:
     spec = make_spec(tenant, **overrides)
-    job, created = db.run(lambda s: api.submit_job(s, spec, request_id, Events()))
+    job, created = db.run(lambda s: submissions.submit_job(s, spec, request_id, Events()))
     assert created
     return job.id
 
 
 def place(db: Database, job_id: str, node: str, gpus: tuple[int, ...]) -> JobRow:
-    job = db.run(lambda s: alloc.commit_decision(s, Start(job_id, node, gpus), Events()))
+    job = db.run(lambda s: job_starts.commit_decision(s, Start(job_id, node, gpus), Events()))
     assert job is not None
     return job
 
@@ -79,8 +88,8 @@ def place(db: Database, job_id: str, node: str, gpus: tuple[int, ...]) -> JobRow
 def report(db: Database, node: str, job: JobRow | str, state: str, *, epoch: int | None = None,
            exit_code: int = 0, error: str = "", progress: dict[str, object] | None = None) -> list[JobRow]:
     job_row = load(db, job) if isinstance(job, str) else job
-    rep = api.JobReport(job_row.id, job_row.epoch if epoch is None else epoch, state, exit_code, error, progress)
-    _node, assigned = db.run(lambda s: api.heartbeat(s, node, [rep], Events()))
+    rep = heartbeats.JobReport(job_row.id, job_row.epoch if epoch is None else epoch, state, exit_code, error, progress)
+    _node, assigned = db.run(lambda s: heartbeats.heartbeat(s, node, [rep], Events()))
     return list(assigned)
 
 
@@ -132,7 +141,7 @@ def test_tenant_create_list_and_duplicate(db: Database) -> None:
 def test_submit_stores_a_pending_job_with_history(db: Database, tenant: str) -> None:
     events = Events()
     spec = make_spec(tenant, gpus=2, restart="on-failure")
-    job, created = db.run(lambda s: api.submit_job(s, spec, "", events))
+    job, created = db.run(lambda s: submissions.submit_job(s, spec, "", events))
     assert created and job.id.startswith("j-")
     stored = load(db, job.id)
     assert (stored.state, stored.tenant, stored.gpus, stored.attempts, stored.epoch) == (js.PENDING, tenant, 2, 0, 0)
@@ -143,12 +152,12 @@ def test_submit_stores_a_pending_job_with_history(db: Database, tenant: str) -> 
 
 def test_submit_is_idempotent_by_request_id(db: Database, tenant: str) -> None:
     spec = make_spec(tenant, gpus=2)
-    first, created = db.run(lambda s: api.submit_job(s, spec, "req-1", Events()))
+    first, created = db.run(lambda s: submissions.submit_job(s, spec, "req-1", Events()))
     assert created
-    again, created_again = db.run(lambda s: api.submit_job(s, make_spec(tenant, gpus=2), "req-1", Events()))
+    again, created_again = db.run(lambda s: submissions.submit_job(s, make_spec(tenant, gpus=2), "req-1", Events()))
     assert (again.id, created_again) == (first.id, False)
     with pytest.raises(AlreadyExists, match="req-1"):
-        db.run(lambda s: api.submit_job(s, make_spec(tenant, gpus=4), "req-1", Events()))
+        db.run(lambda s: submissions.submit_job(s, make_spec(tenant, gpus=4), "req-1", Events()))
     count = db.run(lambda s: s.scalar(select(func.count()).select_from(JobRow).where(JobRow.tenant == tenant)))
     assert count == 1
     # Without a request id every call is a new job.
@@ -165,7 +174,7 @@ def test_same_request_id_in_another_tenant_is_another_job(db: Database, tenant: 
 def test_unknown_tenant_is_invalid_and_stores_nothing(db: Database) -> None:
     ghost = "ghost-" + secrets.token_hex(4)
     with pytest.raises(InvalidArgument) as info:
-        db.run(lambda s: api.submit_job(s, make_spec(ghost), "r", Events()))
+        db.run(lambda s: submissions.submit_job(s, make_spec(ghost), "r", Events()))
     assert info.value.field == "tenant"
     count = db.run(lambda s: s.scalar(select(func.count()).select_from(JobRow).where(JobRow.tenant == ghost)))
     assert count == 0
@@ -174,22 +183,22 @@ def test_unknown_tenant_is_invalid_and_stores_nothing(db: Database) -> None:
 def test_list_jobs_filters_by_tenant_and_state(db: Database, tenant: str, node: str) -> None:
     a, b = submit(db, tenant), submit(db, tenant)
     place(db, a, node, (0,))
-    listed = db.run(lambda s: api.list_jobs(s, tenant, [], 10))
+    listed = db.run(lambda s: queries.list_jobs(s, tenant, [], 10))
     assert {j.id for j in listed} == {a, b}
-    pending = db.run(lambda s: api.list_jobs(s, tenant, [js.PENDING], 10))
+    pending = db.run(lambda s: queries.list_jobs(s, tenant, [js.PENDING], 10))
     assert [j.id for j in pending] == [b]
 
 
 def test_largest_node_counts_gpus(db: Database) -> None:
     register(db, gpus=2)
-    assert db.run(api.largest_node_gpus) >= 2
+    assert db.run(queries.largest_node_gpus) >= 2
 
 
 # Placement commits.
 def test_commit_decision_claims_gpus_with_increasing_epochs(db: Database, tenant: str, node: str) -> None:
     a, b = submit(db, tenant, gpus=2), submit(db, tenant, gpus=1)
     events = Events()
-    job_a = db.run(lambda s: alloc.commit_decision(s, Start(a, node, (0, 1)), events))
+    job_a = db.run(lambda s: job_starts.commit_decision(s, Start(a, node, (0, 1)), events))
     job_b = place(db, b, node, (2,))
     assert job_a is not None
     assert job_b.epoch > job_a.epoch > 0
@@ -203,7 +212,7 @@ def test_commit_decision_claims_gpus_with_increasing_epochs(db: Database, tenant
     assert f"epoch {job_a.epoch}" in transitions(db, a)[-1][2]
     assert [(e[0], e[2]["state"]) for e in events.items] == [(a, js.SCHEDULED)]
     # A job that is no longer pending is not placed again.
-    assert db.run(lambda s: alloc.commit_decision(s, Start(a, node, (3,)), Events())) is None
+    assert db.run(lambda s: job_starts.commit_decision(s, Start(a, node, (3,)), Events())) is None
     assert claims(db, job_id=a) == [(node, 0, a, job_a.epoch), (node, 1, a, job_a.epoch)]
 
 
@@ -212,7 +221,7 @@ def test_double_booking_is_refused_by_the_database(db: Database, tenant: str, no
     job_a = place(db, a, node, (0, 1))
     # An allocator with a stale view tries to put b on GPU 1, already claimed by a.
     with pytest.raises(IntegrityError, match="gpu_claims"):
-        db.run(lambda s: alloc.commit_decision(s, Start(b, node, (1, 2)), Events()))
+        db.run(lambda s: job_starts.commit_decision(s, Start(b, node, (1, 2)), Events()))
     # Nothing of the refused commit was written: b is untouched, a keeps its claims.
     job_b = load(db, b)
     assert (job_b.state, job_b.node, job_b.epoch, job_b.attempts, list(job_b.gpu_indices)) == (js.PENDING, None, 0, 0, [])
@@ -225,13 +234,13 @@ def test_double_booking_is_refused_by_the_database(db: Database, tenant: str, no
 def test_the_live_view_sees_nodes_holding_jobs_then_the_queue_in_order(db: Database, tenant: str, node: str) -> None:
     a, b, c = submit(db, tenant, gpus=2), submit(db, tenant, gpus=1), submit(db, tenant, gpus=4)
     place(db, a, node, (2, 3))
-    view = db.run(alloc.live_view)
+    view = db.run(planner_view.live_view)
     [mine] = [n for n in view.nodes if n.name == node]
     assert mine.gpus == 4
     mine_jobs = [(j.id, j.gpus, j.node, j.gpu_indices) for j in view.jobs if j.id in (a, b, c)]
     assert mine_jobs == [(a, 2, node, (2, 3)), (b, 1, None, ()), (c, 4, None, ())]
     assert view.addresses[node].startswith("127.0.0.1:")
-    db.run(lambda s: alloc.set_waiting_reasons(s, {c: "waiting: test reason"}))
+    db.run(lambda s: job_starts.set_waiting_reasons(s, {c: "waiting: test reason"}))
     assert load(db, c).reason == "waiting: test reason"
 
 
@@ -310,7 +319,7 @@ def test_reports_with_a_stale_epoch_or_from_another_node_are_ignored(db: Databas
     # A report under the right epoch but from the wrong node: ignored too.
     report(db, node, job_id, js.FAILED, epoch=second.epoch, exit_code=9)
     # An unknown job: ignored.
-    db.run(lambda s: api.heartbeat(s, node, [api.JobReport("j-nope", 1, js.RUNNING, 0, "", None)], Events()))
+    db.run(lambda s: heartbeats.heartbeat(s, node, [heartbeats.JobReport("j-nope", 1, js.RUNNING, 0, "", None)], Events()))
     job = load(db, job_id)
     assert (job.state, job.node, job.epoch) == (js.SCHEDULED, other, second.epoch)
     assert states(db, job_id) == before
@@ -323,7 +332,7 @@ def test_reports_with_a_stale_epoch_or_from_another_node_are_ignored(db: Databas
 
 def test_heartbeat_from_an_unregistered_node_is_not_found(db: Database) -> None:
     with pytest.raises(NotFound):
-        db.run(lambda s: api.heartbeat(s, "n-unknown-" + secrets.token_hex(3), [], Events()))
+        db.run(lambda s: heartbeats.heartbeat(s, "n-unknown-" + secrets.token_hex(3), [], Events()))
 
 
 # Dead nodes.
@@ -343,7 +352,7 @@ def test_silent_node_goes_dead_and_its_jobs_are_lost_then_handled(db: Database, 
 
     epochs = {job_id: load(db, job_id).epoch for job_id in (retrying, final)}
     events = Events()
-    declared = db.run(lambda s: nodes_repo.declare_dead_nodes(s, 60, events))
+    declared = db.run(lambda s: node_lifecycle.declare_dead_nodes(s, 60, events))
     dead = [d.name for d in declared]
     assert node in dead and healthy not in dead
     # The copies the node may still run, under the epochs they were placed with, to stop there.
@@ -367,8 +376,8 @@ def test_silent_node_goes_dead_and_its_jobs_are_lost_then_handled(db: Database, 
         (retrying, js.LOST), (retrying, js.PENDING), (final, js.LOST), (final, js.FAILED)
     }
     # Already dead: not reported twice; a new heartbeat brings the node back.
-    assert node not in db.run(lambda s: nodes_repo.declare_dead(s, 60, Events()))
-    node_row, _ = db.run(lambda s: api.heartbeat(s, node, [], Events()))
+    assert node not in db.run(lambda s: node_lifecycle.declare_dead(s, 60, Events()))
+    node_row, _ = db.run(lambda s: heartbeats.heartbeat(s, node, [], Events()))
     assert node_row.health == nodestate.ALIVE
 
 
@@ -392,7 +401,7 @@ def test_a_dead_nodes_job_with_an_image_is_restored_elsewhere_whatever_its_resta
     report(db, node, place(db, bare, node, (1,)), js.RUNNING)
     image = _complete_image(db, imaged, node, step=40)
     _silence(db, node, 600)
-    assert node in db.run(lambda s: nodes_repo.declare_dead(s, 60, Events()))
+    assert node in db.run(lambda s: node_lifecycle.declare_dead(s, 60, Events()))
     restored, failed = load(db, imaged), load(db, bare)
     assert (restored.state, restored.node, restored.gpu_indices) == (js.PENDING, None, [])
     assert f"restored from its last image {image}" in transitions(db, imaged)[-1][2]
@@ -422,7 +431,7 @@ def test_cancel_releases_claims(db: Database, tenant: str, node: str) -> None:
     place(db, job_id, node, (2, 3))
     report(db, node, job_id, js.RUNNING)
     events = Events()
-    job, stop_on = db.run(lambda s: api.cancel_job(s, job_id, "", events))
+    job, stop_on = db.run(lambda s: job_lifecycle.cancel_job(s, job_id, "", events))
     assert (job.state, stop_on) == (js.CANCELLED, [node])
     assert claims(db, job_id=job_id) == []
     [p] = placements(db, job_id)
@@ -430,7 +439,7 @@ def test_cancel_releases_claims(db: Database, tenant: str, node: str) -> None:
     assert transitions(db, job_id)[-1] == (js.RUNNING, js.CANCELLED, "cancelled by user")
     assert [e[2]["state"] for e in events.items] == [js.CANCELLED]
     # Cancelling again changes nothing.
-    again, stop_again = db.run(lambda s: api.cancel_job(s, job_id, "twice", Events()))
+    again, stop_again = db.run(lambda s: job_lifecycle.cancel_job(s, job_id, "twice", Events()))
     assert (again.state, stop_again) == (js.CANCELLED, [])
     assert len(transitions(db, job_id)) == 3
 
@@ -439,7 +448,7 @@ def test_a_cancelled_jobs_exit_code_is_the_stopped_process_one(db: Database, ten
     job_id = submit(db, tenant)
     place(db, job_id, node, (0,))
     report(db, node, job_id, js.RUNNING)
-    db.run(lambda s: api.cancel_job(s, job_id, "", Events()))
+    db.run(lambda s: job_lifecycle.cancel_job(s, job_id, "", Events()))
     assert load(db, job_id).exit_code is None  # the process is stopped after the commit
     report(db, node, job_id, js.FAILED, exit_code=143, error="stopped: cancelled")
     job = load(db, job_id)
@@ -452,8 +461,8 @@ def test_a_cancelled_jobs_exit_code_is_the_stopped_process_one(db: Database, ten
 
 def test_cancel_pending_job_needs_no_agent(db: Database, tenant: str) -> None:
     job_id = submit(db, tenant)
-    job, stop_on = db.run(lambda s: api.cancel_job(s, job_id, "no longer needed", Events()))
+    job, stop_on = db.run(lambda s: job_lifecycle.cancel_job(s, job_id, "no longer needed", Events()))
     assert (job.state, stop_on, job.reason) == (js.CANCELLED, [], "no longer needed")
     with pytest.raises(NotFound):
-        db.run(lambda s: api.cancel_job(s, "j-missing", "", Events()))
+        db.run(lambda s: job_lifecycle.cancel_job(s, "j-missing", "", Events()))
 

@@ -18,8 +18,8 @@ from ledger_fixtures import ADMIN, LedgerServer, add_job, add_node, add_placemen
 from rota.allocator.ledger_link import LedgerStandings
 from rota.cli.main import main as rota_main
 from rota.client import Client, InvalidArgumentError, PermissionDeniedError
+from rota.cluster.models import JobArrayRow, JobRow, JobTransitionRow
 from rota.common.db import Database
-from rota.common.models import JobArrayRow, JobRow, JobTransitionRow
 from rota.core.fairness.ltgf import FairnessConfig
 from rota.core.planning.planner import FairInputs
 from rota.ledger import repository

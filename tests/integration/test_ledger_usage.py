@@ -19,8 +19,8 @@ from ledger_fixtures import add_job, add_node, add_placement, add_tenant, exact_
 from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 
+from rota.cluster.models import PlacementRow
 from rota.common.db import Database
-from rota.common.models import PlacementRow
 from rota.core.errors import AlreadyExists, InvalidArgument
 from rota.ledger import repository
 from rota.ledger.collector import collect_all, hour_index

@@ -13,11 +13,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from test_jobs_repository import _silence, claims, load, placements, register, submit, transitions
 
-from rota.allocator import repository as alloc
 from rota.api import repository as api
-from rota.common import convert, nodes_repo
+from rota.cluster import heartbeats, job_protos, job_starts, node_lifecycle
+from rota.cluster.job_lifecycle import Events, nodes_of
 from rota.common.db import Database, make_engine
-from rota.common.jobs_repo import Events, nodes_of
 from rota.core import jobstate as js
 from rota.core.planning.liveplan import Start
 from rota.ledger.collector import collect_all
@@ -41,7 +40,7 @@ def tenant(db: Database) -> str:
 def place_app(db: Database, tenant: str, sets: dict[str, tuple[int, ...]], **spec: Any) -> str:
     app = submit(db, tenant, kind="realtime", gpus=0, demand=[sum(len(g) for g in sets.values())], **spec)
     home = next(iter(sets))
-    job = db.run(lambda s: alloc.commit_decision(s, Start(app, home, sets[home], replicas=tuple(sets.items())), Events()))
+    job = db.run(lambda s: job_starts.commit_decision(s, Start(app, home, sets[home], replicas=tuple(sets.items())), Events()))
     assert job is not None
     return app
 
@@ -53,8 +52,8 @@ def epochs(db: Database, app: str) -> dict[str, int]:
 def beat(db: Database, node: str, app: str, state: str, *, epoch: int | None = None, exit_code: int = 0,
          progress: dict[str, object] | None = None) -> list[Any]:
     """The node's heartbeat with one report of the app (under its node's epoch); the assignments as protos."""
-    rep = api.JobReport(app, epochs(db, app).get(node, -1) if epoch is None else epoch, state, exit_code, "", progress)
-    return db.run(lambda s: [convert.job_on_node(j, node) for j in api.heartbeat(s, node, [rep], Events())[1]])
+    rep = heartbeats.JobReport(app, epochs(db, app).get(node, -1) if epoch is None else epoch, state, exit_code, "", progress)
+    return db.run(lambda s: [job_protos.job_on_node(j, node) for j in heartbeats.heartbeat(s, node, [rep], Events())[1]])
 
 
 def test_a_start_on_two_nodes_is_a_lease_per_node_and_each_agent_sees_its_own_gpus(db: Database, tenant: str) -> None:
@@ -74,7 +73,7 @@ def test_a_start_on_two_nodes_is_a_lease_per_node_and_each_agent_sees_its_own_gp
     assert [r.node for r in on_b.replicas] == [b]
     assert load(db, app).state == js.RUNNING
     # The api's copy lists every node, home first.
-    full = convert.job_to_proto(load(db, app))
+    full = job_protos.job_to_proto(load(db, app))
     assert [(r.node, list(r.gpus)) for r in full.replicas] == [(a, [0, 1]), (b, [1])]
 
 
@@ -89,20 +88,20 @@ def test_a_resize_of_one_node_leaves_the_other_nodes_lease_alone(db: Database, t
     a, b, c = register(db, gpus=2), register(db, gpus=2), register(db, gpus=2)
     app = place_app(db, tenant, {a: (0, 1)})
     first = epochs(db, app)
-    grown = db.run(lambda s: alloc.commit_resize(s, Start(app, b, (0, 1)), Events()))
+    grown = db.run(lambda s: job_starts.commit_resize(s, Start(app, b, (0, 1)), Events()))
     assert grown is not None and grown.previous_epoch == 0 and grown.epoch > first[a]  # b: a launch there
-    shrunk = db.run(lambda s: alloc.commit_resize(s, Start(app, a, (1,)), Events()))
+    shrunk = db.run(lambda s: job_starts.commit_resize(s, Start(app, a, (1,)), Events()))
     assert shrunk is not None and shrunk.previous_epoch == first[a]
     now = epochs(db, app)
     assert now == {a: shrunk.epoch, b: grown.epoch}
     assert claims(db, job_id=app) == sorted([(a, 1, app, now[a]), (b, 0, app, now[b]), (b, 1, app, now[b])])
     # The app leaves a: its home moves to b; a resize may never leave it without a replica.
-    left = db.run(lambda s: alloc.commit_resize(s, Start(app, a, ()), Events()))
+    left = db.run(lambda s: job_starts.commit_resize(s, Start(app, a, ()), Events()))
     assert left is not None and left.gpus == () and left.previous_epoch == now[a]
     job = load(db, app)
     assert (job.node, job.gpu_indices, set(job.replicas)) == (b, [0, 1], {b})
-    assert db.run(lambda s: alloc.commit_resize(s, Start(app, b, ()), Events())) is None
-    assert db.run(lambda s: alloc.commit_resize(s, Start(app, "no-such-node", (0,)), Events())) is None
+    assert db.run(lambda s: job_starts.commit_resize(s, Start(app, b, ()), Events())) is None
+    assert db.run(lambda s: job_starts.commit_resize(s, Start(app, "no-such-node", (0,)), Events())) is None
     # A report under b's old epoch... there is none: b was never resized. An old epoch of a is ignored.
     assert beat(db, a, app, js.FAILED, epoch=first[a], exit_code=1) == []
     assert load(db, app).state == js.SCHEDULED
@@ -134,7 +133,7 @@ def test_a_dead_node_loses_only_its_replicas_and_the_last_node_loses_the_app(db:
     app = place_app(db, tenant, {a: (0, 1), b: (0, 1)}, restart="on-failure")
     beat(db, a, app, js.RUNNING)
     _silence(db, a, 600)  # the home node dies
-    assert a in db.run(lambda s: nodes_repo.declare_dead(s, 60, Events()))
+    assert a in db.run(lambda s: node_lifecycle.declare_dead(s, 60, Events()))
     job = load(db, app)
     assert job.state == js.RUNNING and (job.node, set(job.replicas)) == (b, {b})
     assert claims(db, node=a) == [] and [n for n, *_ in claims(db, job_id=app)] == [b, b]
@@ -142,10 +141,10 @@ def test_a_dead_node_loses_only_its_replicas_and_the_last_node_loses_the_app(db:
     assert not [t for _f, t, _r in transitions(db, app) if t == js.LOST]
     # The next plan re-grows it elsewhere (here by hand), then its last original node dies.
     c = register(db, gpus=2)
-    assert db.run(lambda s: alloc.commit_resize(s, Start(app, c, (0,)), Events())) is not None
+    assert db.run(lambda s: job_starts.commit_resize(s, Start(app, c, (0,)), Events())) is not None
     _silence(db, b, 600)
     _silence(db, c, 600)
-    db.run(lambda s: nodes_repo.declare_dead(s, 60, Events()))
+    db.run(lambda s: node_lifecycle.declare_dead(s, 60, Events()))
     job = load(db, app)
     assert job.state == js.PENDING and claims(db, job_id=app) == [] and job.replicas == {} and job.node is None
     assert [t for _f, t, _r in transitions(db, app)].count(js.LOST) == 1
@@ -154,7 +153,7 @@ def test_a_dead_node_loses_only_its_replicas_and_the_last_node_loses_the_app(db:
 def test_the_ledger_bills_each_nodes_replicas_for_the_time_they_were_held(db: Database, tenant: str) -> None:
     a, b = register(db, gpus=2), register(db, gpus=2)
     app = place_app(db, tenant, {a: (0, 1), b: (1,)})
-    db.run(lambda s: alloc.commit_resize(s, Start(app, b, ()), Events()))  # b's lease closes, a's runs on
+    db.run(lambda s: job_starts.commit_resize(s, Start(app, b, ()), Events()))  # b's lease closes, a's runs on
     collect_all(db)
     rows = db.run(lambda s: [(r.lease_id, r.node, list(r.gpu_indices)) for r in
                              s.scalars(select(UsageRow).where(UsageRow.job_id == app))])

@@ -14,11 +14,11 @@ import pytest
 from sqlalchemy import func, select
 from submission_builders import job_spec, new_tenant
 
-from rota.api import repository as api
 from rota.api.batcher import SubmitBatcher
+from rota.cluster import submissions
+from rota.cluster.job_lifecycle import Events, get_job
+from rota.cluster.models import JobRow
 from rota.common.db import Database, make_engine
-from rota.common.jobs_repo import get_job
-from rota.common.models import JobRow
 from rota.core import jobstate as js
 from rota.core.errors import AlreadyExists, InvalidArgument, Unavailable
 from rota.core.jobspec import JobSpecData
@@ -44,7 +44,7 @@ def count(db: Database, tenant: str) -> int:
     return int(db.run(lambda s: s.scalar(select(func.count()).select_from(JobRow).where(JobRow.tenant == tenant))) or 0)
 
 
-async def submit_all(batcher: SubmitBatcher, items: list[api.Submission]) -> list[api.Stored | BaseException]:
+async def submit_all(batcher: SubmitBatcher, items: list[submissions.Submission]) -> list[submissions.Stored | BaseException]:
     # Queued in one loop iteration: they go to the database together.
     return await asyncio.gather(*(batcher.submit(item) for item in items), return_exceptions=True)
 
@@ -52,23 +52,23 @@ async def submit_all(batcher: SubmitBatcher, items: list[api.Submission]) -> lis
 def test_one_batch_gives_each_submission_its_own_answer(migrated_database_url: str, db: Database, tenant: str) -> None:
     ghost = "ghost-" + secrets.token_hex(4)
     items = [
-        api.Submission(spec(tenant), "a"),
-        api.Submission(spec(tenant), ""),
-        api.Submission(spec(ghost), "g"),  # unknown tenant: only this one fails
-        api.Submission(spec(tenant), "a"),  # same request id, same body: the first job
-        api.Submission(spec(tenant, gpus=2), "a"),  # same request id, another body
-        api.Submission(spec(tenant), ""),
+        submissions.Submission(spec(tenant), "a"),
+        submissions.Submission(spec(tenant), ""),
+        submissions.Submission(spec(ghost), "g"),  # unknown tenant: only this one fails
+        submissions.Submission(spec(tenant), "a"),  # same request id, same body: the first job
+        submissions.Submission(spec(tenant, gpus=2), "a"),  # same request id, another body
+        submissions.Submission(spec(tenant), ""),
     ]
     batcher = SubmitBatcher(migrated_database_url)
     results = asyncio.run(submit_all(batcher, items))
 
     first, plain, unknown, again, other, plain2 = results
     assert batcher.batches == 1 and batcher.submissions == len(items)
-    assert isinstance(first, api.Stored) and first.created and first.created_at is not None
-    assert isinstance(plain, api.Stored) and plain.created
-    assert isinstance(plain2, api.Stored) and plain2.created and plain2.job_id != plain.job_id
+    assert isinstance(first, submissions.Stored) and first.created and first.created_at is not None
+    assert isinstance(plain, submissions.Stored) and plain.created
+    assert isinstance(plain2, submissions.Stored) and plain2.created and plain2.job_id != plain.job_id
     assert isinstance(unknown, InvalidArgument) and unknown.field == "tenant"
-    assert isinstance(again, api.Stored) and (again.job_id, again.created) == (first.job_id, False)
+    assert isinstance(again, submissions.Stored) and (again.job_id, again.created) == (first.job_id, False)
     assert isinstance(other, AlreadyExists) and first.job_id in str(other)
     assert count(db, tenant) == 3 and count(db, ghost) == 0
     job = db.run(lambda s: get_job(s, first.job_id))
@@ -79,15 +79,15 @@ def test_one_batch_gives_each_submission_its_own_answer(migrated_database_url: s
 def test_a_retry_in_a_later_batch_returns_the_first_job(migrated_database_url: str, db: Database, tenant: str) -> None:
     batcher = SubmitBatcher(migrated_database_url)
 
-    async def twice() -> tuple[api.Stored, api.Stored]:
-        first = await batcher.submit(api.Submission(spec(tenant), "retry-me"))
-        again = await batcher.submit(api.Submission(spec(tenant), "retry-me"))
+    async def twice() -> tuple[submissions.Stored, submissions.Stored]:
+        first = await batcher.submit(submissions.Submission(spec(tenant), "retry-me"))
+        again = await batcher.submit(submissions.Submission(spec(tenant), "retry-me"))
         return first, again
 
     first, again = asyncio.run(twice())
     assert first.created and not again.created and again.job_id == first.job_id
     # The session path (tests and tools) agrees with the batch writer.
-    job, created = db.run(lambda s: api.submit_job(s, spec(tenant), "retry-me", api.Events()))
+    job, created = db.run(lambda s: submissions.submit_job(s, spec(tenant), "retry-me", Events()))
     assert (job.id, created) == (first.job_id, False)
 
 
@@ -96,24 +96,24 @@ def test_concurrent_writers_store_each_request_id_once(migrated_database_url: st
     orders: every id is stored once and both writers answer with that one job."""
     ids = [f"race-{i}" for i in range(40)]
 
-    async def race() -> tuple[list[api.Stored | BaseException], list[api.Stored | BaseException]]:
+    async def race() -> tuple[list[submissions.Stored | BaseException], list[submissions.Stored | BaseException]]:
         a, b = SubmitBatcher(migrated_database_url), SubmitBatcher(migrated_database_url)
         return await asyncio.gather(
-            submit_all(a, [api.Submission(spec(tenant), r) for r in ids]),
-            submit_all(b, [api.Submission(spec(tenant), r) for r in reversed(ids)]),
+            submit_all(a, [submissions.Submission(spec(tenant), r) for r in ids]),
+            submit_all(b, [submissions.Submission(spec(tenant), r) for r in reversed(ids)]),
         )
 
     left, right = asyncio.run(race())
-    assert all(isinstance(r, api.Stored) for r in left + right), [r for r in left + right if not isinstance(r, api.Stored)]
-    by_id_left = {r: s.job_id for r, s in zip(ids, left, strict=True) if isinstance(s, api.Stored)}
-    by_id_right = {r: s.job_id for r, s in zip(reversed(ids), right, strict=True) if isinstance(s, api.Stored)}
+    assert all(isinstance(r, submissions.Stored) for r in left + right), [r for r in left + right if not isinstance(r, submissions.Stored)]
+    by_id_left = {r: s.job_id for r, s in zip(ids, left, strict=True) if isinstance(s, submissions.Stored)}
+    by_id_right = {r: s.job_id for r, s in zip(reversed(ids), right, strict=True) if isinstance(s, submissions.Stored)}
     assert by_id_left == by_id_right
-    assert sum(1 for s in left + right if isinstance(s, api.Stored) and s.created) == len(ids)
+    assert sum(1 for s in left + right if isinstance(s, submissions.Stored) and s.created) == len(ids)
     assert count(db, tenant) == len(ids)
 
 
 def test_an_unreachable_database_is_unavailable(tenant: str) -> None:
     # Nothing listens on port 1: the connection is refused at once.
     batcher = SubmitBatcher("postgresql://postgres@127.0.0.1:1/none")
-    [result] = asyncio.run(submit_all(batcher, [api.Submission(spec(tenant), "x")]))
+    [result] = asyncio.run(submit_all(batcher, [submissions.Submission(spec(tenant), "x")]))
     assert isinstance(result, Unavailable)

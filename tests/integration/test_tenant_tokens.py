@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 
 from rota.api import repository as api
+from rota.cluster.job_lifecycle import utcnow
 from rota.common.auth import TENANT, Identity, hash_token
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database, make_engine
-from rota.common.jobs_repo import utcnow
 from rota.core.errors import NotFound, Unauthenticated
 
 ADMIN_TOKEN = "admin-" + secrets.token_hex(8)

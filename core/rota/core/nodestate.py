@@ -5,7 +5,7 @@
     DEAD      silent past the node timeout (the allocator's verdict, on the database's clock);
               its jobs were lost. Its next heartbeat or registration makes it ALIVE again.
 
-Who moves a node is `rota.common.nodes_repo`, the only writer of `nodes.health`.
+Who moves a node is `rota.cluster.node_lifecycle`, the only writer of `nodes.health`.
 """
 
 from __future__ import annotations

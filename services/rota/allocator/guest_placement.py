@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from rota.allocator import guests_repo
-from rota.common import convert, metrics, read_models
+from rota.cluster import guest_leases, job_protos
+from rota.cluster.job_lifecycle import Events
+from rota.common import metrics, read_models
 from rota.common.db import Database
-from rota.common.jobs_repo import Events
 from rota.core.planning.guests import GuestCandidate, place_guests
 from rota.core.planning.liveplan import LiveJob
 from rota.v1 import agent_pb2
@@ -32,7 +32,7 @@ class GuestPlacement:
     def take_over(self, events: Events) -> int:
         """Guests whose host no longer holds their GPUs take them over; how many did."""
         def run(session: Session) -> int:
-            return sum(guests_repo.take_over(session, job_id, events) for job_id in guests_repo.orphaned_guests(session))
+            return sum(guest_leases.take_over(session, job_id, events) for job_id in guest_leases.orphaned_guests(session))
         taken = self.db.run(run)
         if taken:
             metrics.BUBBLE_TAKEOVERS.inc(taken)
@@ -63,8 +63,8 @@ def _commit_guests(session: Session, trials: list[LiveJob], events: Events) -> l
     """Each guest in its own savepoint: a host that moved on meanwhile skips that one trial."""
     if not trials:
         return []
-    hosts = guests_repo.bubble_hosts(session)
-    addresses = guests_repo.live_addresses(session, {h.node for h in hosts})
+    hosts = guest_leases.bubble_hosts(session)
+    addresses = guest_leases.live_addresses(session, {h.node for h in hosts})
     hosts = [h for h in hosts if h.node in addresses]
     starts = place_guests(hosts, [GuestCandidate(j.id, j.gpus, j.priority, j.gpu_types, j.gpu_memory_mb)
                                   for j in trials])
@@ -72,13 +72,13 @@ def _commit_guests(session: Session, trials: list[LiveJob], events: Events) -> l
     for start in starts:
         try:
             with session.begin_nested():
-                job = guests_repo.commit_guest(session, start, events)
+                job = guest_leases.commit_guest(session, start, events)
         except IntegrityError:  # the GPU took a guest meanwhile: its key refused a second
             continue
         if job is None:
             continue
         metrics.BUBBLE_GUESTS.inc()
-        message = convert.job_on_node(job, start.node)
+        message = job_protos.job_on_node(job, start.node)
         launches.append((addresses[start.node], agent_pb2.LaunchRequest(
             job=message, epoch=message.epoch, **read_models.launch_fields(session, job.id))))
     return launches

@@ -26,11 +26,12 @@ from rota.allocator.forecasts import Forecast
 from rota.allocator.guest_placement import GuestPlacement
 from rota.allocator.peers import Peers
 from rota.allocator.wakeups import Wakeups
-from rota.common import convert, metrics, nodes_repo, read_models
+from rota.cluster import job_protos, job_starts, node_lifecycle, planner_view
+from rota.cluster.job_lifecycle import Events, get_job
+from rota.common import metrics, read_models
 from rota.common.agents import AgentClients
 from rota.common.config import Settings
 from rota.common.db import Database
-from rota.common.jobs_repo import Events
 from rota.common.live import LiveState
 from rota.core.errors import Unavailable
 from rota.core.fairness.ltgf import FairnessConfig
@@ -139,7 +140,7 @@ class SchedulingLoop:
         self.clock = clock
         self.leadership = Leadership(db.engine)
         self.memory = _Memory(last_full=clock())
-        self.specs = repository.SpecCache()
+        self.specs = planner_view.SpecCache()
         self._agent_calls: set[asyncio.Task[None]] = set()
         self.peers = peers
         self.forecasts = peers.forecasts
@@ -191,7 +192,7 @@ class SchedulingLoop:
             self.memory.no_deaths_until = self.clock() + self.settings.node_timeout_s
         if self.clock() >= self.memory.no_deaths_until and await self.peers.api.serving():
             dead = await asyncio.to_thread(
-                self.db.run, lambda s: nodes_repo.declare_dead_nodes(s, self.settings.node_timeout_s, events)
+                self.db.run, lambda s: node_lifecycle.declare_dead_nodes(s, self.settings.node_timeout_s, events)
             )
             report.dead_nodes = len(dead)
             #    A silent node may only be cut off from the api and still run its jobs: stop
@@ -208,7 +209,7 @@ class SchedulingLoop:
             await self._guests_between_plans(events)
             return report
         began = time.process_time()
-        view = await asyncio.to_thread(self.db.run, lambda s: repository.live_view(s, self.specs))
+        view = await asyncio.to_thread(self.db.run, lambda s: planner_view.live_view(s, self.specs))
         policy, trigger = self._trigger(view, horizon, force_full)
         if trigger is None:
             await self._guests_between_plans(events)
@@ -222,7 +223,7 @@ class SchedulingLoop:
         # dependency can no longer hold fails here, the one writer of what the plan decides.
         gate = view.gate()
         if gate.doomed:
-            await asyncio.to_thread(self.db.run, lambda s: repository.fail_unsatisfiable(s, gate.doomed, events))
+            await asyncio.to_thread(self.db.run, lambda s: job_starts.fail_unsatisfiable(s, gate.doomed, events))
         held_back = {**self._held_back(view), **gate.held_back, **gate.doomed}
         moves = await asyncio.to_thread(self.db.run, lambda s: self._move_inputs(s, view))
         outcome = await asyncio.to_thread(
@@ -241,7 +242,7 @@ class SchedulingLoop:
         report.waiting = len(outcome.decision.waiting)
         report.planned = trigger
         allocator_metrics.record_plan(outcome, trigger)
-        await asyncio.to_thread(self.db.run, lambda s: repository.set_waiting_reasons(s, outcome.decision.waiting))
+        await asyncio.to_thread(self.db.run, lambda s: job_starts.set_waiting_reasons(s, outcome.decision.waiting))
         changed = {k: v for k, v in forecasts.items() if self.memory.saved_forecasts.get(k) != v}
         await asyncio.to_thread(self.db.run, lambda s: self._record(s, outcome, trigger, horizon, forecasts, changed))
         self.memory.saved_forecasts = forecasts
@@ -306,7 +307,7 @@ class SchedulingLoop:
         retention = self.settings.plan_retention_s
         return await asyncio.to_thread(self.db.run, lambda s: repository.prune_plan_steps(s, retention, PRUNE_BATCH))
 
-    def _move_inputs(self, session, view: repository.LiveView) -> MoveInputs:  # type: ignore[no-untyped-def]
+    def _move_inputs(self, session, view: planner_view.LiveView) -> MoveInputs:  # type: ignore[no-untyped-def]
         # Without a checkpoint service nothing can be paused: no costs, so no moves; the
         # nodes that resumed jobs asked for still hold.
         # A gang pauses as one (every rank of every node, or none) when it yields a lease;
@@ -330,7 +331,7 @@ class SchedulingLoop:
 
     async def _yield_by_stop(self, y: Yield, reason: str, addresses: dict[str, str]) -> None:
         events = Events()
-        held = await asyncio.to_thread(self.db.run, lambda s: repository.yield_lease(s, y.job_id, reason, events))
+        held = await asyncio.to_thread(self.db.run, lambda s: job_starts.yield_lease(s, y.job_id, reason, events))
         if held is None:
             return
         metrics.LEASE_YIELDS.labels(how="stopped").inc()
@@ -346,7 +347,7 @@ class SchedulingLoop:
         self._agent_calls.add(task)
         task.add_done_callback(self._agent_calls.discard)
 
-    def _held_back(self, view: repository.LiveView) -> dict[str, str]:
+    def _held_back(self, view: planner_view.LiveView) -> dict[str, str]:
         """Yielded jobs stay out of the plan until the job they yielded to has GPUs (or is gone)."""
         queued = {j.id for j in view.jobs if j.node is None}
         # Kept while the job it made room for waits (the moved job may still be PAUSED).
@@ -368,7 +369,7 @@ class SchedulingLoop:
             return False
         return time.monotonic() - self.memory.planned_at < PLAN_BUDGET * self.memory.plan_cost_s
 
-    def _trigger(self, view: repository.LiveView, horizon: Horizon, force_full: bool) -> tuple[str, str | None]:
+    def _trigger(self, view: planner_view.LiveView, horizon: Horizon, force_full: bool) -> tuple[str, str | None]:
         s = self.settings
         if self._full_due(force_full):
             return "full", "full re-plan (timer)"
@@ -418,14 +419,14 @@ class SchedulingLoop:
         """Commits the start (on its first node), then each node's launch request."""
         node = decision.node if node is None else node
         if node == decision.node:
-            job = repository.commit_decision(session, decision, events)
+            job = job_starts.commit_decision(session, decision, events)
         else:
-            job = repository.get_job(session, decision.job_id)
+            job = get_job(session, decision.job_id)
             job = job if job is not None and job.state == "SCHEDULED" else None
         if job is None:
             return None
         # A paused, migrated or requeued job continues from its last checkpoint image.
-        message = convert.job_on_node(job, node)
+        message = job_protos.job_on_node(job, node)
         return agent_pb2.LaunchRequest(job=message, epoch=message.epoch, **read_models.launch_fields(session, job.id))
 
     @staticmethod
@@ -451,7 +452,7 @@ class SchedulingLoop:
 
     def _refresh_cache(self, events: Events) -> None:
         try:
-            holding = self.db.run(repository.holding_jobs)
+            holding = self.db.run(planner_view.holding_jobs)
             self.live.replace_placements(
                 {j.id: {"node": j.node, "gpus": list(j.gpu_indices), "epoch": j.epoch} for j in holding}
             )
@@ -481,7 +482,7 @@ class SchedulingLoop:
             # The job no longer holds GPUs in Postgres: the agent's next heartbeat stops it.
             log.warning("stop of %s at %s failed (%s): reconciliation will stop it", job_id, address, exc.code())
 
-    async def _stop_stranded(self, dead: list[nodes_repo.DeadNode]) -> None:
+    async def _stop_stranded(self, dead: list[node_lifecycle.DeadNode]) -> None:
         """Stops the copies of the dead nodes' lost jobs, all at once and briefly: a killed
         agent refuses at once, a frozen one times out (its launchers fence themselves), one
         that only lost its way to the api answers and stops them, and so do a lost gang's
@@ -505,19 +506,19 @@ def _commit_resize(  # type: ignore[no-untyped-def]
 ) -> tuple[str, agent_pb2.LaunchRequest | agent_pb2.ResizeRequest | int] | None:
     """The node's agent's part of a committed resize: a Resize of the replicas it runs, a
     Launch where the app arrives, or (an epoch) the Stop of the replicas where it leaves."""
-    done = repository.commit_resize(session, resize, events)
+    done = job_starts.commit_resize(session, resize, events)
     if done is None:
         return None
     if not done.gpus:
         return done.node, done.previous_epoch
     if not done.previous_epoch:
-        message = convert.job_on_node(done.job, done.node)
+        message = job_protos.job_on_node(done.job, done.node)
         return done.node, agent_pb2.LaunchRequest(job=message, epoch=done.epoch)
     return done.node, agent_pb2.ResizeRequest(job_id=done.job.id, epoch=done.epoch, gpu_indices=list(done.gpus))
 
 
 
-def _expected_fingerprint(view: repository.LiveView, decision: StepDecision, launched: set[str],
+def _expected_fingerprint(view: planner_view.LiveView, decision: StepDecision, launched: set[str],
                           guests: Collection[str] = ()) -> Any:
     """The fingerprint the cluster will show once our own starts are in: they are no change
     (and the trials placed as guests leave the view: they hold no GPU of their own)."""

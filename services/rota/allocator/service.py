@@ -10,17 +10,17 @@ import time
 from typing import Any
 
 import grpc
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rota.allocator import repository
 from rota.allocator.models import PlanStepRow
+from rota.cluster import planner_view, queries
+from rota.cluster.job_lifecycle import get_job, utcnow
 from rota.common import convert
 from rota.common.auth import Identity, current_identity
 from rota.common.config import Settings
 from rota.common.db import Database
-from rota.common.jobs_repo import get_job, utcnow
-from rota.common.models import JobArrayRow, JobRow, TenantRow
+from rota.common.models import TenantRow
 from rota.core.array_status import TaskGroup, explain_array
 from rota.core.errors import InvalidArgument, NotFound
 from rota.core.jobspec import JobSpecData, validate
@@ -33,7 +33,7 @@ from rota.v1 import allocator_pb2, allocator_pb2_grpc, common_pb2
 
 MAX_FULL_TIME_LIMIT_S = 60.0
 OTHER_TENANT = "*"
-# rota.common.jobs_repo.new_job_id's shape, and an array task's (`j-0a1b2c3d4e_7`, rota.core.arrays);
+# rota.cluster.job_lifecycle.new_job_id's shape, and an array task's (`j-0a1b2c3d4e_7`, rota.core.arrays);
 # a trigger cut at its column's width may end in part of one.
 JOB_ID_IN_TEXT = re.compile(r"\bj-[0-9a-z]+(?:_[0-9]+)?")
 HIDDEN_JOB = "another tenant's job"  # a job id in a plan's trigger that is not the caller's
@@ -91,9 +91,9 @@ class AllocatorService(allocator_pb2_grpc.AllocatorServiceServicer):
         spec.tenant = identity.tenant_for(spec.tenant, "ask")
         if not await asyncio.to_thread(self.db.run, lambda s: s.get(TenantRow, spec.tenant) is not None):
             raise InvalidArgument("tenant", f"unknown tenant {spec.tenant!r}")
-        view = await asyncio.to_thread(self.db.run, repository.live_view)
+        view = await asyncio.to_thread(self.db.run, planner_view.live_view)
         validate(spec, max_gpus_per_node=max((n.gpus for n in view.nodes), default=0))
-        probe = repository.live_job(WHAT_IF_ID, spec.tenant, spec.kind, spec.priority, spec)
+        probe = planner_view.live_job(WHAT_IF_ID, spec.tenant, spec.kind, spec.priority, spec)
         horizon = Horizon(self.settings.plan_step_s, self.settings.plan_horizon, time.time())
         outcome = await asyncio.to_thread(plan_live, view.nodes, [*view.jobs, probe], horizon, "fast")
         if any(s.job_id == WHAT_IF_ID for s in outcome.decision.starts):
@@ -128,15 +128,12 @@ class AllocatorService(allocator_pb2_grpc.AllocatorServiceServicer):
 def _array_explanation(session: Session, array_id: str, identity: Identity) -> str | None:
     """An array's explanation (rota.core.array_status); None when no array the caller may
     see has that id (another tenant's reads as missing, as its jobs do)."""
-    row = session.get(JobArrayRow, array_id)
-    if row is None or not identity.may_access(row.tenant):
+    found = queries.array_tasks(session, array_id)
+    if found is None or not identity.may_access(found[0].tenant):
         return None
-    groups = session.execute(
-        select(JobRow.state, JobRow.reason, func.count(), func.min(JobRow.array_index))
-        .where(JobRow.array_id == array_id).group_by(JobRow.state, JobRow.reason)
-    ).all()
+    row, groups = found
     return explain_array(row.id, row.count, row.max_running,
-                         [TaskGroup(state, reason or "", n, first or 0) for state, reason, n, first in groups])
+                         [TaskGroup(state, reason, n, first) for state, reason, n, first in groups])
 
 
 def trigger_job_ids(trigger: str | None) -> set[str]:
@@ -159,9 +156,7 @@ def visible_trigger(trigger: str, identity: Identity, owners: dict[str, str]) ->
 
 
 def _owners(session: Session, job_ids: set[str]) -> dict[str, str]:
-    if not job_ids:
-        return {}
-    return dict(session.execute(select(JobRow.id, JobRow.tenant).where(JobRow.id.in_(sorted(job_ids)))).tuples().all())
+    return queries.job_tenants(session, job_ids)
 
 
 def plan_step_to_proto(row: PlanStepRow, identity: Identity, owners: dict[str, str] | None = None) -> allocator_pb2.CurrentPlanResponse:

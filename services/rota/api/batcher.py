@@ -7,7 +7,7 @@ while the previous batch was being written. At low load a batch is a single subm
 and nothing waits for company; under load batches grow by themselves.
 
 The writer talks to PostgreSQL directly (psycopg's asyncio connection, in the event loop):
-a batch is one INSERT ... ON CONFLICT statement in autocommit, i.e. one round trip
+a batch is one INSERT ... ON CONFLICT statement in autocommit (`rota.cluster.submissions.store_batch`), i.e. one round trip
 including its commit, without an ORM session or a worker thread per call (both cost more
 CPU than the insert itself). If a batch fails for a reason other than an outage (a tenant
 deleted under it, a value the column cannot hold), each submission is retried alone, so
@@ -20,12 +20,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from rota.api import repository
+from rota.cluster import submissions
 from rota.common.db import CONNECT_TIMEOUT_S, application_name, libpq_url
 from rota.core.errors import DomainError, InvalidArgument, Unavailable
 
@@ -40,13 +39,13 @@ IN_FLIGHT = 2
 # request id is safe whether or not it committed).
 BATCH_TIMEOUT_S = 10.0
 
-Outcome = repository.Stored | BaseException
+Outcome = submissions.Stored | BaseException
 
 
 @dataclass
 class _Pending:
-    item: repository.Submission
-    future: asyncio.Future[repository.Stored] = field(
+    item: submissions.Submission
+    future: asyncio.Future[submissions.Stored] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -59,7 +58,7 @@ class SubmitBatcher:
     """
 
     def __init__(
-        self, database_url: str, on_committed: Callable[[list[tuple[repository.Submission, repository.Stored]]], None] | None = None,
+        self, database_url: str, on_committed: Callable[[list[tuple[submissions.Submission, submissions.Stored]]], None] | None = None,
         *, name: str = "rota-api", max_batch: int = MAX_BATCH, in_flight: int = IN_FLIGHT,
     ) -> None:
         self._url = libpq_url(database_url)
@@ -75,7 +74,7 @@ class SubmitBatcher:
         self.batches = 0  # counters, for a benchmark to read
         self.submissions = 0
 
-    async def submit(self, item: repository.Submission) -> repository.Stored:
+    async def submit(self, item: submissions.Submission) -> submissions.Stored:
         pending = _Pending(item)
         self._queue.append(pending)
         self._schedule_flush()
@@ -123,14 +122,14 @@ class SubmitBatcher:
             else:
                 pending.future.set_result(outcome)
         new = [(p.item, o) for p, o in zip(batch, outcomes, strict=True)
-               if isinstance(o, repository.Stored) and o.created]
+               if isinstance(o, submissions.Stored) and o.created]
         if new and self._on_committed is not None:
             try:
                 self._on_committed(new)
             except Exception as exc:  # noqa: BLE001 - after the commit nothing may fail a call
                 log.warning("after-commit hook failed: %s", exc)
 
-    async def _store(self, items: list[repository.Submission]) -> list[Outcome]:
+    async def _store(self, items: list[submissions.Submission]) -> list[Outcome]:
         """The batch in one statement, else (not an outage) each submission alone."""
         try:
             return list(await self._execute(items))
@@ -146,19 +145,11 @@ class SubmitBatcher:
                 outcomes.append(_domain_error(exc))
         return outcomes
 
-    async def _execute(self, items: list[repository.Submission]) -> list[repository.Stored | DomainError]:
+    async def _execute(self, items: list[submissions.Submission]) -> list[submissions.Stored | DomainError]:
         conn = await self._connection()
         try:
             async with asyncio.timeout(BATCH_TIMEOUT_S):
-                # Autocommit: the INSERT is its own transaction, committed before it answers.
-                cur = await conn.execute(repository.INSERT_BATCH_SQL, repository.insert_params(items))
-                inserted: dict[str, datetime] = {str(job_id): at for job_id, at in await cur.fetchall()}
-                find = repository.find_params(items, inserted)
-                earlier: list[tuple[Any, ...]] = []
-                if find is not None:
-                    # Rows that ON CONFLICT skipped were committed before it returned: a
-                    # new statement sees them.
-                    earlier = await (await conn.execute(repository.FIND_REQUESTS_SQL, find)).fetchall()
+                outcomes = await submissions.store_batch(conn, items)
         except (psycopg.OperationalError, TimeoutError) as exc:
             await _discard(conn)
             raise Unavailable(f"database unavailable: {exc or 'no answer within the batch timeout'}") from exc
@@ -166,7 +157,7 @@ class SubmitBatcher:
             await _discard(conn)
             raise
         self._idle.append(conn)
-        return repository.outcomes(items, inserted, earlier)
+        return outcomes
 
     async def _connection(self) -> psycopg.AsyncConnection[tuple[Any, ...]]:
         while self._idle:

@@ -14,7 +14,7 @@ from rota.api.forward import Forwarder
 from rota.api.http_gateway import HttpGateway, unary_methods
 from rota.api.metrics import register_cluster_metrics
 from rota.api.service import ApiContext, ClusterService, JobService, NodeService, TenantService
-from rota.common import nodes_repo
+from rota.cluster import node_lifecycle
 from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
 from rota.v1 import api_pb2, api_pb2_grpc, node_pb2, node_pb2_grpc
@@ -28,7 +28,7 @@ async def serve(settings: Settings) -> None:
     register_cluster_metrics(parts.db)  # jobs, nodes and GPUs on /metrics, read at scrape time
     # Heartbeats could not arrive while the api was down: give every live node a full
     # timeout from now before the allocator may call it dead.
-    await asyncio.to_thread(parts.db.run, nodes_repo.grant_restart_grace)
+    await asyncio.to_thread(parts.db.run, node_lifecycle.grant_restart_grace)
     # The other services' RPCs, reachable through this one endpoint (ROTA_<SERVICE>_ADDR).
     forwarder = Forwarder(settings.service_addrs, settings.default_deadline_s, tls=parts.tls)
 

@@ -25,28 +25,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from rota.cluster import queries
+from rota.cluster.job_lifecycle import utcnow
 from rota.common import read_models
 from rota.common.db import Database
-from rota.common.jobs_repo import utcnow
 from rota.common.metrics import PROGRESS_DROPPED, REGISTRY, CachedCollector, gauge
-from rota.common.models import GpuClaimRow, GpuRow, JobRow, NodeRow
 
 
 def cluster_families(session: Session) -> list[GaugeMetricFamily]:
-    jobs = session.execute(
-        select(JobRow.state, JobRow.kind, JobRow.tenant, func.count()).group_by(JobRow.state, JobRow.kind, JobRow.tenant)
-    ).all()
-    gpus = dict(session.execute(select(GpuRow.node, func.count()).group_by(GpuRow.node)).tuples().all())
-    claimed = dict(session.execute(select(GpuClaimRow.node, func.count()).group_by(GpuClaimRow.node)).tuples().all())
+    counts = queries.cluster_counts(session)
+    jobs, gpus, claimed, nodes, running = (counts[k] for k in ("jobs", "gpus", "claimed", "nodes", "running"))
     bad = read_models.bad_gpus(session)
-    nodes = session.execute(select(NodeRow.name, NodeRow.health, NodeRow.last_heartbeat)).all()
-    running = session.execute(
-        select(JobRow.id, JobRow.tenant, JobRow.kind, JobRow.progress).where(JobRow.state == "RUNNING")
-        .order_by(JobRow.id)
-    ).all()
     progress = progress_series(running)
     for reason, n in progress.dropped.items():
         if n:

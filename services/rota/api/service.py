@@ -14,19 +14,26 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import grpc
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rota.api import arrays, repository
+from rota.api import repository
 from rota.api.batcher import SubmitBatcher
-from rota.common import convert, nodes_repo, read_models
+from rota.cluster import (
+    heartbeats,
+    job_arrays,
+    job_lifecycle,
+    job_protos,
+    node_lifecycle,
+    queries,
+    submissions,
+)
+from rota.cluster.job_lifecycle import Events, get_job, history, utcnow
+from rota.common import convert, read_models
 from rota.common.agents import AgentClients
 from rota.common.auth import Identity, current_identity, hash_token, new_token
 from rota.common.config import Settings
 from rota.common.db import Database
-from rota.common.jobs_repo import Events, get_job, history, utcnow
 from rota.common.live import LiveState
-from rota.common.models import GpuRow, JobArrayRow, JobRow, NodeRow
 from rota.common.refresh import RefreshAhead
 from rota.core import jobstate
 from rota.core.arrays import parse_array
@@ -60,8 +67,8 @@ class ApiContext:
         self.agents = agents
         # Submissions go to the same database as every other call, by their own connections.
         self.submissions = SubmitBatcher(db.engine.url.render_as_string(hide_password=False), self._publish_submitted)
-        self._node_shape: RefreshAhead[None, repository.NodeShape] = RefreshAhead(
-            lambda _: self.tx(repository.node_shape), LARGEST_NODE_TTL_S)
+        self._node_shape: RefreshAhead[None, queries.NodeShape] = RefreshAhead(
+            lambda _: self.tx(queries.node_shape), LARGEST_NODE_TTL_S)
         self._unpublished: list[tuple[str, str, dict[str, Any]]] = []
         self._publishing: asyncio.Task[None] | None = None
         self._published_at = float("-inf")  # event-loop time of the last pipeline sent
@@ -72,9 +79,10 @@ class ApiContext:
     async def publish(self, events: Events) -> None:
         """Best effort: Redis is a cache, a failure here loses no state. A job that left
         its GPUs or went back to the queue wakes the allocator: it has work."""
-        if not events.items:
+        if not events.items and not events.gpus_freed:
             return
-        wake = any(event == "state" and snapshot.get("state") in WAKE_STATES for _, event, snapshot in events.items)
+        wake = events.gpus_freed or any(
+            event == "state" and snapshot.get("state") in WAKE_STATES for _, event, snapshot in events.items)
         try:
             await asyncio.to_thread(self.live.publish_job_events, events.items, wake=wake)
         except Exception as exc:  # noqa: BLE001
@@ -87,13 +95,13 @@ class ApiContext:
         except Exception as exc:  # noqa: BLE001 - a cache; the allocator's interval finds them
             log.warning("could not wake the allocator: %s", exc)
 
-    async def node_shape(self, *, refresh: bool = False) -> repository.NodeShape:
+    async def node_shape(self, *, refresh: bool = False) -> queries.NodeShape:
         """The largest node's GPUs and the GPU types present, at most a second old: every
         submission is validated against them, and nodes come and go far more rarely than
         jobs arrive."""
         return await self._node_shape.get(None, fresh=refresh)
 
-    def _publish_submitted(self, new: list[tuple[repository.Submission, repository.Stored]]) -> None:
+    def _publish_submitted(self, new: list[tuple[submissions.Submission, submissions.Stored]]) -> None:
         """After a batch commits: its PENDING events go to Redis in the background, one
         pipeline at a time. The answer does not wait for them: Postgres already holds the
         truth, and a watcher re-reads it, so a late (or, with Redis down, lost) event
@@ -132,16 +140,16 @@ def _owned_spec(message: common_pb2.JobSpec, request_id: str) -> JobSpecData:
     return spec
 
 
-def _array_proto(session: Session, row: JobArrayRow, job_ids: Sequence[str] = ()) -> api_pb2.JobArray:
-    counts = arrays.state_counts(session, [row.id])[row.id]
+def _array_proto(session: Session, row: queries.JobArray, job_ids: Sequence[str] = ()) -> api_pb2.JobArray:
+    counts = job_arrays.state_counts(session, [row.id])[row.id]
     return api_pb2.JobArray(
         id=row.id, tenant=row.tenant, name=row.name, count=row.count, max_running=row.max_running,
         job_ids=list(job_ids), created_at=convert.timestamp(row.created_at),
         states=[api_pb2.StateCount(state=convert.state_value(st), count=n) for st, n in sorted(counts.items())])
 
 
-def _new_job_proto(stored: repository.Stored, spec: JobSpecData) -> common_pb2.Job:
-    """A just-stored job as convert.job_to_proto renders its row."""
+def _new_job_proto(stored: submissions.Stored, spec: JobSpecData) -> common_pb2.Job:
+    """A just-stored job as job_protos.job_to_proto renders its row."""
     return common_pb2.Job(
         id=stored.job_id, spec=convert.spec_to_proto(spec), state=PENDING_PROTO, reason="submitted",
         progress=convert.struct({}), created_at=convert.timestamp(stored.created_at),
@@ -149,7 +157,7 @@ def _new_job_proto(stored: repository.Stored, spec: JobSpecData) -> common_pb2.J
 
 
 def _pending_snapshot(job_id: str) -> dict[str, Any]:
-    """jobs_repo.job_snapshot of a just-stored job."""
+    """job_lifecycle.job_snapshot of a just-stored job."""
     return {"id": job_id, "state": jobstate.PENDING, "reason": "submitted", "node": None, "gpus": [], "epoch": 0,
             "progress": {}}
 
@@ -158,18 +166,17 @@ def _job_proto(session: Session, job_id: str) -> common_pb2.Job:
     job = get_job(session, job_id)
     if job is None:
         raise NotFound(f"job {job_id} not found")
-    return convert.job_to_proto(job, history(session, job.id))
+    return job_protos.job_to_proto(job, history(session, job.id))
 
 
-def _stops(session: Session, cancelled: Sequence[tuple[JobRow, list[str]]]) -> list[tuple[str, int, str]]:
+def _stops(session: Session, cancelled: Sequence[tuple[queries.Job, list[str]]]) -> list[tuple[str, int, str]]:
     """(job, epoch, agent address) of each node whose agent must stop a cancelled job."""
     nodes = sorted({n for _, held in cancelled for n in held})
-    rows = session.scalars(select(NodeRow).where(NodeRow.name.in_(nodes))).all() if nodes else []
-    address = {r.name: r.address for r in rows}
+    address = queries.node_addresses(session, nodes)
     return [(job.id, job.epoch, address[n]) for job, held in cancelled for n in held if n in address]
 
 
-def _visible_job(session: Session, job_id: str, identity: Identity) -> JobRow:
+def _visible_job(session: Session, job_id: str, identity: Identity) -> queries.Job:
     job = get_job(session, job_id)
     # Another tenant's job reads as missing, so ids cannot be probed.
     if job is None or not identity.may_access(job.tenant):
@@ -183,11 +190,11 @@ class JobService(api_pb2_grpc.JobServiceServicer):
 
     async def SubmitJob(self, request: api_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext) -> api_pb2.SubmitJobResponse:
         spec = await self._validated(_owned_spec(request.spec, request.request_id))
-        item = repository.Submission(spec, request.request_id)
+        item = submissions.Submission(spec, request.request_id)
         if spec.depends_on:
             # Its parents are read in the transaction that stores it: not the batcher's statement.
             events = Events()
-            stored = await self.ctx.tx(lambda s: arrays.submit_dependent(s, item, events))
+            stored = await self.ctx.tx(lambda s: job_arrays.submit_dependent(s, item, events))
             await self.ctx.publish(events)
         else:
             stored = await self.ctx.submissions.submit(item)
@@ -202,8 +209,8 @@ class JobService(api_pb2_grpc.JobServiceServicer):
     ) -> api_pb2.SubmitJobArrayResponse:
         spec = _owned_spec(request.spec, request.request_id)
         array = parse_array(request.indices, cap=self.ctx.settings.max_array, max_running=request.max_running)
-        item = arrays.ArraySubmission(await self._validated(spec), array, request.request_id)
-        stored = await self.ctx.tx(lambda s: arrays.submit_array(s, item))
+        item = job_arrays.ArraySubmission(await self._validated(spec), array, request.request_id)
+        stored = await self.ctx.tx(lambda s: job_arrays.submit_array(s, item))
         if stored.created:  # one wake-up for the lot; each task's watcher reads Postgres
             await self.ctx.publish_wake()
         message = api_pb2.JobArray(
@@ -228,8 +235,8 @@ class JobService(api_pb2_grpc.JobServiceServicer):
 
         def read(session: Session) -> common_pb2.Job:
             job = _visible_job(session, request.id, identity)
-            message = convert.job_to_proto(job, history(session, job.id))
-            message.guests.extend(repository.guests_of(session, job.id, "" if identity.is_admin else identity.tenant))
+            message = job_protos.job_to_proto(job, history(session, job.id))
+            message.guests.extend(queries.guests_of(session, job.id, "" if identity.is_admin else identity.tenant))
             return message
 
         return api_pb2.GetJobResponse(job=await self.ctx.tx(read))
@@ -240,10 +247,10 @@ class JobService(api_pb2_grpc.JobServiceServicer):
         identity = current_identity()
 
         def read(session: Session) -> api_pb2.JobArray:
-            row = arrays.get_array(session, request.id)
+            row = job_arrays.get_array(session, request.id)
             if row is None or not identity.may_access(row.tenant):  # another tenant's reads as missing
                 raise NotFound(f"job array {request.id} not found")
-            return _array_proto(session, row, arrays.task_ids(session, row.id))
+            return _array_proto(session, row, job_arrays.task_ids(session, row.id))
 
         return api_pb2.GetJobArrayResponse(array=await self.ctx.tx(read))
 
@@ -254,10 +261,10 @@ class JobService(api_pb2_grpc.JobServiceServicer):
         limit = request.limit if 0 < request.limit <= MAX_LIST else MAX_LIST
 
         def read(session: Session) -> api_pb2.ListJobsResponse:
-            jobs = repository.list_jobs(session, tenant, states, limit)
+            jobs = queries.list_jobs(session, tenant, states, limit)
             listed = sorted({j.array_id for j in jobs if j.array_id})  # their arrays, every task counted
-            return api_pb2.ListJobsResponse(jobs=[convert.job_to_proto(j) for j in jobs],
-                                            arrays=[_array_proto(session, a) for a in arrays.arrays_of(session, listed)])
+            return api_pb2.ListJobsResponse(jobs=[job_protos.job_to_proto(j) for j in jobs],
+                                            arrays=[_array_proto(session, a) for a in job_arrays.arrays_of(session, listed)])
 
         return await self.ctx.tx(read)
 
@@ -266,15 +273,15 @@ class JobService(api_pb2_grpc.JobServiceServicer):
         events = Events()
 
         def cancel(session: Session) -> tuple[api_pb2.CancelJobResponse, list[tuple[str, int, str]]]:
-            row = arrays.get_array(session, request.id) if get_job(session, request.id) is None else None
+            row = job_arrays.get_array(session, request.id) if get_job(session, request.id) is None else None
             if row is not None and identity.may_access(row.tenant):  # an array: every unfinished task
-                done = arrays.cancel_array(session, row.id, request.reason, events)
+                done = job_arrays.cancel_array(session, row.id, request.reason, events)
                 session.flush()
                 stops = _stops(session, [(job, nodes) for job, nodes in done])
                 return api_pb2.CancelJobResponse(array=_array_proto(session, row, [j.id for j, _ in done])), stops
             _visible_job(session, request.id, identity)
-            job, nodes = repository.cancel_job(session, request.id, request.reason, events)
-            reply = api_pb2.CancelJobResponse(job=convert.job_to_proto(job, history(session, job.id)))
+            job, nodes = job_lifecycle.cancel_job(session, request.id, request.reason, events)
+            reply = api_pb2.CancelJobResponse(job=job_protos.job_to_proto(job, history(session, job.id)))
             return reply, _stops(session, [(job, nodes)])
 
         reply, stops = await self.ctx.tx(cancel)
@@ -296,7 +303,7 @@ class JobService(api_pb2_grpc.JobServiceServicer):
 
         def read(session: Session) -> common_pb2.Job:
             job = _visible_job(session, request.id, identity)
-            return convert.job_to_proto(job, history(session, job.id))
+            return job_protos.job_to_proto(job, history(session, job.id))
 
         job = await self.ctx.tx(read)
         last_id = await self._last_event_id(request.id)
@@ -335,7 +342,7 @@ class JobService(api_pb2_grpc.JobServiceServicer):
             job = _visible_job(session, request.id, identity)
             if not job.node:
                 raise FailedPrecondition(f"job {job.id} has not run yet ({job.state})")
-            node = session.get(NodeRow, job.node)
+            node = queries.get_node(session, job.node)
             return job.state, node.address if node else ""
 
         offset = request.offset
@@ -427,11 +434,11 @@ class ClusterService(api_pb2_grpc.ClusterServiceServicer):
         identity = current_identity()
 
         def read(session: Session) -> list[common_pb2.Node]:
-            rows = repository.list_nodes(session)
-            nodes = [convert.node_to_proto(n, g, c) for n, g, c in rows]
+            rows = queries.list_nodes(session)
+            nodes = [job_protos.node_to_proto(n, g, c) for n, g, c in rows]
             if not identity.is_admin:  # who holds a GPU: the caller's own jobs by id, others' as "*"
                 held = {c.job_id for _n, _g, claims in rows for c in claims}
-                theirs = {j for j, t in repository.job_tenants(session, held).items() if not identity.may_access(t)}
+                theirs = {j for j, t in queries.job_tenants(session, held).items() if not identity.may_access(t)}
                 for node in nodes:
                     for gpu in node.gpus:
                         if gpu.job_id in theirs:
@@ -444,7 +451,7 @@ class ClusterService(api_pb2_grpc.ClusterServiceServicer):
         identity = current_identity()
 
         def read(session: Session) -> list[common_pb2.Placement]:
-            jobs = repository.list_jobs(session, "" if identity.is_admin else identity.tenant, list(jobstate.HOLDING_STATES), MAX_LIST)
+            jobs = queries.list_jobs(session, "" if identity.is_admin else identity.tenant, list(jobstate.HOLDING_STATES), MAX_LIST)
             return [common_pb2.Placement(job_id=j.id, node=j.node or "", gpus=list(j.gpu_indices), epoch=j.epoch) for j in jobs]
 
         placements = await self.ctx.tx(read)
@@ -473,17 +480,17 @@ async def register_node(ctx: ApiContext, node: common_pb2.Node) -> common_pb2.No
         raise InvalidArgument("node.name", "must not be empty")
     if not node.address:
         raise InvalidArgument("node.address", "must not be empty")
-    gpus = [GpuRow(node=node.name, index=g.index, uuid=g.uuid, model=g.model, virtual=g.virtual, gpu_type=g.type)
+    gpus = [node_lifecycle.GpuInfo(index=g.index, uuid=g.uuid, model=g.model, virtual=g.virtual, gpu_type=g.type)
             for g in node.gpus]
     if sorted(g.index for g in gpus) != list(range(len(gpus))):
         raise InvalidArgument("node.gpus", "indices must be 0..n-1")
     labels = _checked_node_labels(node)
 
     def register(session: Session) -> common_pb2.Node:
-        row = nodes_repo.register(session, node.name, node.address, gpus, labels)
+        row = node_lifecycle.register(session, node.name, node.address, gpus, labels)
         session.flush()
-        nodes = {n.name: (n, g, c) for n, g, c in repository.list_nodes(session)}
-        return convert.node_to_proto(*nodes[row.name])
+        nodes = {n.name: (n, g, c) for n, g, c in queries.list_nodes(session)}
+        return job_protos.node_to_proto(*nodes[row.name])
 
     return await ctx.tx(register)
 
@@ -509,7 +516,7 @@ async def node_heartbeat(
     """A node's beat (admin only): its jobs' reports in; what is placed on it, and its health, out."""
     current_identity().require_admin()
     reports = [
-        repository.JobReport(
+        heartbeats.JobReport(
             job_id=r.job_id,
             epoch=r.epoch,
             state=convert.state_name(r.state, f"jobs[{i}].state"),
@@ -522,12 +529,12 @@ async def node_heartbeat(
     events = Events()
 
     def beat(session: Session) -> tuple[list[api_pb2.Assignment], common_pb2.NodeHealth.ValueType]:
-        node, assigned = repository.heartbeat(session, node_name, reports, events)
+        node, assigned = heartbeats.heartbeat(session, node_name, reports, events)
         return [
             # A job not yet started restores from its last image, with the layout an
             # applied re-plan gave it: as the allocator's launch.
             api_pb2.Assignment(
-                job=convert.job_on_node(j, node_name),  # a realtime app: this node's replicas only
+                job=job_protos.job_on_node(j, node_name),  # a realtime app: this node's replicas only
                 **(read_models.launch_fields(session, j.id) if j.state == jobstate.SCHEDULED else {}))
             for j in assigned
         ], convert.health_value(node.health)

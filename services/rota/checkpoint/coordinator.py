@@ -46,11 +46,11 @@ from sqlalchemy.orm import Session
 
 from rota.checkpoint import repository as repo
 from rota.checkpoint.models import OperationRow
+from rota.cluster import queries
+from rota.cluster.job_lifecycle import Events, get_job, pause, transition
 from rota.common import metrics
 from rota.common.agents import AgentClients
 from rota.common.db import Database
-from rota.common.jobs_repo import Events, get_job, pause, transition
-from rota.common.models import NodeRow
 from rota.core import jobstate
 from rota.core.errors import AlreadyExists, FailedPrecondition, NotFound
 from rota.imagestore.images import join_parts
@@ -575,7 +575,7 @@ def _on(node: str, nodes: list[str]) -> str:
 
 
 def _address(s: Session, node: str) -> str:
-    row = s.get(NodeRow, node)
+    row = queries.get_node(s, node)
     if row is None:
         raise FailedPrecondition(f"node {node} is not registered")
     return row.address

@@ -14,9 +14,9 @@ import grpc
 from rota.checkpoint import gc
 from rota.checkpoint.coordinator import Coordinator, GrpcAgents
 from rota.checkpoint.service import CheckpointService
+from rota.cluster.job_lifecycle import Events
 from rota.common.bootstrap import ServiceParts
 from rota.common.config import Settings
-from rota.common.jobs_repo import Events
 from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc
 
 log = logging.getLogger("rota.checkpoint")

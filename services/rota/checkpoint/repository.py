@@ -18,9 +18,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from rota.checkpoint.models import ChunkRow, ImageChunkRow, ImageRow, ManifestRow, OperationRow
-from rota.common.jobs_repo import utcnow
-from rota.common.models import JobRow
-from rota.core import jobstate
+from rota.cluster import queries
+from rota.cluster.job_lifecycle import utcnow
 
 WRITING, COMPLETE, FAILED = "writing", "complete", "failed"
 # Operation states. An operation ends in DONE or FAILED; the others say how far it got.
@@ -160,7 +159,7 @@ def apply_retention(session: Session, keep: int, finished_for: timedelta) -> lis
         if image.sequence < newest_complete.get(image.job_id, 0):
             doomed.append(image.id)
     cutoff = utcnow() - finished_for
-    finished = select(JobRow.id).where(JobRow.state.in_(jobstate.FINAL_STATES), JobRow.finished_at < cutoff)
+    finished = queries.finished_before(cutoff)
     doomed += session.scalars(
         select(ImageRow.id).where(ImageRow.job_id.in_(finished), ImageRow.state != WRITING)
     ).all()
@@ -247,13 +246,12 @@ def recent_operations(session: Session, job_id: str, limit: int = 20) -> Sequenc
 
 def running_jobs_due(session: Session, interval: timedelta) -> list[tuple[str, str, int]]:
     """Running jobs whose newest image (or start) is older than `interval`: (id, node, epoch)."""
-    newest = (select(ImageRow.job_id, func.max(ImageRow.created_at).label("at"))
-              .group_by(ImageRow.job_id).subquery())
     cutoff = utcnow() - interval
-    rows = session.execute(
-        select(JobRow.id, JobRow.node, JobRow.epoch, JobRow.started_at, newest.c.at)
-        .outerjoin(newest, newest.c.job_id == JobRow.id)
-        .where(JobRow.state == jobstate.RUNNING)
-    ).all()
+    running = queries.running_jobs(session)
+    newest = dict(session.execute(
+        select(ImageRow.job_id, func.max(ImageRow.created_at))
+        .where(ImageRow.job_id.in_([job_id for job_id, *_ in running])).group_by(ImageRow.job_id)
+    ).tuples().all()) if running else {}
+    rows = [(job_id, node, epoch, started, newest.get(job_id)) for job_id, node, epoch, started in running]
     return [(job_id, node, epoch) for job_id, node, epoch, started, at in rows
             if node and (at or started or cutoff) < cutoff]

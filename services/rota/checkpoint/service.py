@@ -13,10 +13,10 @@ import grpc
 from rota.checkpoint import repository as repo
 from rota.checkpoint.coordinator import Coordinator
 from rota.checkpoint.models import OperationRow
+from rota.cluster.job_lifecycle import get_job
 from rota.common import convert
 from rota.common.auth import current_identity
 from rota.common.db import Database
-from rota.common.jobs_repo import get_job
 from rota.core.errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
 from rota.v1 import checkpoint_pb2, checkpoint_pb2_grpc
 

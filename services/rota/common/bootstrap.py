@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 import grpc
 from sqlalchemy import select
@@ -16,7 +16,6 @@ from rota.common.agents import AgentClients
 from rota.common.auth import ADMIN, TENANT, Identity, hash_token
 from rota.common.config import Settings
 from rota.common.db import Database, make_engine
-from rota.common.jobs_repo import utcnow
 from rota.common.live import LiveState, connect_redis
 from rota.common.metrics import serve_metrics
 from rota.common.models import TenantRow
@@ -46,7 +45,7 @@ class TokenAuthenticator:
         if found is None:
             return None
         name, expires_at = found
-        if expires_at is not None and utcnow() >= expires_at:
+        if expires_at is not None and datetime.now(UTC) >= expires_at:
             raise Unauthenticated(f"token expired at {expires_at.isoformat(timespec='seconds')}")
         return Identity(TENANT, name)
 

@@ -4,7 +4,7 @@ A service owns its tables and is their only writer (docs/architecture.md). Where
 service must read some of that data inside its own transaction (the allocator commits a
 start with the image to resume from; the api answers a heartbeat with it), it reads a view
 the owner publishes (migrations/versions/0010_read_models.py, 0012_ledger_gpu_rates.py,
-0016_streamed_resume_images.py)
+0016_streamed_resume_images.py, 0017_cluster_read_models.py)
 instead of the owner's tables or code. The view's columns are the contract; the owner may
 reshape its tables behind it.
 
@@ -16,7 +16,15 @@ reshape its tables behind it.
 | checkpoint_resume_targets   | checkpoint | allocator           |
 | detector_bad_gpus           | detector   | allocator           |
 | detector_applied_layouts    | detector   | allocator, api      |
-| node_gpu_types              | node lifecycle (`nodes_repo`) | ledger |
+| node_gpu_types              | rota.cluster | ledger |
+| cluster_jobs                | rota.cluster | ledger, forecaster |
+| cluster_job_leases          | rota.cluster | ledger |
+| cluster_requeues            | rota.cluster | ledger |
+| cluster_pause_moves         | rota.cluster | ledger |
+| cluster_alive_gpus          | rota.cluster | ledger |
+
+The cluster's views (migrations/versions/0017_cluster_read_models.py) are declared here
+and read by the ledger's and the forecaster's own query code.
 """
 
 from __future__ import annotations
@@ -25,12 +33,26 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ARRAY, BigInteger, Column, Float, Integer, MetaData, String, Table, select
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    column,
+    select,
+    table,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from rota.common.layouts import layout_fields, layout_json
-from rota.common.models import JobRow, NodeRow
 from rota.core import jobstate
 
 # Views, not tables: on their own metadata so that migrations never try to create them.
@@ -41,6 +63,11 @@ resume_images = Table(
     Column("job_id", String(32), primary_key=True), Column("image_id", String(40)), Column("sequence", Integer),
     Column("write_s", Float), Column("copy_s", Float), Column("logical_bytes", BigInteger),
 )
+# The cluster's columns the views below are joined with (rota.cluster owns those tables;
+# this module reads these columns only, and imports none of its models).
+_nodes = table("nodes", column("name"), column("address"))
+_jobs = table("jobs", column("id"), column("state"))
+
 streamed_images = Table(
     "checkpoint_streamed_images", VIEWS,
     Column("job_id", String(32), primary_key=True), Column("image_id", String(40)), Column("source_node", String(64)),
@@ -66,6 +93,39 @@ node_gpu_types = Table(
     "node_gpu_types", VIEWS,
     Column("node", String(64), primary_key=True), Column("gpu_index", Integer, primary_key=True),
     Column("gpu_type", String(32)),
+)
+# rota.cluster's: every job (its times, size, spec and reported progress) ...
+cluster_jobs = Table(
+    "cluster_jobs", VIEWS,
+    Column("job_id", String(32), primary_key=True), Column("tenant", String(64)), Column("name", String(128)),
+    Column("kind", String(32)), Column("state", String(16)), Column("reason", Text), Column("priority", Integer),
+    Column("gpus", Integer), Column("spec", JSONB), Column("progress", JSONB),
+    Column("created_at", DateTime(timezone=True)), Column("started_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)), Column("array_id", String(32)), Column("array_capped", Boolean),
+)
+# ... every lease of GPUs (a placement) with its job's tenant ...
+cluster_job_leases = Table(
+    "cluster_job_leases", VIEWS,
+    Column("placement_id", BigInteger, primary_key=True), Column("job_id", String(32)), Column("tenant", String(64)),
+    Column("node", String(64)), Column("gang_nodes", ARRAY(String(64))), Column("gpu_indices", ARRAY(Integer)),
+    Column("guest_of", String(32)), Column("created_at", DateTime(timezone=True)),
+    Column("promoted_at", DateTime(timezone=True)), Column("released_at", DateTime(timezone=True)),
+)
+# ... when each requeued job last went back to PENDING ...
+cluster_requeues = Table(
+    "cluster_requeues", VIEWS,
+    Column("job_id", String(32), primary_key=True), Column("requeued_at", DateTime(timezone=True)),
+)
+# ... each job's moves into and out of PAUSED ...
+cluster_pause_moves = Table(
+    "cluster_pause_moves", VIEWS,
+    Column("transition_id", BigInteger, primary_key=True), Column("job_id", String(32)),
+    Column("from_state", String(16)), Column("to_state", String(16)), Column("at", DateTime(timezone=True)),
+)
+# ... and the GPUs of the nodes alive now.
+cluster_alive_gpus = Table(
+    "cluster_alive_gpus", VIEWS,
+    Column("node", String(64), primary_key=True), Column("gpu_index", Integer, primary_key=True),
 )
 
 
@@ -106,8 +166,8 @@ class StreamedImage:
 def streamed_image(session: Session, job_id: str) -> StreamedImage | None:
     """The image a migrated job resumes from while its durable write goes on, or None."""
     row = session.execute(
-        select(streamed_images.c.image_id, NodeRow.address)
-        .join(NodeRow, NodeRow.name == streamed_images.c.source_node, isouter=True)
+        select(streamed_images.c.image_id, _nodes.c.address)
+        .join(_nodes, _nodes.c.name == streamed_images.c.source_node, isouter=True)
         .where(streamed_images.c.job_id == job_id)
     ).first()
     return StreamedImage(row[0], row[1] or "") if row is not None else None
@@ -130,7 +190,7 @@ def pending_resume_targets(session: Session) -> dict[str, str]:
     """The node each pending job's latest resume or migration asked for (jobs that asked one)."""
     rows = session.execute(
         select(resume_targets.c.job_id, resume_targets.c.target_node)
-        .join(JobRow, JobRow.id == resume_targets.c.job_id).where(JobRow.state == jobstate.PENDING)
+        .join(_jobs, _jobs.c.id == resume_targets.c.job_id).where(_jobs.c.state == jobstate.PENDING)
     )
     return {job_id: node for job_id, node in rows if node}
 

@@ -11,9 +11,9 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from rota.cluster import queries
+from rota.cluster.job_lifecycle import Events, get_job, lose, utcnow
 from rota.common import metrics
-from rota.common.jobs_repo import Events, get_job, lose, utcnow
-from rota.common.models import JobRow, NodeRow, PlacementRow
 from rota.core import jobstate
 from rota.core.detection.devices import BAD, CLEARED, DeviceMark
 from rota.core.detection.failslow import Verdict
@@ -51,11 +51,9 @@ def placement(session: Session, job_id: str, epoch: int | None = None) -> Placem
     accepts = bool((job.spec or {}).get("accepts_layout_changes"))
     node, gpus = job.node, tuple(job.gpu_indices)
     if epoch is not None:
-        then = session.scalars(
-            select(PlacementRow).where(PlacementRow.job_id == job_id, PlacementRow.epoch == epoch).limit(1)
-        ).first()
+        then = queries.placement_at(session, job_id, epoch)
         if then is not None:
-            node, gpus = then.node, tuple(then.gpu_indices)
+            node, gpus = then
     return Placement(job.id, job.tenant, job.state, job.epoch, node, gpus, accepts)
 
 
@@ -93,7 +91,7 @@ def verdicts(session: Session, *, job_id: str = "", tenant: str = "", limit: int
     if job_id:
         stmt = stmt.where(VerdictRow.job_id == job_id)
     if tenant:
-        stmt = stmt.join(JobRow, JobRow.id == VerdictRow.job_id).where(JobRow.tenant == tenant)
+        stmt = stmt.where(VerdictRow.job_id.in_(queries.tenant_job_ids(tenant)))
     return session.scalars(stmt).all()
 
 
@@ -148,7 +146,7 @@ def restore_layout(session: Session, job_id: str, applied: StoredLayout, previou
 def mark_device(session: Session, mark: DeviceMark) -> bool:
     """The device is BAD from now on; True when it was not already (a BAD device keeps its
     first reason and time: the first verdict is the one worth looking at)."""
-    if session.get(NodeRow, mark.node) is None:
+    if queries.get_node(session, mark.node) is None:
         return False  # a node that was never registered (or is gone) has no device to keep out
     stmt = insert(DeviceHealthRow).values(
         node=mark.node, gpu_index=mark.gpu, state=BAD, reason=mark.reason, job_id=mark.job_id, rank=mark.rank,
@@ -181,7 +179,7 @@ def clear_devices(session: Session, node: str, gpus: Sequence[int]) -> list[Devi
     check_name("node", node, 64)
     if any(not 0 <= g < MAX_GPU_INDEX for g in gpus):
         raise InvalidArgument("gpus", f"GPU indices are 0..{MAX_GPU_INDEX - 1}")
-    if session.get(NodeRow, node) is None:
+    if queries.get_node(session, node) is None:
         raise NotFound(f"node {node} is not registered")
     stmt = select(DeviceHealthRow).where(DeviceHealthRow.node == node, DeviceHealthRow.state == BAD).with_for_update()
     rows = [r for r in session.scalars(stmt) if not gpus or r.gpu_index in set(gpus)]
@@ -196,6 +194,4 @@ def clear_devices(session: Session, node: str, gpus: Sequence[int]) -> list[Devi
 
 def tenants_of(session: Session, job_ids: set[str]) -> dict[str, str]:
     """Each job's tenant (jobs gone since are left out)."""
-    if not job_ids:
-        return {}
-    return {job_id: owner for job_id, owner in session.execute(select(JobRow.id, JobRow.tenant).where(JobRow.id.in_(job_ids)))}
+    return queries.job_tenants(session, job_ids)

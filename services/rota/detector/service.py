@@ -24,10 +24,11 @@ from typing import Any, TypeVar, cast
 import grpc
 from sqlalchemy.orm import Session
 
-from rota.common import convert, nodes_repo
+from rota.cluster import node_lifecycle
+from rota.cluster.job_lifecycle import Events
+from rota.common import convert
 from rota.common.auth import Identity, current_identity
 from rota.common.db import Database
-from rota.common.jobs_repo import Events
 from rota.common.layouts import replanned_layout_to_proto
 from rota.common.live import LiveState
 from rota.core.detection.devices import BEYOND_REPAIR_RATIO, check_beyond_repair, mark_for
@@ -398,7 +399,7 @@ class DetectorService(detector_pb2_grpc.DetectorServiceServicer):
     async def Drain(self, request: detector_pb2.DrainRequest, context: grpc.aio.ServicerContext) -> detector_pb2.DrainResponse:
         current_identity().require_admin()
         repository.check_name("node", request.node, 64)
-        health, running = await self.tx(lambda s: nodes_repo.drain(s, request.node, undo=request.undo))
+        health, running = await self.tx(lambda s: node_lifecycle.drain(s, request.node, undo=request.undo))
         log.info("node %s is %s (%d jobs still running there)%s", request.node, health, running,
                  f": {request.reason}" if request.reason else "")
         return detector_pb2.DrainResponse(node=request.node, running_jobs=running,

@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from rota.common.models import JobRow
+from rota.common.read_models import cluster_jobs as jobs
 from rota.core.forecasting.predict import Completion
 from rota.forecaster.models import CompletionRow, TrafficRow
 
@@ -53,15 +53,15 @@ def hourly_traffic(session: Session, app: str, since_hour: int, until_hour: int)
 
 
 def job_spec(session: Session, job_id: str) -> dict[str, Any] | None:
-    job = session.get(JobRow, job_id)
-    return dict(job.spec) if job is not None else None
+    spec = session.scalar(select(jobs.c.spec).where(jobs.c.job_id == job_id))
+    return dict(spec) if spec is not None else None
 
 
 def realtime_app(session: Session, app: str) -> dict[str, Any] | None:
     """The spec of the latest realtime job named `app` (its features.capacity, max_swap)."""
     stmt = (
-        select(JobRow.spec).where(JobRow.kind == "realtime", JobRow.name == app)
-        .order_by(JobRow.created_at.desc()).limit(1)
+        select(jobs.c.spec).where(jobs.c.kind == "realtime", jobs.c.name == app)
+        .order_by(jobs.c.created_at.desc()).limit(1)
     )
     spec: Sequence[Any] = session.scalars(stmt).all()
     return dict(spec[0]) if spec else None
@@ -70,23 +70,23 @@ def realtime_app(session: Session, app: str) -> dict[str, Any] | None:
 def observe_finished_jobs(session: Session, limit: int = 500) -> int:
     """Records every succeeded batch-like job not yet observed; returns how many it recorded.
 
-    Pulled from the jobs table rather than pushed by whoever finishes a job, so a crash
+    Pulled from the `cluster_jobs` view (rota.cluster's read model) rather than pushed by whoever finishes a job, so a crash
     anywhere loses no observation; the key `completion:<job id>` makes a rerun a no-op.
     """
     seen = select(CompletionRow.job_id).where(CompletionRow.job_id.is_not(None))
-    jobs = session.scalars(
-        select(JobRow)
-        .where(JobRow.state == "SUCCEEDED", JobRow.kind != "realtime", JobRow.started_at.is_not(None),
-               JobRow.finished_at.is_not(None), JobRow.id.not_in(seen))
-        .order_by(JobRow.finished_at).limit(limit)
+    finished = session.execute(
+        select(jobs.c.job_id, jobs.c.kind, jobs.c.gpus, jobs.c.spec, jobs.c.started_at, jobs.c.finished_at)
+        .where(jobs.c.state == "SUCCEEDED", jobs.c.kind != "realtime", jobs.c.started_at.is_not(None),
+               jobs.c.finished_at.is_not(None), jobs.c.job_id.not_in(seen))
+        .order_by(jobs.c.finished_at).limit(limit)
     ).all()
     recorded = 0
-    for job in jobs:
+    for job in finished:
         assert job.started_at is not None and job.finished_at is not None
         seconds = max(1e-3, (job.finished_at - job.started_at).total_seconds())
         spec = dict(job.spec)
         recorded += record_completion(
-            session, key=f"completion:{job.id}", job_id=job.id, kind=job.kind, features=spec.get("features") or {},
+            session, key=f"completion:{job.job_id}", job_id=job.job_id, kind=job.kind, features=spec.get("features") or {},
             gpus=job.gpus, declared_seconds=spec.get("duration_seconds"), duration_seconds=seconds,
         )
     return recorded
@@ -96,7 +96,7 @@ def serving_counters(session: Session) -> list[tuple[str, str, float]]:
     """(job id, app name, requests served so far) of every running realtime app that reports
     a cumulative `served` counter through `rota.runtime.report`."""
     rows = session.execute(
-        select(JobRow.id, JobRow.name, JobRow.progress["served"].as_float())
-        .where(JobRow.kind == "realtime", JobRow.state == "RUNNING", JobRow.progress.has_key("served"))
+        select(jobs.c.job_id, jobs.c.name, jobs.c.progress["served"].as_float())
+        .where(jobs.c.kind == "realtime", jobs.c.state == "RUNNING", jobs.c.progress.has_key("served"))
     ).all()
     return [(job_id, name, float(served)) for job_id, name, served in rows if served is not None]

@@ -22,8 +22,11 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from rota.common import read_models
-from rota.common.models import GpuRow, JobArrayRow, JobRow, JobTransitionRow, NodeRow, PlacementRow, TenantRow
-from rota.core import dependencies, jobstate, nodestate
+from rota.common.models import TenantRow
+from rota.common.read_models import cluster_job_leases as leases
+from rota.common.read_models import cluster_jobs as cjobs
+from rota.common.read_models import cluster_pause_moves as pause_moves
+from rota.core import dependencies, jobstate
 from rota.core.errors import AlreadyExists, InvalidArgument
 from rota.core.fairness.ltgf import FairnessConfig, quotas
 from rota.core.fairness.rates import DEFAULT_RATES, UNKNOWN_RATE, GpuRates
@@ -108,22 +111,21 @@ def unsettled_placements(session: Session, after: int, limit: int) -> list[Lease
     """Placements never collected, or collected while still open, by id above `after`, with
     the types their GPUs advertised (from the node lifecycle's read model; "" unknown)."""
     stmt = (
-        select(PlacementRow, JobRow.tenant)
-        .join(JobRow, JobRow.id == PlacementRow.job_id)
-        .outerjoin(CollectedRow, CollectedRow.placement_id == PlacementRow.id)
-        .where(PlacementRow.id > after, or_(CollectedRow.placement_id.is_(None), CollectedRow.closed.is_(False)),
+        select(leases)
+        .outerjoin(CollectedRow, CollectedRow.placement_id == leases.c.placement_id)
+        .where(leases.c.placement_id > after, or_(CollectedRow.placement_id.is_(None), CollectedRow.closed.is_(False)),
                # A guest in a host's bubbles is billed from when it took the GPUs over: until
-               # then those GPU-seconds are the host's (rota.allocator.guests_repo).
-               or_(PlacementRow.guest_of == "", PlacementRow.promoted_at.is_not(None)))
-        .order_by(PlacementRow.id)
+               # then those GPU-seconds are the host's (rota.cluster.guest_leases).
+               or_(leases.c.guest_of == "", leases.c.promoted_at.is_not(None)))
+        .order_by(leases.c.placement_id)
         .limit(limit)
     )
     rows = session.execute(stmt).all()
     # A gang holds the same GPU indices on every one of its nodes: a lease per node.
-    parts = [(p, tenant, rank, node) for p, tenant in rows for rank, node in enumerate(p.gang_nodes or [p.node])]
+    parts = [(p, p.tenant, rank, node) for p in rows for rank, node in enumerate(p.gang_nodes or [p.node])]
     types = read_models.gpu_types(session, {node for _p, _t, _r, node in parts})
     return [
-        LeaseSource(p.id, p.job_id, tenant, node, list(p.gpu_indices), p.promoted_at or p.created_at, p.released_at,
+        LeaseSource(p.placement_id, p.job_id, tenant, node, list(p.gpu_indices), p.promoted_at or p.created_at, p.released_at,
                     tuple(types.get((node, i), "") for i in p.gpu_indices), rank)
         for p, tenant, rank, node in parts
     ]
@@ -265,8 +267,7 @@ def usage_totals(
 
 def capacity(session: Session) -> int:
     """GPUs of the nodes alive now: G of the quota formula."""
-    stmt = select(func.count()).select_from(GpuRow).join(NodeRow, NodeRow.name == GpuRow.node)
-    return int(session.execute(stmt.where(NodeRow.health == nodestate.ALIVE)).scalar_one())
+    return int(session.execute(select(func.count()).select_from(read_models.cluster_alive_gpus)).scalar_one())
 
 
 @dataclass(frozen=True)
@@ -306,10 +307,10 @@ def standings(session: Session, cfg: FairnessConfig | None = None, tenant: str =
     start = window_start(_ts(now), cfg)
     since = datetime.fromtimestamp(start, UTC)
     demand: dict[str, list[Span]] = defaultdict(list)
-    jobs = list(session.scalars(select(JobRow).where(
-        JobRow.created_at < now, or_(JobRow.finished_at.is_(None), JobRow.finished_at > since)
+    jobs = list(session.execute(_DEMAND_COLUMNS.where(
+        cjobs.c.created_at < now, or_(cjobs.c.finished_at.is_(None), cjobs.c.finished_at > since)
     )))
-    runnable = _demand_intervals(session, jobs, now)
+    runnable = _demand_intervals(session, jobs)
     for job in jobs:  # `job.gpus` asked; `gpus` above is G, returned below as the capacity
         demand[job.tenant] += [Span(a, _ts(now) if b is None else b, job.gpus) for a, b in runnable[job.id]]
     running: dict[str, list[Span]] = defaultdict(list)  # weighted GPUs: U is weighted service
@@ -352,17 +353,17 @@ def job_fairness(session: Session, cfg: FairnessConfig | None = None, tenant: st
     quota = quotas(capacity(session), shares)
     now = db_now(session)
     recent = now - timedelta(seconds=cfg.window_s)
-    base = select(JobRow).where(JobRow.created_at <= now)
+    base = _DEMAND_COLUMNS.add_columns(cjobs.c.priority).where(cjobs.c.created_at <= now)
     if tenant:
-        base = base.where(JobRow.tenant == tenant)
-    shown = list(session.scalars(base.where(or_(JobRow.finished_at.is_(None), JobRow.finished_at > recent))))
+        base = base.where(cjobs.c.tenant == tenant)
+    shown = list(session.execute(base.where(or_(cjobs.c.finished_at.is_(None), cjobs.c.finished_at > recent))))
     if not shown:
         return []
     # Replay every job active at any time since the earliest shown arrival: each changed
     # the others' shares while it was active.
     first = min(j.created_at for j in shown)
-    replay = list(session.scalars(base.where(or_(JobRow.finished_at.is_(None), JobRow.finished_at > first))))
-    runnable = _demand_intervals(session, replay, now)
+    replay = list(session.execute(base.where(or_(cjobs.c.finished_at.is_(None), cjobs.c.finished_at > first))))
+    runnable = _demand_intervals(session, replay)
     lives: dict[str, list[JobLife]] = defaultdict(list)
     for j in replay:
         finished = _ts(j.finished_at) if j.finished_at else None
@@ -391,23 +392,23 @@ def job_fairness(session: Session, cfg: FairnessConfig | None = None, tenant: st
     return out
 
 
-def _demand_intervals(
-    session: Session, jobs: Sequence[JobRow], now: datetime,
-) -> dict[str, tuple[tuple[float, float | None], ...]]:
+# What a job's intervals of demand are read from (rota.core.fairness.standings.demand_intervals).
+_DEMAND_COLUMNS = select(
+    cjobs.c.job_id.label("id"), cjobs.c.tenant, cjobs.c.state, cjobs.c.reason, cjobs.c.gpus, cjobs.c.spec,
+    cjobs.c.array_capped, cjobs.c.created_at, cjobs.c.started_at, cjobs.c.finished_at,
+)
+
+
+def _demand_intervals(session: Session, jobs: Sequence[Any]) -> dict[str, tuple[tuple[float, float | None], ...]]:
     """Each job's intervals of demand (rota.core.fairness.standings.demand_intervals): the
     tasks of a capped array and the jobs with dependencies are the ones their own
-    submission can hold back; PAUSED spells come from the transitions."""
-    arrays = {j.array_id for j in jobs if j.array_id}
-    capped = set(session.scalars(select(JobArrayRow.id).where(JobArrayRow.id.in_(arrays),
-                                                               JobArrayRow.max_running > 0))) if arrays else set()
+    submission can hold back; PAUSED spells come from the cluster's pause moves."""
     ids = [j.id for j in jobs]
     paused: dict[str, list[tuple[float, float | None]]] = defaultdict(list)
     if ids:
         moves = session.execute(
-            select(JobTransitionRow.job_id, JobTransitionRow.from_state, JobTransitionRow.to_state, JobTransitionRow.at)
-            .where(JobTransitionRow.job_id.in_(ids),
-                   or_(JobTransitionRow.to_state == jobstate.PAUSED, JobTransitionRow.from_state == jobstate.PAUSED))
-            .order_by(JobTransitionRow.job_id, JobTransitionRow.id)
+            select(pause_moves.c.job_id, pause_moves.c.from_state, pause_moves.c.to_state, pause_moves.c.at)
+            .where(pause_moves.c.job_id.in_(ids)).order_by(pause_moves.c.job_id, pause_moves.c.transition_id)
         )
         for job_id, before, after, at in moves:
             if after == jobstate.PAUSED:
@@ -416,7 +417,7 @@ def _demand_intervals(
                 paused[job_id][-1] = (paused[job_id][-1][0], _ts(at))
     out = {}
     for j in jobs:
-        holdable = j.array_id in capped or bool((j.spec or {}).get("depends_on"))
+        holdable = bool(j.array_capped) or bool((j.spec or {}).get("depends_on"))
         out[j.id] = demand_intervals(
             _ts(j.created_at), _ts(j.finished_at) if j.finished_at else None,
             started=_ts(j.started_at) if j.started_at else None, holdable=holdable,
@@ -429,9 +430,8 @@ def _pending_since(session: Session, ids: list[str]) -> dict[str, datetime]:
     if not ids:
         return {}
     stmt = (
-        select(JobTransitionRow.job_id, func.max(JobTransitionRow.at))
-        .where(JobTransitionRow.job_id.in_(ids), JobTransitionRow.to_state == jobstate.PENDING)
-        .group_by(JobTransitionRow.job_id)
+        select(read_models.cluster_requeues.c.job_id, read_models.cluster_requeues.c.requeued_at)
+        .where(read_models.cluster_requeues.c.job_id.in_(ids))
     )
     return {k: v for k, v in session.execute(stmt)}
 

@@ -15,8 +15,16 @@ import logging
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from rota.common.jobs_repo import Events, get_job, lose, transition, utcnow
-from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, GpuGuestRow, GpuRow, JobRow, NodeRow, PlacementRow
+from rota.cluster.job_lifecycle import Events, get_job, lose, transition, utcnow
+from rota.cluster.models import (
+    EPOCH_SEQUENCE,
+    GpuClaimRow,
+    GpuGuestRow,
+    GpuRow,
+    JobRow,
+    NodeRow,
+    PlacementRow,
+)
 from rota.core import jobstate, nodestate
 from rota.core.planning.guests import BubbleHost, GuestStart, bubble_fraction, free_memory_mb
 

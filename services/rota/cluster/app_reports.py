@@ -1,4 +1,4 @@
-"""Reports of a realtime app that runs on several nodes (one lease per node, rota.common.replicas).
+"""Reports of a realtime app that runs on several nodes (one lease per node, rota.cluster.app_replicas).
 
 Each node's agent reports its own replicas under its own epoch. The app's progress is the
 sum of its nodes' counters (`served`, `replicas`) with each node's last report kept under
@@ -16,10 +16,10 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.orm import Session
 
-from rota.common import replicas
-from rota.common.jobs_repo import Events, transition
-from rota.common.models import JobRow
-from rota.core import jobstate
+from rota.cluster import app_replicas
+from rota.cluster.job_lifecycle import Events, transition
+from rota.cluster.models import JobRow
+from rota.core import jobstate, node_reports
 
 SUMMED = ("served", "replicas")  # counters of one node's replicas that add up across nodes
 DEPARTED = "served_departed"  # what nodes the app has left had served
@@ -60,7 +60,7 @@ def apply_node_report(session: Session, job: JobRow, node: str, report: R, event
     """An app's report from one of its nodes. When the app runs on `node` alone, what the
     caller applies as a single-node job's report (without its progress once the app has run
     on several nodes: that stays merged); None when it is applied here."""
-    nodes = set(replicas.leases(job))
+    nodes = set(app_replicas.leases(job))
     merged_before = "nodes" in (job.progress or {})
     if nodes <= {node} and not merged_before:
         return report
@@ -73,9 +73,10 @@ def apply_node_report(session: Session, job: JobRow, node: str, report: R, event
         rest = copy.copy(report)
         rest.progress = None
         return rest
-    if job.state == jobstate.SCHEDULED and report.state in (jobstate.RUNNING, jobstate.SUCCEEDED, jobstate.FAILED):
+    meaning = node_reports.app_node(job.state, report.state)
+    if meaning.starts:
         transition(session, job, jobstate.RUNNING, f"started with replicas on {', '.join(sorted(nodes))}", events)
-    if report.state in (jobstate.SUCCEEDED, jobstate.FAILED, jobstate.PAUSED):
+    if meaning.outcome is node_reports.Outcome.END_NODE:
         why = f"its replicas on {node} exited" + (f" with {report.exit_code}" if report.exit_code else "")
-        replicas.end_node(session, job, node, why, events, release_reason=f"replicas on {node} exited")
+        app_replicas.end_node(session, job, node, why, events, release_reason=f"replicas on {node} exited")
     return None

@@ -18,9 +18,9 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from rota.api import repository
-from rota.common.jobs_repo import Events, get_job, new_job_id
-from rota.common.models import JobArrayRow, JobRow
+from rota.cluster import job_lifecycle, submissions
+from rota.cluster.job_lifecycle import Events, get_job, new_job_id
+from rota.cluster.models import JobArrayRow, JobRow
 from rota.core import dependencies, jobstate
 from rota.core.arrays import ArraySpec, task_id
 from rota.core.errors import AlreadyExists, InvalidArgument
@@ -100,11 +100,11 @@ def submit_array(session: Session, item: ArraySubmission) -> StoredArray:
                        earlier.created_at)
 
 
-def submit_dependent(session: Session, item: repository.Submission, events: Events) -> repository.Stored:
+def submit_dependent(session: Session, item: submissions.Submission, events: Events) -> submissions.Stored:
     """A job with `depends_on`: its parents checked and the job stored in one transaction
     (the batcher's statement cannot read parents)."""
     check_parents(session, item.spec)
-    [stored] = repository.submit_jobs(session, [item])
+    [stored] = submissions.submit_jobs(session, [item])
     if isinstance(stored, Exception):
         raise stored
     if stored.created:
@@ -172,7 +172,7 @@ def cancel_array(session: Session, array_id: str, reason: str, events: Events) -
         JobRow.array_id == array_id, JobRow.state.notin_(jobstate.FINAL_STATES))
         .order_by(JobRow.array_index).with_for_update()).all()
     why = reason or f"array {array_id} cancelled"
-    return [(job, repository.cancel_row(session, job, why, events)) for job in tasks]
+    return [(job, job_lifecycle.cancel_row(session, job, why, events)) for job in tasks]
 
 
 def summary(row: JobArrayRow, counts: dict[str, int], job_ids: Sequence[str] = ()) -> dict[str, Any]:

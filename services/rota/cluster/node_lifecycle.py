@@ -5,7 +5,7 @@ declare dead (the leading allocator, every cycle) and the api's restart grace al
 through here, in the caller's transaction. The rules are `rota.core.nodestate`'s, and one
 clock decides a death: the database's `now()`, which stamps every heartbeat and is the
 deadline's reference, so no process's own clock (or its skew) enters. A dead node's jobs
-are lost through `jobs_repo.lose`, the same path as a silent rank's.
+are lost through `job_lifecycle.lose`, the same path as a silent rank's.
 """
 
 from __future__ import annotations
@@ -14,18 +14,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import case, delete, func, select, update
 from sqlalchemy.orm import Session
 
-from rota.common import replicas
-from rota.common.jobs_repo import Events, on_node
-from rota.common.models import GpuRow, JobRow, NodeRow
+from rota.cluster import app_replicas, gang_reports
+from rota.cluster.job_lifecycle import Events, on_node
+from rota.cluster.models import GpuClaimRow, GpuRow, JobRow, NodeRow
 from rota.core import jobstate, nodestate
 from rota.core.errors import NotFound
 
 
+@dataclass(frozen=True)
+class GpuInfo:
+    """A GPU as its node's agent reports it at registration."""
+
+    index: int
+    uuid: str
+    model: str
+    virtual: bool
+    gpu_type: str = ""
+
+
 def register(
-    session: Session, name: str, address: str, gpus: Sequence[GpuRow], labels: Mapping[str, str] | None = None,
+    session: Session, name: str, address: str, gpus: Sequence[GpuInfo], labels: Mapping[str, str] | None = None,
 ) -> NodeRow:
     """A node's agent (re)starts: the node is ALIVE (a drain outlives the restart), its GPUs
     (with their types) and its labels are the ones it reports now: a node moved to another
@@ -137,8 +148,15 @@ def declare_dead_nodes(session: Session, timeout_s: float, events: Events) -> li
                        for job in jobs for n in where[job.id] if n in addresses)
         for job in jobs:
             gang = f" (node of its {len(job.gang_nodes)}-node gang)" if job.gang_nodes else ""
-            replicas.lose_on(session, job, node.name, f"node {node.name}{gang} missed heartbeats for {float(silent):.1f}s",
+            app_replicas.lose_on(session, job, node.name, f"node {node.name}{gang} missed heartbeats for {float(silent):.1f}s",
                              events)
+        # A stopped gang's ranks that may still run here: their claims go with the node.
+        stopping = gang_reports.stopping_claims(session, node.name)
+        if stopping:
+            session.execute(delete(GpuClaimRow).where(GpuClaimRow.node == node.name,
+                                                      GpuClaimRow.job_id.in_([j for j, _ in stopping])))
+            address = _addresses(session, {node.name}).get(node.name)
+            copies += tuple(StrandedCopy(node.name, address, j, e) for j, e in stopping if address)
         dead.append(DeadNode(node.name, copies))
     return dead
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
-from rota.common.jobs_repo import Events, lose, utcnow
-from rota.common.models import EPOCH_SEQUENCE, GpuClaimRow, JobRow, PlacementRow
+from rota.cluster.job_lifecycle import Events, lose, utcnow
+from rota.cluster.models import EPOCH_SEQUENCE, GpuClaimRow, JobRow, PlacementRow
 from rota.core import jobstate
 
 
@@ -128,7 +128,7 @@ def end_node(session: Session, job: JobRow, node: str, why: str, events: Events,
 
 def lose_on(session: Session, job: JobRow, node: str, why: str, events: Events) -> None:
     """A dead node's part of a job: an app with replicas elsewhere loses that node only; any
-    other job (or an app's last node) is lost whole (`jobs_repo.lose`)."""
+    other job (or an app's last node) is lost whole (`job_lifecycle.lose`)."""
     if is_app(job) and end_node(session, job, node, f"{why}: its replicas there were lost", events):
         return
-    lose(session, job, why, events, release_reason="node lost")
+    lose(session, job, why, events, release_reason="node lost", dead_node=node)

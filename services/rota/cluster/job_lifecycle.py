@@ -15,10 +15,11 @@ from typing import Any
 from sqlalchemy import ColumnElement, any_, delete, or_, select, update
 from sqlalchemy.orm import Session
 
+from rota.cluster.models import GpuClaimRow, GpuGuestRow, JobRow, JobTransitionRow, PlacementRow
 from rota.common import metrics
-from rota.common.models import GpuClaimRow, GpuGuestRow, JobRow, JobTransitionRow, PlacementRow
 from rota.common.read_models import resume_image, streamed_image
 from rota.core import jobstate
+from rota.core.errors import NotFound
 
 
 def utcnow() -> datetime:
@@ -31,9 +32,12 @@ def new_job_id() -> str:
 
 @dataclass
 class Events:
-    """Events to publish once the transaction commits: (job id, event, job snapshot)."""
+    """Events to publish once the transaction commits: (job id, event, job snapshot), and
+    whether GPUs were freed without a job changing state (a stopped gang's last ranks
+    ended): the allocator has work then too."""
 
     items: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    gpus_freed: bool = False
 
     def add(self, job: JobRow, event: str) -> None:
         self.items.append((job.id, event, job_snapshot(job)))
@@ -79,11 +83,16 @@ def transition(session: Session, job: JobRow, target: str, reason: str, events: 
     events.add(job, "state")
 
 
-def release(session: Session, job: JobRow, reason: str) -> None:
+def release(session: Session, job: JobRow, reason: str, *, keep_nodes: Sequence[str] = ()) -> None:
     """Frees the job's GPUs: claims (and a guest's lent GPUs) deleted, its open placements
     closed (a realtime app's on every node). A host's guests keep theirs: the allocator's
-    next cycle gives them the GPUs (rota.allocator.guests_repo.take_over)."""
-    session.execute(delete(GpuClaimRow).where(GpuClaimRow.job_id == job.id))
+    next cycle gives them the GPUs (rota.cluster.guest_leases.take_over). `keep_nodes`: a
+    stopped gang's nodes whose ranks may still run keep their claims until they stop
+    (rota.cluster.gang_reports.settle_stopped_groups)."""
+    claims = delete(GpuClaimRow).where(GpuClaimRow.job_id == job.id)
+    if keep_nodes:
+        claims = claims.where(GpuClaimRow.node.notin_(list(keep_nodes)))
+    session.execute(claims)
     session.execute(delete(GpuGuestRow).where(GpuGuestRow.job_id == job.id))
     job.replicas = {}
     session.execute(
@@ -113,12 +122,17 @@ def requeue_or_fail(session: Session, job: JobRow, why: str, events: Events, ima
         transition(session, job, jobstate.FAILED, why, events)
 
 
-def lose(session: Session, job: JobRow, why: str, events: Events, *, release_reason: str) -> None:
+def lose(session: Session, job: JobRow, why: str, events: Events, *, release_reason: str,
+         dead_node: str = "") -> None:
     """The one path by which a holding job is lost (its node died, or one of its ranks went silent):
     its GPUs are released, it becomes LOST, then it is requeued (restored from its resume
     image when it has one, read from the checkpoint service's read model) or failed by its
-    restart policy. The caller holds the job's row lock."""
-    release(session, job, release_reason)
+    restart policy. The caller holds the job's row lock.
+
+    A gang's ranks on its nodes other than `dead_node` may still run: their GPUs stay
+    claimed until those nodes report them ended or die, and the gang is not placed again
+    before (rota.cluster.gang_reports.settle_stopped_groups)."""
+    release(session, job, release_reason, keep_nodes=[n for n in job.gang_nodes if n != dead_node])
     transition(session, job, jobstate.LOST, why, events)
     # A migration's image still being written counts: the next start streams or reads it.
     streamed = streamed_image(session, job.id)
@@ -157,3 +171,23 @@ def pause(session: Session, job: JobRow, reason: str, events: Events) -> None:
     release(session, job, "paused")
     transition(session, job, jobstate.PAUSED, reason, events)
     unplace(job)
+
+
+def cancel_job(session: Session, job_id: str, reason: str, events: Events) -> tuple[JobRow, list[str]]:
+    """Cancels an unfinished job; returns it and the nodes whose agents must stop it (a
+    gang's every node; none if it held no GPU)."""
+    job = get_job(session, job_id, lock=True)
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    return job, cancel_row(session, job, reason, events)
+
+
+def cancel_row(session: Session, job: JobRow, reason: str, events: Events) -> list[str]:
+    """cancel_job of a row its caller has locked (an array's tasks, read in one statement)."""
+    if job.state in jobstate.FINAL_STATES:
+        return []
+    nodes = nodes_of(job) if job.state in jobstate.HOLDING_STATES else []
+    if nodes:
+        release(session, job, "cancelled")
+    transition(session, job, jobstate.CANCELLED, reason or "cancelled by user", events)
+    return nodes
