@@ -32,7 +32,7 @@ from rota.core.planning.liveplan import Start
 from rota.imagestore.chunks import FileChunkStore
 from rota.imagestore.images import join_parts, materialize, write_staged
 from rota.imagestore.settings import CheckpointSettings
-from rota.v1 import agent_pb2
+from rota.v1 import agent_pb2, checkpoint_pb2
 
 WORLD = 4  # 2 nodes x 2 ranks
 
@@ -60,7 +60,7 @@ class GangAgents:
                            frozenset({"object:model"}))
         written = write_staged(self.store, folder, ranks, 64 * 1024)
         self.images[(address, request.image_id)] = agent_pb2.AgentImageStatusResponse(
-            state="complete", manifest_json=json.dumps(written.manifest).encode(), logical_bytes=written.logical_bytes,
+            image_state=checkpoint_pb2.IMAGE_STATE_COMPLETE, manifest_json=json.dumps(written.manifest).encode(), logical_bytes=written.logical_bytes,
             written_bytes=written.written_bytes, chunks=written.chunks, write_seconds=written.seconds, step=30,
             ranks=len(ranks),
         )
@@ -69,7 +69,7 @@ class GangAgents:
             copy_seconds=0.01, pause_seconds=0.03 if request.pause else 0.0)
 
     async def image_status(self, address: str, image_id: str) -> agent_pb2.AgentImageStatusResponse:
-        return self.images.get((address, image_id), agent_pb2.AgentImageStatusResponse(state="unknown"))
+        return self.images.get((address, image_id), agent_pb2.AgentImageStatusResponse(image_state=checkpoint_pb2.IMAGE_STATE_UNKNOWN))
 
 
 @pytest.fixture(scope="module")
