@@ -27,7 +27,7 @@ from rota.bench.agent_server import AgentServer
 from rota.cli.localcluster import free_port
 from rota.imagestore.images import write_staged
 from rota.imagestore.settings import CheckpointSettings
-from rota.runtime import control
+from rota.jobfiles import control
 from rota.v1 import agent_pb2, agent_pb2_grpc
 
 TOKEN = "admin-" + secrets.token_hex(8)
