@@ -1,4 +1,7 @@
-"""Maps the one `rota` import namespace over the source roots (protos, core, services, clients, jobkit, bench).
+"""Maps the server distribution's part of the one `rota` namespace over its source roots (services, bench).
+
+The client distribution (clients/pyproject.toml, `rota-client`) holds the packages under
+clients/, protos/, core/ and jobkit/; this one depends on it.
 
 setuptools' `packages.find` cannot merge one namespace from several roots, so each
 sub-package is mapped to its own folder here; pyproject.toml holds everything else.
@@ -8,7 +11,7 @@ from pathlib import Path
 
 from setuptools import setup
 
-ROOTS = ("protos", "core", "services", "clients", "jobkit", "bench")
+ROOTS = ("services", "bench")
 
 
 def _packages() -> tuple[list[str], dict[str, str]]:

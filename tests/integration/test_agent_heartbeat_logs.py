@@ -14,9 +14,9 @@ from rota.agent.checkpoints import AgentCheckpoints
 from rota.agent.main import Heartbeats
 from rota.agent.processes import ProcessTable
 from rota.agent.service import AgentRuntime
-from rota.cli.localcluster import free_port
 from rota.common.config import Settings
 from rota.imagestore.settings import CheckpointSettings
+from rota.operator.localcluster import free_port
 
 
 def heartbeats(tmp_path: Path) -> Heartbeats:

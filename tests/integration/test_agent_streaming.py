@@ -24,10 +24,10 @@ from rota.agent.checkpoints import FAILED, RESTORE_REQUEST, AgentCheckpoints, Im
 from rota.agent.processes import LocalJob, ProcessTable
 from rota.agent.streaming import StagedStreams
 from rota.bench.agent_server import AgentServer
-from rota.cli.localcluster import free_port
 from rota.imagestore.images import write_staged
 from rota.imagestore.settings import CheckpointSettings
-from rota.runtime import control
+from rota.jobfiles import control
+from rota.operator.localcluster import free_port
 from rota.v1 import agent_pb2, agent_pb2_grpc
 
 TOKEN = "admin-" + secrets.token_hex(8)

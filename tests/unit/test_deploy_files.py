@@ -108,7 +108,7 @@ def cli_parser() -> argparse.ArgumentParser:
 def assert_rota_command(where: str, command: Any) -> None:
     assert isinstance(command, list) and command, f"{where}: command must be a non-empty list"
     assert all(isinstance(word, str) for word in command), f"{where}: every word must be a string"
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    scripts = tomllib.loads((ROOT / "clients" / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
     assert command[0] in scripts, f"{where}: {command[0]!r} is not a console script of pyproject.toml"
     stderr = io.StringIO()
     try:
@@ -124,7 +124,8 @@ def assert_rota_command(where: str, command: Any) -> None:
 
 
 def test_rota_console_script_points_at_the_cli() -> None:
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    # The client distribution carries the command (clients/pyproject.toml); the server one depends on it.
+    scripts = tomllib.loads((ROOT / "clients" / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
     assert scripts["rota"] == "rota.cli.main:main"
     import rota.cli.main
 
@@ -247,11 +248,11 @@ def test_dockerfile() -> None:
     assert lines[0].startswith("FROM python:3.11-slim")
     assert "download.pytorch.org/whl/cpu" in text
     assert any(line.startswith("ARG TORCH_INDEX_URL") for line in lines), "CUDA variant via build arg"
-    # The services image: the package with its server extra (a bare `pip install .` is the client only).
-    assert any("pip install '.[server]'" in line for line in lines)
+    # The services image: the server distribution with the client one (`./clients` alone is the client only).
+    assert any("pip install ./clients ." in line for line in lines)
     torch_at = next(i for i, line in enumerate(lines) if "TORCH_INDEX_URL}" in line and "pip install" in line)
-    package_at = next(i for i, line in enumerate(lines) if "pip install '.[server]'" in line)
-    assert torch_at < package_at, "torch must come from the PyTorch index before `pip install '.[server]'` pulls it"
+    package_at = next(i for i, line in enumerate(lines) if "pip install ./clients ." in line)
+    assert torch_at < package_at, "torch must come from the PyTorch index before `pip install ./clients .` pulls it"
 
 
 # --- deploy/k8s ------------------------------------------------------------------------------

@@ -13,10 +13,10 @@ from rota.agent import gpus
 from rota.agent.declared import declared
 from rota.agent.main import build_parser
 from rota.cli import main as cli_main
-from rota.cli.localcluster import LocalCluster
 from rota.cli.node_layout import node_layout
 from rota.common.config import Settings
 from rota.core.nodelabels import parse_labels
+from rota.operator.localcluster import LocalCluster
 
 
 @pytest.mark.parametrize(("model", "gpu_type"), [

@@ -7,7 +7,7 @@ from itertools import islice
 
 import pytest
 
-from rota.cli import localcluster
+from rota.operator import localcluster
 
 
 def test_a_port_the_kernel_hands_out_twice_is_given_once(monkeypatch: pytest.MonkeyPatch) -> None:

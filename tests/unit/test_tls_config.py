@@ -203,3 +203,11 @@ def test_only_a_service_certificate_may_act_on_behalf_of_a_tenant() -> None:
     assert _identity(None, header) is None
     assert _identity("tenant:vision", header) == Identity(TENANT, "vision")  # its own certificate wins
     assert on_behalf_of(Identity("admin")) == ()
+
+
+def test_the_certificates_rota_certs_issues_carry_the_names_the_servers_read() -> None:
+    # `rota certs` is the client distribution's, rota.common.tls the server's: one spelling.
+    from rota.cli import certs
+    from rota.common import tls
+
+    assert (certs.TENANT_CN_PREFIX, certs.SERVICE_CN) == (tls.TENANT_CN_PREFIX, tls.SERVICE_CN)

@@ -58,7 +58,7 @@ from rota.agent.streaming import StagedStreams
 from rota.bench.agent_server import AgentServer
 from rota.imagestore.chunks import DEFAULT_CHUNK_SIZE, MIB
 from rota.imagestore.settings import CheckpointSettings, default_staging_root
-from rota.runtime import control
+from rota.jobfiles import control
 
 FULL_SIZES = (50.0, 500.0, 2048.0)
 QUICK_SIZES = (8.0,)

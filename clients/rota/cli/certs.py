@@ -21,8 +21,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from rota.common.tls import SERVICE_CN, TENANT_CN_PREFIX
-
+# The subject names the servers read from a peer's certificate (rota.common.tls, of the server
+# distribution, spells the same; tests/unit/test_tls_config.py checks that they agree).
+TENANT_CN_PREFIX = "tenant:"
+SERVICE_CN = "service:rota"
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
 CLIENT_CN = "client:rota"
 CA_CN = "Rota local CA"

@@ -17,7 +17,8 @@ from typing import Any, cast
 # platformdirs (pulled in by the embedded servers) warns on machines without a login session.
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
-from rota.cli.registry import COMMANDS, SCRIPTED, Handler, add_command, handler_of, resolve  # noqa: E402
+from rota.cli.registry import COMMANDS, SCRIPTED, Handler, add_command, handler_of, label_of, resolve  # noqa: E402
+from rota.cli.running import is_server_module  # noqa: E402
 
 # Filled by build_parser(): each command's handler, by name (a group's, such as `tenants`).
 HANDLERS: dict[str, Handler] = {}
@@ -54,7 +55,12 @@ def build_parser(only: str = "") -> argparse.ArgumentParser:
             continue
         add_command(sub, command)
         if only not in SCRIPTED and command.handler:
-            HANDLERS[command.name] = resolve(command.handler)
+            try:
+                HANDLERS[command.name] = resolve(command.handler)
+            except ModuleNotFoundError as exc:
+                if not is_server_module(exc):
+                    raise
+                # A client-only install: the command is listed; running it says what to install.
     return parser
 
 
@@ -98,7 +104,13 @@ def _main(argv: list[str]) -> None:
         args = build_parser(only=argv[0] if argv else "").parse_args(argv)
     except ServerPackagesMissing as exc:  # `rota agent` on a client-only install
         sys.exit(fail(str(exc), 2))
-    sys.exit(run(handler_of(args), args))
+    try:
+        handler = handler_of(args)
+    except ModuleNotFoundError as exc:  # a command of the server distribution on a client-only install
+        if not is_server_module(exc):
+            raise
+        sys.exit(fail(str(ServerPackagesMissing(label_of(args))), 2))
+    sys.exit(run(handler, args))
 
 
 if __name__ == "__main__":

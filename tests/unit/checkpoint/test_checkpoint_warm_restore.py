@@ -19,7 +19,8 @@ from rota import imageformat
 from rota.agent.checkpoints import AgentCheckpoints
 from rota.agent.processes import LocalJob, ProcessTable
 from rota.imagestore.settings import CheckpointSettings
-from rota.runtime import Checkpointer, control
+from rota.jobfiles import control
+from rota.runtime import Checkpointer
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -113,7 +114,7 @@ def test_a_job_with_no_tensors_checkpoints_and_restores_without_importing_torch(
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from rota import imageformat\nfrom rota.runtime import Checkpointer, control\n"
+        "from rota import imageformat\nfrom rota.jobfiles import control\nfrom rota.runtime import Checkpointer\n"
         "ckpt = Checkpointer()\n"
         "ckpt.extra['seen'] = [1, 'two']\n"
         f"control.write_request(Path({str(tmp_path / 'control')!r}), control.Request(1, control.CHECKPOINT, "

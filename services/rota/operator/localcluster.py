@@ -190,7 +190,7 @@ class LocalCluster:
 
     # 2-4. Schema, token, processes.
     def start(self) -> dict[str, Any]:
-        from rota.common import migrate  # alembic: a server package (`rota[server]`)
+        from rota.common import migrate  # alembic: a server package
 
         self.home.mkdir(parents=True, exist_ok=True)
         self.start_stores()
