@@ -37,6 +37,7 @@ from rota.cluster.job_lifecycle import Events, get_job
 from rota.common import read_models
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
+from rota.common.layouts import layout_text
 from rota.common.server import RotaInterceptor
 from rota.core import jobstate
 from rota.core.detection.devices import DeviceMark
@@ -136,7 +137,7 @@ def slow_job(server: Server, db: Database, factor: float = 1.3, **spec: Any) -> 
     job_id, node, epoch = running_job(db, owner, **spec)
     with grpc.insecure_channel(server.endpoint) as channel:
         [verdict] = report(detector_pb2_grpc.DetectorServiceStub(channel), job_id, epoch, factor)
-    assert (verdict.rank, verdict.kind) == (3, "slow")
+    assert (verdict.rank, verdict.verdict_kind) == (3, detector_pb2.VERDICT_KIND_SLOW)
     return job_id, node, epoch
 
 
@@ -164,7 +165,7 @@ def test_an_applied_replan_stores_the_layout_migrates_the_job_and_its_next_launc
     assert db.run(lambda s: job_starts.yield_lease(s, job_id, "migrating", Events())) is not None
     node = node_with(db, 4)
     launch = db.run(lambda s: SchedulingLoop._commit_start(s, Start(job_id, node, (0, 1, 2, 3)), Events()))
-    assert launch is not None and launch.layout == stored and json.loads(launch.layout)["from_epoch"] == epoch
+    assert launch is not None and layout_text(launch) == stored and json.loads(layout_text(launch))["from_epoch"] == epoch
 
 
 def test_a_retry_with_the_same_operation_id_migrates_once_and_answers_the_first_layout(

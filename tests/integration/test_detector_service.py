@@ -98,7 +98,8 @@ def test_reports_with_a_slow_rank_become_a_durable_verdict_with_evidence(server:
     with channel:
         for request in report_requests(job_id, epoch, [{"kind": "slow", "rank": 3, "factor": 1.25, "from_iter": 60}], 100):
             found += list(detector.ReportIteration(request, metadata=META).verdicts)
-    assert [(v.rank, v.kind, v.iteration) for v in found] == [(3, "slow", 60 + CONFIG.consecutive - 1)]
+    assert [(v.rank, v.verdict_kind, v.iteration) for v in found] == [
+        (3, detector_pb2.VERDICT_KIND_SLOW, 60 + CONFIG.consecutive - 1)]
     # Durable: a fresh read from Postgres, through the SDK, with where it ran and why.
     [verdict] = client.verdicts(job_id=job_id)
     assert (verdict.rank, verdict.kind, verdict.node, verdict.gpu, verdict.epoch) == (3, "slow", node, 3, epoch)

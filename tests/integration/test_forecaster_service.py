@@ -18,7 +18,8 @@ import pytest
 from opentelemetry import trace
 
 from rota.api import repository as api
-from rota.client import Client, InvalidArgumentError, NotFoundError, job_spec_from_mapping
+from rota.client import Client, InvalidArgumentError, JobSpec, NotFoundError, job_spec_from_mapping
+from rota.client._wire import spec_to_proto  # Observe is a raw RPC the SDK does not send
 from rota.client.forecast import TrafficSample
 from rota.cluster import submissions
 from rota.cluster.job_lifecycle import Events
@@ -77,8 +78,13 @@ def tenant_token(db: Database) -> str:
     return token
 
 
-def spec(**fields: Any) -> common_pb2.JobSpec:
+def spec(**fields: Any) -> JobSpec:
     return job_spec_from_mapping({"kind": "training", "gpus": 2, "command": ["true"], "features": FEATURES, **fields})
+
+
+def wire_spec(**fields: Any) -> common_pb2.JobSpec:
+    """The spec as the forecaster's Observe takes it (a raw RPC the SDK does not send)."""
+    return spec_to_proto(spec(**fields))
 
 
 def observe(endpoint: str, request: forecaster_pb2.ObserveRequest, token: str = ADMIN) -> bool:
@@ -113,10 +119,10 @@ def test_completions_recalibrate_the_model_and_are_idempotent(client: Client, en
         features = {**FEATURES, "tokens": 1e7 * (i + 1)}
         seconds = 3 * training_seconds(parse_training(features, 2))
         request = forecaster_pb2.ObserveRequest(key=f"import-{i}", job_id=f"old-{i}", duration_seconds=seconds,
-                                                spec=spec(features=features))
+                                                spec=wire_spec(features=features))
         assert observe(endpoint, request) is True
     assert observe(endpoint, forecaster_pb2.ObserveRequest(key="import-0", job_id="old-0", duration_seconds=1.0,
-                                                           spec=spec())) is False
+                                                           spec=wire_spec())) is False
     f = client.forecast(spec=spec())
     assert (f.model, f.observations) == ("learned", 30)
     assert f.p50_seconds == pytest.approx(3 * f.prior_seconds, rel=0.02)
@@ -139,7 +145,7 @@ def test_tenants_may_push_traffic_but_not_record_completions(db: Database, endpo
     token = tenant_token(db)
     assert observe(endpoint, forecaster_pb2.ObserveRequest(app="tenant-app", requests=3, at_unix=NOW - 60), token)
     with pytest.raises(grpc.RpcError) as err:
-        observe(endpoint, forecaster_pb2.ObserveRequest(job_id="x", duration_seconds=5.0, spec=spec()), token)
+        observe(endpoint, forecaster_pb2.ObserveRequest(job_id="x", duration_seconds=5.0, spec=wire_spec()), token)
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
