@@ -14,7 +14,7 @@ from rota.agent.processes import ProcessTable
 from rota.agent.service import AgentRuntime
 from rota.common.config import Settings
 from rota.imagestore.settings import CheckpointSettings
-from rota.v1 import api_pb2
+from rota.v1 import node_pb2
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -50,7 +50,7 @@ def test_a_stale_reply_stops_only_the_copy_it_judged_not_a_newer_launch_of_the_s
         heartbeats = Heartbeats(Settings(admin_token="t", api_addr="127.0.0.1:9"), runtime, "127.0.0.1:10", [])
         table.launch("j-1", 2, [0], SLEEP, "", {}, True)
         sent_at = time.monotonic()  # the heartbeat leaves while epoch 2 runs ...
-        reply = api_pb2.NodeHeartbeatResponse()  # ... and its reply says: nothing placed here (paused)
+        reply = node_pb2.NodeServiceHeartbeatResponse()  # ... and its reply says: nothing placed here (paused)
         async with runtime.lock:  # a launch of the resumed job, onto this node, holds the lock
             reconciling = asyncio.create_task(heartbeats.reconcile(reply, sent_at))
             # The reconciliation has judged epoch 2 (stale: stop it) and now waits for the lock.
@@ -82,7 +82,7 @@ def test_a_job_slow_to_stop_does_not_hold_up_the_heartbeat_loop(tmp_path: Path) 
         job = table.launch("j-2", 5, [0], STUBBORN, "", {}, True)
         while not _ignores_sigterm(job.pgid):
             await asyncio.sleep(0.02)  # until the job ignores SIGTERM (before, SIGTERM would end it)
-        await heartbeats.reconcile(api_pb2.NodeHeartbeatResponse(), time.monotonic() + 1)  # nothing placed here
+        await heartbeats.reconcile(node_pb2.NodeServiceHeartbeatResponse(), time.monotonic() + 1)  # nothing placed here
         running_after_reconcile = job.exit_code()
         await heartbeats.settle()  # the stop: SIGTERM ignored, SIGKILL after the grace
         await heartbeats.close()

@@ -65,7 +65,7 @@ class ScriptedAgent:
         written = write_staged(self.store, folder, 2, 64 * 1024)
         self.store.put_manifest(image_id, b"{}")
         status = agent_pb2.AgentImageStatusResponse(
-            state="complete", manifest_json=json.dumps(written.manifest).encode(), logical_bytes=written.logical_bytes,
+            image_state=2, manifest_json=json.dumps(written.manifest).encode(), logical_bytes=written.logical_bytes,
             written_bytes=written.written_bytes, chunks=written.chunks, write_seconds=written.seconds,
             step=self.step, ranks=2,
         )
@@ -85,11 +85,11 @@ class ScriptedAgent:
         )
 
     async def image_status(self, address: str, image_id: str) -> agent_pb2.AgentImageStatusResponse:
-        status = self.images.get(image_id, agent_pb2.AgentImageStatusResponse(state="unknown"))
-        if status.state == "complete" and self.write_error:
-            return agent_pb2.AgentImageStatusResponse(state="failed", error=self.write_error)
-        if status.state == "complete" and self.writing:  # the background write is still going on
-            return agent_pb2.AgentImageStatusResponse(state="writing", step=status.step, ranks=2)
+        status = self.images.get(image_id, agent_pb2.AgentImageStatusResponse(image_state=4))
+        if status.image_state == 2 and self.write_error:
+            return agent_pb2.AgentImageStatusResponse(image_state=3, error=self.write_error)
+        if status.image_state == 2 and self.writing:  # the background write is still going on
+            return agent_pb2.AgentImageStatusResponse(image_state=1, step=status.step, ranks=2)
         return status
 
 
@@ -230,10 +230,10 @@ def test_a_write_that_fails_after_a_restart_keeps_the_last_good_image(db: Databa
     c = coordinator(db, agent)
     good = run(settled(c, c.checkpoint(job_id)))
     op = start_op(db, c, job_id, "pause", repo.COPYING)
-    agent.images[op.image_id] = agent_pb2.AgentImageStatusResponse(state="writing", step=20, ranks=2)
+    agent.images[op.image_id] = agent_pb2.AgentImageStatusResponse(image_state=1, step=20, ranks=2)
     run(c._adopt_copy(op))  # the copy was taken: the job is PAUSED, the write goes on
     assert db.run(lambda s: get_job(s, job_id)).state == js.PAUSED
-    agent.images[op.image_id] = agent_pb2.AgentImageStatusResponse(state="failed", error="disk full")
+    agent.images[op.image_id] = agent_pb2.AgentImageStatusResponse(image_state=3, error="disk full")
     fresh = coordinator(db, agent)
     run(settled(fresh, fresh.recover()))
     row = db.run(lambda s: s.get(OperationRow, op.id))

@@ -60,7 +60,7 @@ class GangAgents:
                            frozenset({"object:model"}))
         written = write_staged(self.store, folder, ranks, 64 * 1024)
         self.images[(address, request.image_id)] = agent_pb2.AgentImageStatusResponse(
-            state="complete", manifest_json=json.dumps(written.manifest).encode(), logical_bytes=written.logical_bytes,
+            image_state=2, manifest_json=json.dumps(written.manifest).encode(), logical_bytes=written.logical_bytes,
             written_bytes=written.written_bytes, chunks=written.chunks, write_seconds=written.seconds, step=30,
             ranks=len(ranks),
         )
@@ -69,7 +69,7 @@ class GangAgents:
             copy_seconds=0.01, pause_seconds=0.03 if request.pause else 0.0)
 
     async def image_status(self, address: str, image_id: str) -> agent_pb2.AgentImageStatusResponse:
-        return self.images.get((address, image_id), agent_pb2.AgentImageStatusResponse(state="unknown"))
+        return self.images.get((address, image_id), agent_pb2.AgentImageStatusResponse(image_state=4))
 
 
 @pytest.fixture(scope="module")
