@@ -58,6 +58,27 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _saved_state(state_dir: Path | None) -> tuple[Path | None, Path | None, dict[str, dict[str, Any]], dict[str, Any] | None]:
+    """What a restarted run finds in --state-dir: (its agents-done file, its controller file,
+    the agents already done, the controller's saved state)."""
+    done_file = controller_file = None
+    finished: dict[str, dict[str, Any]] = {}
+    state: dict[str, Any] | None = None
+    if state_dir is None:
+        return done_file, controller_file, finished, state
+    state_dir.mkdir(parents=True, exist_ok=True)
+    done_file, controller_file = state_dir / "agents_done.jsonl", state_dir / "controller.json"
+    if done_file.exists():
+        for line in done_file.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                finished[row["agent"]] = row
+    if controller_file.exists():
+        saved = json.loads(controller_file.read_text(encoding="utf-8"))
+        state = {"window": saved["window"], "slow_start": saved["slow_start"], "hit_ewma": saved["hit_ewma"]}
+    return done_file, controller_file, finished, state
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
@@ -70,20 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentic_batch: {exc}", file=sys.stderr)
         return 2
     torch.set_num_threads(1)
-    done_file = controller_file = None
-    finished: dict[str, dict[str, Any]] = {}
-    state: dict[str, Any] | None = None
-    if args.state_dir is not None:
-        args.state_dir.mkdir(parents=True, exist_ok=True)
-        done_file, controller_file = args.state_dir / "agents_done.jsonl", args.state_dir / "controller.json"
-        if done_file.exists():
-            for line in done_file.read_text(encoding="utf-8").splitlines():
-                if line.strip():
-                    row = json.loads(line)
-                    finished[row["agent"]] = row
-        if controller_file.exists():
-            saved = json.loads(controller_file.read_text(encoding="utf-8"))
-            state = {"window": saved["window"], "slow_start": saved["slow_start"], "hit_ewma": saved["hit_ewma"]}
+    done_file, controller_file, finished, state = _saved_state(args.state_dir)
     controller = AdmissionController(config, state=state)
     engine: Engine = engine_for(w)
     server = MetricsServer(engine.snapshot, port=args.port)

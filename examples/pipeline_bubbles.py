@@ -75,6 +75,33 @@ def _set_mode(clock: BubbleClock, pid: int, step: int) -> str:
     return mode
 
 
+def _report_step(clock: BubbleClock, step: int, mode: str, started: float, elapsed: float,
+                 windows: list[tuple[float, float, float]]) -> dict[str, object]:
+    """Stage 0's measured step: reported to Rota with its bubbles; its row of the timeline."""
+    rota.runtime.report(step=step, step_s=elapsed, bubble_s=sum(e - s for s, e, _ in windows),
+                        bubble_free_mb=round(free_mb(), 1),
+                        bubbles_ms=[[round((s - started) * 1000, 3), round((e - started) * 1000, 3)]
+                                    for s, e, _ in windows[:32]])
+    return {"mode": mode, "start": started, "end": started + elapsed, "step_s": elapsed,
+            "bubble_s": sum(e - s for s, e, _ in windows),
+            "bubble_busy_s": sum((e - s) * b for s, e, b in windows)}
+
+
+def _pause_trials(*pids: int | None) -> None:
+    for pid in pids:
+        if pid is not None:
+            os.kill(pid, signal.SIGSTOP)  # leave the trial paused
+
+
+def _write_timeline(path: Path, clock: BubbleClock, step_times: list[float], first_measured: float,
+                    steps_log: list[dict[str, object]]) -> None:
+    out = {"step_s": step_times, "median_step_s": statistics.median(step_times), **clock.summary(),
+           "start": first_measured, "compute": clock.compute, "bubbles": [[s, e] for s, e, _ in clock.bubbles],
+           "trial_running": clock.resumed, "steps": steps_log,
+           "bubble_busy_windows": [b for _, _, b in clock.bubbles]}
+    path.write_text(json.dumps(out), encoding="utf-8")
+
+
 def stage_main(rank: int, args: argparse.Namespace) -> None:
     if args.cores:
         os.sched_setaffinity(0, {args.cores[rank]})
@@ -116,25 +143,12 @@ def stage_main(rank: int, args: argparse.Namespace) -> None:
         if step >= args.warmup:
             step_times.append(elapsed)
             if on_stage0:
-                windows = clock.bubbles[windows_before:]
-                steps_log.append({"mode": mode, "start": started, "end": started + elapsed, "step_s": elapsed,
-                                  "bubble_s": sum(e - s for s, e, _ in windows),
-                                  "bubble_busy_s": sum((e - s) * b for s, e, b in windows)})
-                rota.runtime.report(step=step, step_s=elapsed, bubble_s=sum(e - s for s, e, _ in windows),
-                                    bubble_free_mb=round(free_mb(), 1),
-                                    bubbles_ms=[[round((s - started) * 1000, 3), round((e - started) * 1000, 3)]
-                                                for s, e, _ in windows[:32]])
-    for pid in (clock.squeeze_pid, args.cycle_pid if on_stage0 else None):
-        if pid is not None:
-            os.kill(pid, signal.SIGSTOP)  # leave the trial paused
+                steps_log.append(_report_step(clock, step, mode, started, elapsed, clock.bubbles[windows_before:]))
+    _pause_trials(clock.squeeze_pid, args.cycle_pid if on_stage0 else None)
     clock.release()  # the agent's guests run on: they take this job's GPUs over
     dist.barrier()
     if on_stage0 and args.timeline:
-        out = {"step_s": step_times, "median_step_s": statistics.median(step_times), **clock.summary(),
-               "start": first_measured, "compute": clock.compute, "bubbles": [[s, e] for s, e, _ in clock.bubbles],
-               "trial_running": clock.resumed, "steps": steps_log,
-               "bubble_busy_windows": [b for _, _, b in clock.bubbles]}
-        Path(args.timeline).write_text(json.dumps(out), encoding="utf-8")
+        _write_timeline(Path(args.timeline), clock, step_times, first_measured, steps_log)
     dist.destroy_process_group()
 
 

@@ -554,23 +554,9 @@ def rota_metrics() -> dict[str, frozenset[str]]:
     NAME_sum, NAME_count) and Gauge in rota.common.metrics, and the families that the
     scrape-time collectors build with rota.common.metrics.gauge(NAME, HELP, LABELS, ROWS)."""
     out: dict[str, frozenset[str]] = {}
-
-    def strings(node: ast.expr | None) -> frozenset[str]:
-        if node is None:
-            return frozenset()
-        assert isinstance(node, ast.List | ast.Tuple), ast.dump(node)
-        values = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-        assert len(values) == len(node.elts), ast.dump(node)
-        return frozenset(values)
-
     for path in sorted(METRIC_SOURCES.glob("**/metrics.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        kinds: dict[str, str] = {}  # local name -> what it makes
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module in {"prometheus_client", "rota.common.metrics"}:
-                for alias in node.names:
-                    if alias.name in {"Counter", "Gauge", "Histogram", "gauge"}:
-                        kinds[alias.asname or alias.name] = alias.name
+        kinds = _metric_makers(tree)
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in kinds):
                 continue
@@ -578,7 +564,7 @@ def rota_metrics() -> dict[str, frozenset[str]]:
             assert isinstance(first, ast.Constant) and isinstance(first.value, str), f"{path}: {ast.dump(node)}"
             name = first.value
             keywords = {k.arg: k.value for k in node.keywords}
-            labels = strings(node.args[2] if len(node.args) > 2 else keywords.get("labels" if kind == "gauge" else "labelnames"))
+            labels = _strings(node.args[2] if len(node.args) > 2 else keywords.get("labels" if kind == "gauge" else "labelnames"))
             if kind == "Counter":
                 out[name.removesuffix("_total") + "_total"] = labels
             elif kind == "Histogram":
@@ -587,6 +573,26 @@ def rota_metrics() -> dict[str, frozenset[str]]:
             else:
                 out[name] = labels
     return out
+
+
+def _metric_makers(tree: ast.Module) -> dict[str, str]:
+    """The module's local names for what makes a metric -> what it makes."""
+    kinds: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in {"prometheus_client", "rota.common.metrics"}:
+            for alias in node.names:
+                if alias.name in {"Counter", "Gauge", "Histogram", "gauge"}:
+                    kinds[alias.asname or alias.name] = alias.name
+    return kinds
+
+
+def _strings(node: ast.expr | None) -> frozenset[str]:
+    if node is None:
+        return frozenset()
+    assert isinstance(node, ast.List | ast.Tuple), ast.dump(node)
+    values = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    assert len(values) == len(node.elts), ast.dump(node)
+    return frozenset(values)
 
 
 def metric_families() -> set[str]:

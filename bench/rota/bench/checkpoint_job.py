@@ -76,18 +76,7 @@ def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
     params = make_params(args.state_mb, fill=not restoring, seed=args.seed)
     opt = torch.optim.Adam(params, lr=1e-3, foreach=False)
     timings: dict[str, float] = {}
-    start = 0
-    if args.load is not None:
-        saved = torch.load(args.load)
-        params.load_state_dict(saved["params"])
-        opt.load_state_dict(saved["optimizer"])
-        start = int(saved["step"])
-    elif args.dcp_load is not None:
-        model_state, optim_state = get_state_dict(params, opt)  # fills Adam's moments to load into
-        both: dict[str, Any] = {"params": model_state, "optimizer": optim_state, "step": 0}
-        dcp.load(both, checkpoint_id=str(args.dcp_load))
-        set_state_dict(params, opt, model_state_dict=both["params"], optim_state_dict=both["optimizer"])
-        start = int(both["step"])
+    start = _load_framework_checkpoint(args, params, opt)
     ckpt = rota.runtime.Checkpointer(params=params, optimizer=opt, replicated=("params", "optimizer"))
     if os.environ.get("ROTA_RESTORE_DIR"):
         timings = {"t_start": T_START, "t_restore": time.time()}
@@ -108,22 +97,45 @@ def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
             if timings and "t_step" not in timings:
                 timings["t_step"] = time.time()  # the first step done; every report repeats it
             rota.runtime.report(step=step, **timings)
-        dcp_path = args.dcp_save or args.dcp_async
-        if dcp_path is not None and _agreed(Path(f"{dcp_path}.go").exists(), args.ranks):
-            save_dcp(params, opt, step, dcp_path, asynchronous=args.dcp_async is not None, fsync=args.fsync,
-                     rank=rank, ranks=args.ranks)
-            os._exit(0)
-        if args.save is not None and _agreed(Path(f"{args.save}.go").exists(), args.ranks):
-            if rank == 0:
-                torch.save({"params": params.state_dict(), "optimizer": opt.state_dict(), "step": step}, args.save)
-                if args.fsync:
-                    with open(args.save, "rb") as f:
-                        os.fsync(f.fileno())
-            if args.ranks > 1:
-                dist.barrier()
-            os._exit(0)  # as a paused job does: no interpreter teardown
+        _save_if_asked(args, rank, params, opt, step)
         ckpt.safe_point(step)
         time.sleep(0.01)
+
+
+def _load_framework_checkpoint(args: argparse.Namespace, params: nn.ParameterList,
+                               opt: torch.optim.Optimizer) -> int:
+    """The state from --load (torch.save) or --dcp-load (DCP), if given; the step to go on from."""
+    if args.load is not None:
+        saved = torch.load(args.load)
+        params.load_state_dict(saved["params"])
+        opt.load_state_dict(saved["optimizer"])
+        return int(saved["step"])
+    if args.dcp_load is not None:
+        model_state, optim_state = get_state_dict(params, opt)  # fills Adam's moments to load into
+        both: dict[str, Any] = {"params": model_state, "optimizer": optim_state, "step": 0}
+        dcp.load(both, checkpoint_id=str(args.dcp_load))
+        set_state_dict(params, opt, model_state_dict=both["params"], optim_state_dict=both["optimizer"])
+        return int(both["step"])
+    return 0
+
+
+def _save_if_asked(args: argparse.Namespace, rank: int, params: nn.ParameterList, opt: torch.optim.Optimizer,
+                   step: int) -> None:
+    """When the bench's `.go` file appears: the framework checkpoint a user would take, then exit."""
+    dcp_path = args.dcp_save or args.dcp_async
+    if dcp_path is not None and _agreed(Path(f"{dcp_path}.go").exists(), args.ranks):
+        save_dcp(params, opt, step, dcp_path, asynchronous=args.dcp_async is not None, fsync=args.fsync,
+                 rank=rank, ranks=args.ranks)
+        os._exit(0)
+    if args.save is not None and _agreed(Path(f"{args.save}.go").exists(), args.ranks):
+        if rank == 0:
+            torch.save({"params": params.state_dict(), "optimizer": opt.state_dict(), "step": step}, args.save)
+            if args.fsync:
+                with open(args.save, "rb") as f:
+                    os.fsync(f.fileno())
+        if args.ranks > 1:
+            dist.barrier()
+        os._exit(0)  # as a paused job does: no interpreter teardown
 
 
 def save_dcp(params: nn.ParameterList, opt: torch.optim.Optimizer, step: int, path: Path, *, asynchronous: bool,

@@ -25,6 +25,15 @@ def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
         for i, v in enumerate(sample):
             if not math.isfinite(v):
                 raise ValueError(f"{name}[{i}]: {v!r} is not finite")
+    concordant, discordant, ties_x, ties_y = _pair_counts(x, y)
+    denom = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
+    if denom == 0:
+        raise ValueError("x: a constant sample has no ranking; tau is undefined")
+    return (concordant - discordant) / denom
+
+
+def _pair_counts(x: Sequence[float], y: Sequence[float]) -> tuple[int, int, int, int]:
+    """(concordant, discordant, tied in x only, tied in y only) over all pairs."""
     concordant = discordant = ties_x = ties_y = 0
     n = len(x)
     for i in range(n):
@@ -41,7 +50,4 @@ def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
                 concordant += 1
             else:
                 discordant += 1
-    denom = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
-    if denom == 0:
-        raise ValueError("x: a constant sample has no ranking; tau is undefined")
-    return (concordant - discordant) / denom
+    return concordant, discordant, ties_x, ties_y

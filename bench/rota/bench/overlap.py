@@ -101,7 +101,7 @@ def _table(cases: list[dict[str, Any]], details: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rota bench overlap", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--blocks", nargs="+", default=list(BLOCK_NAMES), choices=BLOCK_NAMES)
@@ -121,7 +121,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--case-timeout", type=float, default=900.0)
     parser.add_argument("--detail", help="write plans, refusals and calibration per case as JSON here")
     parser.add_argument("--verbose", action="store_true", help="show the ranks' stderr")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.verify < 0:
         parser.error(f"--verify must be at least 0, got {args.verify}")
     for field in ("k", "iters", "batch", "seq", "model", "hidden"):
@@ -131,6 +134,12 @@ def main(argv: list[str]) -> int:
         parser.error(f"--k must be at least 2, got {args.k}")
     if any(r < 2 for r in args.ranks):
         parser.error(f"--ranks must each be at least 2, got {args.ranks}")
+
+
+def main(argv: list[str]) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _check_args(parser, args)
     links = list(args.links)
     if "shaped" in links and (why := can_shape()):
         print(f"skipping shaped cases: {why}", file=sys.stderr)

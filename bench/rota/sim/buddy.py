@@ -9,6 +9,8 @@ lies past the end of the cluster, so it never merges.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class Buddy:
     def __init__(self, total: int, gpus_per_node: int = 8) -> None:
@@ -59,24 +61,28 @@ class Buddy:
         """
         if order > self.max_order:
             return None
-        size = 1 << order
         if soft is not None:
-            for k in range(order, self.max_order + 1):
-                for off in sorted(self.free[k]):
-                    for sub in range(off, off + (1 << k), size):
-                        if soft.find(1, sub, sub + size) == -1 and (allowed is None or allowed >> sub & 1):
-                            return self._take(off, k, order, sub)
+            sub = self._first_start(order, lambda sub, size: soft.find(1, sub, sub + size) == -1
+                                    and (allowed is None or bool(allowed >> sub & 1)))
+            if sub is not None:
+                return sub
             if not use_soft:
                 return None
+        if allowed is None:
+            for k in range(order, self.max_order + 1):
+                if self.free[k]:
+                    off = min(self.free[k])
+                    return self._take(off, k, order, off)
+            return None
+        return self._first_start(order, lambda sub, size: bool(allowed >> sub & 1))
+
+    def _first_start(self, order: int, ok: Callable[[int, int], bool]) -> int | None:
+        """Takes the first block of 2^order, by best fit then offset, whose start `ok` accepts."""
+        size = 1 << order
         for k in range(order, self.max_order + 1):
-            if not self.free[k]:
-                continue
-            if allowed is None:
-                off = min(self.free[k])
-                return self._take(off, k, order, off)
             for off in sorted(self.free[k]):
                 for sub in range(off, off + (1 << k), size):
-                    if allowed >> sub & 1:
+                    if ok(sub, size):
                         return self._take(off, k, order, sub)
         return None
 

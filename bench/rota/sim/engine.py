@@ -262,38 +262,17 @@ class Simulator:
         for r in expired:
             self._release(r.block, r.order)
             soft[r.block : r.block + r.gpus] = b"\x01" * r.gpus  # type: ignore[index]
-        largest = [self.alloc.largest_free_order()]
-        kept: set[int] = set()
-        placed: list[tuple[Run, int]] = []
-
-        def try_place(r: Run, displace: bool = True) -> bool:
-            """Place `r`; with displace=False a pending job may not take an expired job's GPUs."""
-            if r.order > largest[0]:
-                return False
-            if r.state == RUNNING:
-                if not self.alloc.claim(r.block, r.order):
-                    return False
-                kept.add(r.idx)
-                soft[r.block : r.block + r.gpus] = bytes(r.gpus)  # type: ignore[index]
-            else:
-                contested = soft if len(kept) < len(expired) else None
-                off = self.alloc.alloc(r.order, contested, displace, r.allowed)
-                if off is None:
-                    return False
-                placed.append((r, off))
-            largest[0] = self.alloc.largest_free_order()
-            return True
-
+        placer = _Placer(self.alloc, soft, len(expired))
         cands = list(self.pending.values()) + expired
-        self.policy.walk(self, now, cands, try_place, lambda: self.alloc.free_gpus == 0)
+        self.policy.walk(self, now, cands, placer.try_place, lambda: self.alloc.free_gpus == 0)
         # 4. An expired job nobody displaced keeps running (idle GPUs help nobody);
         #    one whose block was taken is checkpointed.
         for r in expired:
-            if r.idx in kept or self.alloc.claim(r.block, r.order):
+            if r.idx in placer.kept or self.alloc.claim(r.block, r.order):
                 self._renew(r, now)
             else:
                 self._preempt(r, now)
-        for r, off in placed:
+        for r, off in placer.placed:
             self._start(r, off, now)
         self._start_reserved(now)
 
@@ -381,3 +360,32 @@ def _allowed(j: Job, masks: StartMasks | None) -> int | None:
         where = " under one switch" if j.same_switch else ""
         raise ValueError(f"job {j.id}: no aligned block of {j.gpus} GPUs{what}{where} in the cluster")
     return allowed
+
+
+class _Placer:
+    """A round's placements: running jobs that keep their block, and pending jobs' new blocks.
+    `soft` marks the expired jobs' GPUs, which go last while any expired job may still keep its own."""
+
+    def __init__(self, alloc: Buddy, soft: bytearray | None, expired: int) -> None:
+        self.alloc, self.soft, self.expired = alloc, soft, expired
+        self.largest = alloc.largest_free_order()
+        self.kept: set[int] = set()
+        self.placed: list[tuple[Run, int]] = []
+
+    def try_place(self, r: Run, displace: bool = True) -> bool:
+        """Place `r`; with displace=False a pending job may not take an expired job's GPUs."""
+        if r.order > self.largest:
+            return False
+        if r.state == RUNNING:
+            if not self.alloc.claim(r.block, r.order):
+                return False
+            self.kept.add(r.idx)
+            self.soft[r.block : r.block + r.gpus] = bytes(r.gpus)  # type: ignore[index]
+        else:
+            contested = self.soft if len(self.kept) < self.expired else None
+            off = self.alloc.alloc(r.order, contested, displace, r.allowed)
+            if off is None:
+                return False
+            self.placed.append((r, off))
+        self.largest = self.alloc.largest_free_order()
+        return True

@@ -145,15 +145,7 @@ class Fair:
         cfg = sim.fcfg
         alloc = _allocated(sim, cands)
         # 1. Renewals of tenants within their quota are not contested.
-        contest: dict[str, list[Run]] = {}
-        for r in cands:
-            if r.state == PENDING:
-                continue
-            if sim.holding[r.tenant] <= sim.quota[r.tenant]:
-                try_place(r)
-                alloc[r.tenant] += r.gpus
-            else:
-                contest.setdefault(r.tenant, []).append(r)
+        contest = _renew_within_quota(sim, cands, alloc, try_place)
         # 2. Pending jobs too large for every block that is or may become free sit out.
         largest = sim.alloc.largest_free_order()
         for t, queue in sim.pending_by_tenant.items():
@@ -169,24 +161,7 @@ class Fair:
         starving: set[int] = set()
 
         def key(r: Run) -> tuple[int, float, float]:
-            # Fast path, same result as fair_job_key: a job that has not run yet and is not
-            # starving has U_j = 0 < D_j, so F_j = 0 (most of a long queue looks like this).
-            if r.state == PENDING and r.held_s == 0 and now - r.pending_since < cfg.starvation_s:
-                if sim.quota[r.tenant] > 0 and now > r.job.submit_s:
-                    return (1, 0.0, r.job.submit_s)
-            view = JobView(
-                r.job.id,
-                r.tenant,
-                r.gpus,
-                r.job.submit_s,
-                used=r.gpus * r.held(now),
-                deserved=sim.clocks[r.tenant].deserved(now, r.job.id),
-                pending_since=r.pending_since if r.state == PENDING else None,
-            )
-            k = fair_job_key(view, now, cfg)
-            if k[0] == 0:
-                starving.add(r.idx)
-            return k
+            return _fair_key(sim, r, now, starving)
 
         def jobs_of(t: str) -> list[Run]:
             return sorted(contest[t], key=key)
@@ -204,6 +179,44 @@ class Fair:
         oldest = next(iter(sim.pending.values()), None)
         if oldest is not None and now - oldest.pending_since >= cfg.starvation_s:
             sim.reserve(oldest)
+
+
+def _renew_within_quota(sim: Simulator, cands: list[Run], alloc: dict[str, int], try_place: TryPlace,
+                        ) -> dict[str, list[Run]]:
+    """Renews the running candidates of tenants within their quota; the others' contest the rest."""
+    contest: dict[str, list[Run]] = {}
+    for r in cands:
+        if r.state == PENDING:
+            continue
+        if sim.holding[r.tenant] <= sim.quota[r.tenant]:
+            try_place(r)
+            alloc[r.tenant] += r.gpus
+        else:
+            contest.setdefault(r.tenant, []).append(r)
+    return contest
+
+
+def _fair_key(sim: Simulator, r: Run, now: float, starving: set[int]) -> tuple[int, float, float]:
+    """fair_job_key of a run; a starving run's index goes into `starving`."""
+    cfg = sim.fcfg
+    # Fast path, same result as fair_job_key: a job that has not run yet and is not
+    # starving has U_j = 0 < D_j, so F_j = 0 (most of a long queue looks like this).
+    if r.state == PENDING and r.held_s == 0 and now - r.pending_since < cfg.starvation_s:
+        if sim.quota[r.tenant] > 0 and now > r.job.submit_s:
+            return (1, 0.0, r.job.submit_s)
+    view = JobView(
+        r.job.id,
+        r.tenant,
+        r.gpus,
+        r.job.submit_s,
+        used=r.gpus * r.held(now),
+        deserved=sim.clocks[r.tenant].deserved(now, r.job.id),
+        pending_since=r.pending_since if r.state == PENDING else None,
+    )
+    k = fair_job_key(view, now, cfg)
+    if k[0] == 0:
+        starving.add(r.idx)
+    return k
 
 
 POLICIES: dict[str, Callable[[], Fifo | Sjf | Las | Ftf | Drf | Fair]] = {

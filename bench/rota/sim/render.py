@@ -35,6 +35,7 @@ its metrics load neither.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -262,77 +263,10 @@ def render(
         plt.close(fig)
         return path
 
+    look = _Look(tenants, colour, dashes, label, window_h, cum_lim, xmax, heat_cmap, heat_norm)
     written: list[Path] = []
     for name, (at, cum, win) in series.items():
-        days = at / DAY_S
-        fig, (top, bottom) = plt.subplots(
-            2, 1, figsize=(13, 9), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
-        )
-        for t in tenants:
-            if t in cum:
-                top.plot(
-                    days,
-                    np.clip(cum[t], *cum_lim),
-                    color=colour[t],
-                    linestyle=dashes[t],
-                    linewidth=1.4,
-                    label=label[t],
-                )
-        _ratio_axis(top, *cum_lim)
-        top.set_ylabel("tenant F = U / D (log scale)")
-        top.set_title(
-            "cumulative from t = 0: U and D summed since the start (the table's F at the end)",
-            fontsize=10,
-            loc="left",
-        )
-        top.legend(
-            loc="upper left",
-            bbox_to_anchor=(1.01, 1.0),
-            fontsize=9,
-            title="tenant (quota, GPUs)",
-            title_fontsize=9,
-            frameon=False,
-        )
-        # Sliding window: one row per tenant, colour = log2 F (red under-served, blue over).
-        rows = [t for t in tenants if t in win]
-        # F = 0 (owed, had none) sits at the bottom of the scale; NaN (nothing owed) stays grey.
-        floor = 2.0 ** -(_HEAT_LOG2 + 1)
-        grid = (
-            np.vstack([np.log2(np.where(win[t] == 0, floor, win[t])) for t in rows])
-            if rows
-            else np.full((1, len(at)), np.nan)
-        )
-        step = (days[1] - days[0]) / 2 if len(days) > 1 else 0.5
-        im = bottom.imshow(
-            np.ma.masked_invalid(grid),
-            aspect="auto",
-            interpolation="nearest",
-            cmap=heat_cmap,
-            norm=heat_norm,
-            extent=(days[0] - step, days[-1] + step, len(rows) - 0.5, -0.5),
-        )
-        bottom.set_yticks(range(len(rows)), [label[t] for t in rows], fontsize=8)
-        bottom.set_title(
-            f"sliding {window_h} window: U and D over (t − {window_h}, t]; grey = nothing owed in the window",
-            fontsize=10,
-            loc="left",
-        )
-        cax = bottom.inset_axes((1.01, 0.0, 0.015, 1.0))
-        ticks = list(range(-_HEAT_LOG2, _HEAT_LOG2 + 1))
-        bar = fig.colorbar(im, cax=cax, ticks=ticks)
-        bar.ax.set_yticklabels(
-            [("≤" if k == ticks[0] else "≥" if k == ticks[-1] else "") + _pow2_label(2.0**k) for k in ticks],
-            fontsize=8,
-        )
-        bar.set_label("F (red: under-served)", fontsize=8)
-        bottom.set_xlabel("simulated time (days)")
-        bottom.set_xlim(0, xmax)
-        final = max_over_min({t: f[-1:] for t, f in cum.items()})
-        tail = f"; at the end max F / min F = {final[0]:.2f}" if len(final) and np.isfinite(final[0]) else ""
-        fig.suptitle(
-            f"{name}: per-tenant fairness F = used / deserved GPU-time, {gpus} GPUs{tail}", fontsize=12
-        )
-        fig.tight_layout()
+        fig = _fairness_figure(plt, look, name, at, cum, win, gpus)
         written.append(save(fig, f"fairness_{name}.png"))
 
     # max F / min F over time, every policy on one figure.
@@ -374,6 +308,105 @@ def render(
     written.append(save(fig, "fairness_max_min.png"))
 
     # JCT CDFs.
+    written.append(save(_jct_figure(plt, NullLocator, runs, pol_colour, gpus), "jct_cdf.png"))
+    return written
+
+
+@dataclass(frozen=True)
+class _Look:
+    """What every policy's fairness figure shares: tenants' order, colours and labels, and the axes' ranges."""
+
+    tenants: list[str]
+    colour: dict[str, Any]
+    dashes: dict[str, str]
+    label: dict[str, str]
+    window_h: str
+    cum_lim: tuple[float, float]
+    xmax: float
+    heat_cmap: Any
+    heat_norm: Any
+
+
+def _fairness_figure(plt: Any, look: _Look, name: str, at: Array, cum: dict[str, Array], win: dict[str, Array],
+                     gpus: int) -> Any:
+    """One policy's figure: each tenant's cumulative F above, its sliding-window F as a heatmap below."""
+    tenants, colour, dashes, label, window_h = look.tenants, look.colour, look.dashes, look.label, look.window_h
+    cum_lim, xmax, heat_cmap, heat_norm = look.cum_lim, look.xmax, look.heat_cmap, look.heat_norm
+    days = at / DAY_S
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(13, 9), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
+    )
+    for t in tenants:
+        if t in cum:
+            top.plot(
+                days,
+                np.clip(cum[t], *cum_lim),
+                color=colour[t],
+                linestyle=dashes[t],
+                linewidth=1.4,
+                label=label[t],
+            )
+    _ratio_axis(top, *cum_lim)
+    top.set_ylabel("tenant F = U / D (log scale)")
+    top.set_title(
+        "cumulative from t = 0: U and D summed since the start (the table's F at the end)",
+        fontsize=10,
+        loc="left",
+    )
+    top.legend(
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=9,
+        title="tenant (quota, GPUs)",
+        title_fontsize=9,
+        frameon=False,
+    )
+    # Sliding window: one row per tenant, colour = log2 F (red under-served, blue over).
+    rows = [t for t in tenants if t in win]
+    # F = 0 (owed, had none) sits at the bottom of the scale; NaN (nothing owed) stays grey.
+    floor = 2.0 ** -(_HEAT_LOG2 + 1)
+    grid = (
+        np.vstack([np.log2(np.where(win[t] == 0, floor, win[t])) for t in rows])
+        if rows
+        else np.full((1, len(at)), np.nan)
+    )
+    step = (days[1] - days[0]) / 2 if len(days) > 1 else 0.5
+    im = bottom.imshow(
+        np.ma.masked_invalid(grid),
+        aspect="auto",
+        interpolation="nearest",
+        cmap=heat_cmap,
+        norm=heat_norm,
+        extent=(days[0] - step, days[-1] + step, len(rows) - 0.5, -0.5),
+    )
+    bottom.set_yticks(range(len(rows)), [label[t] for t in rows], fontsize=8)
+    bottom.set_title(
+        f"sliding {window_h} window: U and D over (t − {window_h}, t]; grey = nothing owed in the window",
+        fontsize=10,
+        loc="left",
+    )
+    cax = bottom.inset_axes((1.01, 0.0, 0.015, 1.0))
+    ticks = list(range(-_HEAT_LOG2, _HEAT_LOG2 + 1))
+    bar = fig.colorbar(im, cax=cax, ticks=ticks)
+    bar.ax.set_yticklabels(
+        [("≤" if k == ticks[0] else "≥" if k == ticks[-1] else "") + _pow2_label(2.0**k) for k in ticks],
+        fontsize=8,
+    )
+    bar.set_label("F (red: under-served)", fontsize=8)
+    bottom.set_xlabel("simulated time (days)")
+    bottom.set_xlim(0, xmax)
+    final = max_over_min({t: f[-1:] for t, f in cum.items()})
+    tail = f"; at the end max F / min F = {final[0]:.2f}" if len(final) and np.isfinite(final[0]) else ""
+    fig.suptitle(
+        f"{name}: per-tenant fairness F = used / deserved GPU-time, {gpus} GPUs{tail}", fontsize=12
+    )
+    fig.tight_layout()
+    return fig
+
+
+def _jct_figure(plt: Any, NullLocator: Any, runs: Mapping[str, Sequence[JobRecord]], pol_colour: dict[str, Any],
+                gpus: int) -> Any:
+    """Every policy's CDF of job completion times on one figure."""
     fig, ax = plt.subplots(figsize=(11, 6.5))
     lo_h = np.inf
     for name, jobs in runs.items():
@@ -406,5 +439,4 @@ def render(
     n = max((len(j) for j in runs.values()), default=0)
     ax.set_title(f"JCT CDF, {gpus} GPUs, {n:,} jobs", fontsize=12)
     fig.tight_layout()
-    written.append(save(fig, "jct_cdf.png"))
-    return written
+    return fig

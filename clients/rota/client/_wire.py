@@ -69,12 +69,7 @@ def spec_to_proto(spec: JobSpec, *, base_dir: Path | None = None) -> common_pb2.
     """The wire message of a JobSpec; a relative workdir is resolved against `base_dir`
     (default: the current directory). InvalidArgumentError naming the field for what cannot
     be put on the wire at all (an unknown kind or restart policy, features that are not JSON)."""
-    if spec.kind not in _KIND_VALUES:
-        raise InvalidArgumentError(f"kind: unknown kind {spec.kind!r}; one of {', '.join(JobKind)}", field="kind")
-    if spec.restart not in _RESTART_VALUES:
-        raise InvalidArgumentError(f"restart: one of {', '.join(_RESTART_VALUES)} (got {spec.restart!r})", field="restart")
-    if isinstance(spec.command, str):
-        raise InvalidArgumentError("command: must be a list of strings, not one string", field="command")
+    _check_wire_fields(spec)
     workdir = os.fspath(spec.workdir)
     if not os.path.isabs(workdir):
         workdir = str(((base_dir or Path.cwd()) / workdir).resolve())
@@ -89,22 +84,39 @@ def spec_to_proto(spec: JobSpec, *, base_dir: Path | None = None) -> common_pb2.
     )
     if spec.nodes and spec.gpus_per_node and spec.gpus == 1:
         message.gpus = 0  # the default: the server sets nodes x gpus_per_node
+    _add_dependencies(message, spec)
+    if spec.duration is not None:
+        message.duration_seconds = spec.duration.total_seconds()
+    if spec.features:
+        message.features.CopyFrom(_features(spec))
+    return message
+
+
+def _check_wire_fields(spec: JobSpec) -> None:
+    if spec.kind not in _KIND_VALUES:
+        raise InvalidArgumentError(f"kind: unknown kind {spec.kind!r}; one of {', '.join(JobKind)}", field="kind")
+    if spec.restart not in _RESTART_VALUES:
+        raise InvalidArgumentError(f"restart: one of {', '.join(_RESTART_VALUES)} (got {spec.restart!r})", field="restart")
+    if isinstance(spec.command, str):
+        raise InvalidArgumentError("command: must be a list of strings, not one string", field="command")
+
+
+def _add_dependencies(message: common_pb2.JobSpec, spec: JobSpec) -> None:
     for i, dep in enumerate(spec.depends_on):
         dep = Dependency(dep) if isinstance(dep, str) else dep
         if dep.when not in _CONDITION_VALUES:
             raise InvalidArgumentError(f"depends_on[{i}].when: one of {', '.join(_CONDITION_VALUES)} (got {dep.when!r})",
                                        field=f"depends_on[{i}].when")
         message.depends_on.add(job=dep.job, when=_CONDITION_VALUES[dep.when])
-    if spec.duration is not None:
-        message.duration_seconds = spec.duration.total_seconds()
-    if spec.features:
-        features = struct_pb2.Struct()
-        try:
-            features.update(dict(spec.features))
-        except (ValueError, TypeError) as exc:
-            raise InvalidArgumentError(f"features: must hold JSON values ({exc})", field="features") from exc
-        message.features.CopyFrom(features)
-    return message
+
+
+def _features(spec: JobSpec) -> struct_pb2.Struct:
+    features = struct_pb2.Struct()
+    try:
+        features.update(dict(spec.features))
+    except (ValueError, TypeError) as exc:
+        raise InvalidArgumentError(f"features: must hold JSON values ({exc})", field="features") from exc
+    return features
 
 
 def spec_from_proto(message: common_pb2.JobSpec) -> JobSpec:

@@ -64,28 +64,40 @@ def _normalise(key: str, value: Any, depth: int = 0) -> Any:
             raise ValueError(f"progress value {key!r} is not finite: {value!r}")
         return float(value)
     if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise ValueError(f"progress value {key!r} has a non-string key {k!r}; JSON keys are strings")
-            out[k] = _normalise(f"{key}.{k}", v, depth + 1)
-        return out
+        return _normalise_mapping(key, value, depth)
     if isinstance(value, list | tuple):
         return [_normalise(f"{key}[{i}]", v, depth + 1) for i, v in enumerate(value)]
-    item = getattr(value, "item", None)
-    if callable(item):
-        try:
-            scalar = item()
-        except (TypeError, ValueError, RuntimeError) as exc:
-            raise ValueError(
-                f"progress value {key!r} of type {type(value).__name__} is not a single number: {exc}"
-            ) from None
-        if isinstance(scalar, bool | int | float):
-            return _normalise(key, scalar, depth + 1)
+    scalar = _scalar_item(key, value)
+    if scalar is not None:
+        return _normalise(key, scalar, depth + 1)
     raise ValueError(
         f"progress value {key!r} of type {type(value).__name__} cannot be written as JSON "
         "(use numbers, strings, booleans, None, lists or dicts of them)"
     )
+
+
+def _normalise_mapping(key: str, value: Mapping[Any, Any], depth: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        if not isinstance(k, str):
+            raise ValueError(f"progress value {key!r} has a non-string key {k!r}; JSON keys are strings")
+        out[k] = _normalise(f"{key}.{k}", v, depth + 1)
+    return out
+
+
+def _scalar_item(key: str, value: Any) -> bool | int | float | None:
+    """The number a scalar-like value (numpy scalar, 0-d tensor) holds through its ``item()``;
+    None when it has no ``item()`` or that is no number."""
+    item = getattr(value, "item", None)
+    if not callable(item):
+        return None
+    try:
+        scalar = item()
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(
+            f"progress value {key!r} of type {type(value).__name__} is not a single number: {exc}"
+        ) from None
+    return scalar if isinstance(scalar, bool | int | float) else None
 
 
 def _encode(values: Mapping[str, Any]) -> bytes:

@@ -39,11 +39,7 @@ def parse_array(text: str, *, cap: int = DEFAULT_MAX_ARRAY, max_running: int = 0
         raise _bad(f"longer than {MAX_ARRAY_TEXT} characters")
     body, percent, limit = text.replace(" ", "").partition("%")
     if percent:
-        if not limit.isdigit() or int(limit) < 1:
-            raise _bad(f"%K needs a positive number of tasks at once (got {limit!r})")
-        if max_running and max_running != int(limit):
-            raise _bad(f"%{limit} and max_running {max_running} disagree")
-        max_running = int(limit)
+        max_running = _percent_cap(limit, max_running)
     if max_running < 0:
         raise _bad(f"max_running must not be negative (got {max_running})")
     if not body:
@@ -57,13 +53,28 @@ def parse_array(text: str, *, cap: int = DEFAULT_MAX_ARRAY, max_running: int = 0
             raise _bad(f"more than {cap} tasks (ROTA_MAX_ARRAY)")
         ranges.append(r)
     indices = tuple(i for r in ranges for i in r)
-    if len(ranges) > 1 and len(set(indices)) != len(indices):  # one range never repeats
-        seen: set[int] = set()
-        for i in indices:
-            if i in seen:
-                raise _bad(f"index {i} is given twice")
-            seen.add(i)
+    if len(ranges) > 1:  # one range never repeats
+        _refuse_repeats(indices)
     return ArraySpec(indices, max_running)
+
+
+def _percent_cap(limit: str, max_running: int) -> int:
+    """The cap `%K` gives, which must agree with `max_running` when that is set too."""
+    if not limit.isdigit() or int(limit) < 1:
+        raise _bad(f"%K needs a positive number of tasks at once (got {limit!r})")
+    if max_running and max_running != int(limit):
+        raise _bad(f"%{limit} and max_running {max_running} disagree")
+    return int(limit)
+
+
+def _refuse_repeats(indices: tuple[int, ...]) -> None:
+    if len(set(indices)) == len(indices):
+        return
+    seen: set[int] = set()
+    for i in indices:
+        if i in seen:
+            raise _bad(f"index {i} is given twice")
+        seen.add(i)
 
 
 def _item_range(item: str) -> range:

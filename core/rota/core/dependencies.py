@@ -136,16 +136,8 @@ class Gate:
     doomed: dict[str, str] = field(default_factory=dict)  # job -> why it fails
 
 
-def gate(
-    queue: Sequence[Queued], parent_states: Mapping[str, str], running: Mapping[str, int],
-    max_running: Mapping[str, int],
-) -> Gate:
-    """`queue` in arrival order; `parent_states`: each parent's state (an array's by
-    `array_state`; absent: gone); `running`: an array's tasks holding GPUs now;
-    `max_running`: its cap (absent or 0: none). A job that fails counts as FAILED for its
-    own dependents in the same pass, so a chain fails at once, not a plan at a time."""
-    out = Gate()
-    states = dict(parent_states)
+def _doom(queue: Sequence[Queued], states: dict[str, str], out: Gate) -> None:
+    """Mark in `out.doomed` each job a parent's outcome fails; a doomed job counts as FAILED in `states`."""
     for _ in range(len(queue) + 1):  # dependents come after their parents; a pass or two settles it
         before = len(out.doomed)
         for job in queue:
@@ -158,6 +150,19 @@ def gate(
                     break
         if len(out.doomed) == before:
             break
+
+
+def gate(
+    queue: Sequence[Queued], parent_states: Mapping[str, str], running: Mapping[str, int],
+    max_running: Mapping[str, int],
+) -> Gate:
+    """`queue` in arrival order; `parent_states`: each parent's state (an array's by
+    `array_state`; absent: gone); `running`: an array's tasks holding GPUs now;
+    `max_running`: its cap (absent or 0: none). A job that fails counts as FAILED for its
+    own dependents in the same pass, so a chain fails at once, not a plan at a time."""
+    out = Gate()
+    states = dict(parent_states)
+    _doom(queue, states, out)
     admitted: dict[str, int] = {}
     for job in queue:
         if job.id in out.doomed:

@@ -361,33 +361,18 @@ class AgentCheckpoints:
     def _materialize(self, folder: Path, image_id: str, wait_s: float = 0.0, source: str = "",
                      fallback: str = "") -> None:
         until = time.monotonic() + wait_s
-        tries, outcome = 0, ""
         try:
-            while True:
-                try:
-                    manifest = json.loads(self.store.get_manifest(image_id))
-                    break
-                except FileNotFoundError:
-                    if self._take_offer(folder, image_id):
-                        return
-                    if source:
-                        tries += 1
-                        try:
-                            outcome = self._stream(folder, image_id, source, quiet=tries % 25 != 1)
-                            if outcome == STREAMED:
-                                return
-                        except StagedFailed as exc:
-                            if not fallback:
-                                raise RuntimeError(f"its write failed at the source ({exc}) and the job has "
-                                                   "no earlier image") from exc
-                            log.warning("image %s failed at its source (%s): restoring %s", image_id, exc, fallback)
-                            image_id, source, fallback = fallback, "", ""
-                            continue
-                    if time.monotonic() >= until:
-                        raise
-                # A source that answered (no staged copy yet: its ranks are still copying) is
-                # asked again soon; one that did not, less often.
-                time.sleep(RETRY_S if source and outcome == UNREACHABLE else POLL_S * 5)
+            try:
+                manifest = self._manifest(folder, image_id, until, source)
+            except StagedFailed as exc:
+                if not fallback:
+                    raise RuntimeError(f"its write failed at the source ({exc}) and the job has "
+                                       "no earlier image") from exc
+                log.warning("image %s failed at its source (%s): restoring %s", image_id, exc, fallback)
+                image_id = fallback
+                manifest = self._manifest(folder, image_id, until, "")
+            if manifest is None:
+                return
             # Chunks in local files are read in place by the job; otherwise copied here first.
             if not images.link(self.store, manifest, folder, verify=self.settings.verify):
                 images.materialize(self.store, manifest, folder, verify=self.settings.verify)
@@ -395,6 +380,28 @@ class AgentCheckpoints:
             log.exception("materialising image %s failed", image_id)
             folder.mkdir(parents=True, exist_ok=True)
             control.write_atomic(folder / control.FAILED, f"image {image_id}: {type(exc).__name__}: {exc}")
+
+    def _manifest(self, folder: Path, image_id: str, until: float, source: str) -> Any | None:
+        """The image's manifest once the store has it (waiting until `until`, a monotonic time), or
+        None when the job's folder was filled otherwise: a local copy offered, or the staged copy
+        streamed. StagedFailed: the source's write failed."""
+        tries, outcome = 0, ""
+        while True:
+            try:
+                return json.loads(self.store.get_manifest(image_id))
+            except FileNotFoundError:
+                if self._take_offer(folder, image_id):
+                    return None
+                if source:
+                    tries += 1
+                    outcome = self._stream(folder, image_id, source, quiet=tries % 25 != 1)
+                    if outcome == STREAMED:
+                        return None
+                if time.monotonic() >= until:
+                    raise
+            # A source that answered (no staged copy yet: its ranks are still copying) is
+            # asked again soon; one that did not, less often.
+            time.sleep(RETRY_S if source and outcome == UNREACHABLE else POLL_S * 5)
 
     def _stream(self, folder: Path, image_id: str, source: str, quiet: bool = False) -> str:
         """The staged copy from the source agent, READY (STREAMED); else why not now: GONE

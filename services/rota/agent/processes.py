@@ -171,35 +171,16 @@ class ProcessTable:
     ) -> LocalJob:
         """Starts the job under `epoch`; `replicas`: a realtime app, one process per GPU;
         `guest_of`: a trial in that host job's bubbles, on its GPUs, at idle priority."""
-        current = self.jobs.get(job_id)
+        current = self._supersede(job_id, epoch)
         if current is not None:
-            if current.epoch > epoch:
-                raise FailedPrecondition(f"stale epoch {epoch} for {job_id}: this node runs epoch {current.epoch}")
-            if current.epoch == epoch:
-                return current
-            self.stop(job_id, current.epoch, "superseded by a newer placement", grace_s=5)
-        for other in list(self.jobs.values()):
-            if other.job_id in (job_id, guest_of) or other.guest_of == job_id:
-                continue  # a guest shares its host's GPUs by design
-            if other.state() == "RUNNING" and set(other.gpus) & set(gpus):
-                if other.epoch > epoch:
-                    raise FailedPrecondition(f"stale epoch {epoch}: GPUs {gpus} are held by {other.job_id} (epoch {other.epoch})")
-                keep = [g for g in other.gpus if g not in gpus]
-                if other.replicas and keep:  # an app's resize not yet here: only those replicas go
-                    self._apply_replicas(other, other.epoch, keep)
-                else:
-                    self.stop(other.job_id, other.epoch, f"GPUs reassigned at epoch {epoch}", grace_s=5)
+            return current
+        self._take_gpus(job_id, epoch, gpus, guest_of)
         folder = self.home / "jobs" / f"{job_id}-{epoch}"
         if (folder / "exit").exists():
             raise FailedPrecondition(f"{job_id} already ran under epoch {epoch}")
         folder.mkdir(parents=True, exist_ok=True)
         full_env = self._job_env(job_id, epoch, gpus, env, virtual, folder)
-        if guest_of:
-            full_env["ROTA_GUEST_OF"] = guest_of
-        if restore_dir is not None:
-            full_env["ROTA_RESTORE_DIR"] = str(restore_dir)
-        if layout:  # the 3-D layout an applied re-plan gave the job (rota.runtime.layout())
-            full_env["ROTA_LAYOUT"] = layout
+        full_env.update(_launch_env(guest_of, restore_dir, layout))
         if gang is not None:  # one rank per GPU of this node, started by the rank group
             full_env.update(gang.env())
             command = [*RANKGROUP, "--ranks", str(gang.ranks_per_node), "--", *command]
@@ -227,6 +208,34 @@ class ProcessTable:
         if guest_of:
             self.tend_guests()
         return job
+
+    def _supersede(self, job_id: str, epoch: int) -> LocalJob | None:
+        """The job itself if it already runs under `epoch`; an older epoch of it is stopped, a
+        newer one refuses the launch."""
+        current = self.jobs.get(job_id)
+        if current is None:
+            return None
+        if current.epoch > epoch:
+            raise FailedPrecondition(f"stale epoch {epoch} for {job_id}: this node runs epoch {current.epoch}")
+        if current.epoch == epoch:
+            return current
+        self.stop(job_id, current.epoch, "superseded by a newer placement", grace_s=5)
+        return None
+
+    def _take_gpus(self, job_id: str, epoch: int, gpus: list[int], guest_of: str) -> None:
+        """Per-GPU fencing: other jobs running on `gpus` under an older epoch give them up."""
+        for other in list(self.jobs.values()):
+            if other.job_id in (job_id, guest_of) or other.guest_of == job_id:
+                continue  # a guest shares its host's GPUs by design
+            if other.state() != "RUNNING" or not set(other.gpus) & set(gpus):
+                continue
+            if other.epoch > epoch:
+                raise FailedPrecondition(f"stale epoch {epoch}: GPUs {gpus} are held by {other.job_id} (epoch {other.epoch})")
+            keep = [g for g in other.gpus if g not in gpus]
+            if other.replicas and keep:  # an app's resize not yet here: only those replicas go
+                self._apply_replicas(other, other.epoch, keep)
+            else:
+                self.stop(other.job_id, other.epoch, f"GPUs reassigned at epoch {epoch}", grace_s=5)
 
     def _job_env(
         self, job_id: str, epoch: int, gpus: list[int], env: dict[str, str], virtual: bool, folder: Path
@@ -378,3 +387,15 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _launch_env(guest_of: str, restore_dir: Path | None, layout: str) -> dict[str, str]:
+    """What a launch adds to the job's environment beyond every job's."""
+    env: dict[str, str] = {}
+    if guest_of:
+        env["ROTA_GUEST_OF"] = guest_of
+    if restore_dir is not None:
+        env["ROTA_RESTORE_DIR"] = str(restore_dir)
+    if layout:  # the 3-D layout an applied re-plan gave the job (rota.runtime.layout())
+        env["ROTA_LAYOUT"] = layout
+    return env

@@ -107,6 +107,17 @@ class CycleReport:
 
 
 @dataclass
+class _Planned:
+    """What a cycle's step 4 planned on, and its outcome."""
+
+    jobs: list[LiveJob]
+    forecasts: dict[str, Forecast]
+    held_back: dict[str, str]
+    moves: MoveInputs
+    outcome: PlanOutcome
+
+
+@dataclass
 class _Memory:
     """What the last committed plan assumed, to tell when the cluster moved on."""
 
@@ -184,20 +195,8 @@ class SchedulingLoop:
         metrics.LEADER.set(1)
         report.pruned = await self._prune_history()  # housekeeping: old plan steps, once a minute
         events = Events()
-        # 2. Nodes silent past the timeout are dead; their jobs lost and handled. Only while
-        #    the api (which receives heartbeats) is up and the database has been reachable
-        #    for a node timeout: neither outage may read as deaths.
-        if self.leadership.db_errors != self.memory.seen_db_errors:
-            self.memory.seen_db_errors = self.leadership.db_errors
-            self.memory.no_deaths_until = self.clock() + self.settings.node_timeout_s
-        if self.clock() >= self.memory.no_deaths_until and await self.peers.api.serving():
-            dead = await asyncio.to_thread(
-                self.db.run, lambda s: node_lifecycle.declare_dead_nodes(s, self.settings.node_timeout_s, events)
-            )
-            report.dead_nodes = len(dead)
-            #    A silent node may only be cut off from the api and still run its jobs: stop
-            #    them there (where it can still be dialled) before the plan places them again.
-            await self._stop_stranded(dead)
+        # 2. Nodes silent past the timeout are dead; their jobs lost and handled.
+        report.dead_nodes = await self._declare_dead(events)
         #    Guests whose host ended (or lost its GPUs) take the GPUs over, before any plan
         #    can give them away.
         await asyncio.to_thread(self.guests.take_over, events)
@@ -214,8 +213,51 @@ class SchedulingLoop:
         if trigger is None:
             await self._guests_between_plans(events)
             return report
-        # 4. The pure core plans the horizon (in a thread: full mode takes seconds) on the
-        #    forecaster's durations and curves; `fair` first reads the ledger's standings.
+        # 4. The pure core plans the horizon on the forecaster's durations and curves.
+        planned = await self._plan(view, horizon, policy, events)
+        outcome = planned.outcome
+        # 5. Commit step 0: starts and resizes, each in its own transaction under a new epoch.
+        launches, resizes, leaving = await self._commit(outcome, view.addresses, events)
+        started = {r.job.id for _, r in launches} - {r.job_id for r in outcome.decision.resizes}
+        #    Trials the plan could not start on free GPUs go into running pipelines' bubbles.
+        guests = await asyncio.to_thread(self.guests.after_plan, planned.jobs, started, planned.held_back, events)
+        placed_guests = {r.job.id for _, r in guests}
+        for job_id in placed_guests:
+            outcome.decision.waiting.pop(job_id, None)
+        launches += guests
+        report.placed, report.resized = len(started), len(resizes) + len(leaving)
+        report.waiting = len(outcome.decision.waiting)
+        report.planned = trigger
+        allocator_metrics.record_plan(outcome, trigger)
+        await self._save_plan(outcome, trigger, horizon, planned.forecasts)
+        self._remember_plan(view, outcome, started, placed_guests, horizon, policy, began)
+        # 6. After the commits: refresh the cache, publish events, tell the agents.
+        await asyncio.to_thread(self._refresh_cache, events)
+        self._tell_agents(launches, resizes, leaving)
+        # 7. Moves of started jobs through the checkpoint coordinator.
+        report.moved += await self._move_started(outcome, planned.moves, view.addresses)
+        return report
+
+    async def _declare_dead(self, events: Events) -> int:
+        """Step 2: nodes silent past the timeout are dead; their jobs lost and handled. Only
+        while the api (which receives heartbeats) is up and the database has been reachable
+        for a node timeout: neither outage may read as deaths. The number declared dead."""
+        if self.leadership.db_errors != self.memory.seen_db_errors:
+            self.memory.seen_db_errors = self.leadership.db_errors
+            self.memory.no_deaths_until = self.clock() + self.settings.node_timeout_s
+        if self.clock() < self.memory.no_deaths_until or not await self.peers.api.serving():
+            return 0
+        dead = await asyncio.to_thread(
+            self.db.run, lambda s: node_lifecycle.declare_dead_nodes(s, self.settings.node_timeout_s, events)
+        )
+        # A silent node may only be cut off from the api and still run its jobs: stop
+        # them there (where it can still be dialled) before the plan places them again.
+        await self._stop_stranded(dead)
+        return len(dead)
+
+    async def _plan(self, view: planner_view.LiveView, horizon: Horizon, policy: str, events: Events) -> _Planned:
+        """Step 4: the pure core plans the horizon (in a thread: full mode takes seconds) on the
+        forecaster's durations and curves; `fair` first reads the ledger's standings."""
         jobs, forecasts = await self.forecasts.apply(view.jobs, view.specs, horizon)
         fair = await self.peers.ledger.fair_inputs(self._fairness_config(), _held_by_tenant(view.jobs)) \
             if policy == "fair" else None
@@ -229,23 +271,18 @@ class SchedulingLoop:
         outcome = await asyncio.to_thread(
             plan_live, view.nodes, jobs, horizon, policy, self.settings.full_time_limit_s, fair, held_back, moves
         )
-        # 5. Commit step 0: starts and resizes, each in its own transaction under a new epoch.
-        launches, resizes, leaving = await self._commit(outcome, view.addresses, events)
-        started = {r.job.id for _, r in launches} - {r.job_id for r in outcome.decision.resizes}
-        #    Trials the plan could not start on free GPUs go into running pipelines' bubbles.
-        guests = await asyncio.to_thread(self.guests.after_plan, jobs, started, held_back, events)
-        placed_guests = {r.job.id for _, r in guests}
-        for job_id in placed_guests:
-            outcome.decision.waiting.pop(job_id, None)
-        launches += guests
-        report.placed, report.resized = len(started), len(resizes) + len(leaving)
-        report.waiting = len(outcome.decision.waiting)
-        report.planned = trigger
-        allocator_metrics.record_plan(outcome, trigger)
+        return _Planned(jobs, forecasts, held_back, moves, outcome)
+
+    async def _save_plan(self, outcome: PlanOutcome, trigger: str, horizon: Horizon,
+                         forecasts: dict[str, Forecast]) -> None:
+        """The waiting reasons, the plan and the forecasts that changed since the last plan."""
         await asyncio.to_thread(self.db.run, lambda s: job_starts.set_waiting_reasons(s, outcome.decision.waiting))
         changed = {k: v for k, v in forecasts.items() if self.memory.saved_forecasts.get(k) != v}
         await asyncio.to_thread(self.db.run, lambda s: self._record(s, outcome, trigger, horizon, forecasts, changed))
         self.memory.saved_forecasts = forecasts
+
+    def _remember_plan(self, view: planner_view.LiveView, outcome: PlanOutcome, started: set[str],
+                       placed_guests: set[str], horizon: Horizon, policy: str, began: float) -> None:
         # The plan's cost: this process's CPU for the snapshot, planning and its writes. CPU,
         # not elapsed time: the rest exists to leave the cores to the api under a burst, and
         # waits (commits under load, the forecaster) cost none; on a busy machine a two-job
@@ -258,33 +295,38 @@ class SchedulingLoop:
         self.memory.step_index = horizon.step_index
         if policy == "full":
             self.memory.last_full = self.clock()
-        # 6. After the commits: refresh the cache, publish events, tell the agents (in the
-        #    background: a frozen agent must not hold the loop for a call's deadline, when
-        #    no node could be declared dead; a call that fails is retried by reconciliation).
-        await asyncio.to_thread(self._refresh_cache, events)
+
+    def _tell_agents(self, launches: list[tuple[str, agent_pb2.LaunchRequest]],
+                     resizes: list[tuple[str, agent_pb2.ResizeRequest]], leaving: list[tuple[str, str, int]]) -> None:
+        """Step 6: tell the agents, in the background: a frozen agent must not hold the loop
+        for a call's deadline, when no node could be declared dead; a call that fails is
+        retried by reconciliation."""
         for address, request in launches:
             self._to_agent(self._launch(address, request))
         for address, resize in resizes:
             self._to_agent(self._resize(address, resize))
         for address, job_id, epoch in leaving:  # a realtime app's replicas leaving a node
             self._to_agent(self._stop(address, job_id, epoch, "the app's replicas left this node"))
-        # 7. Moves of started jobs through the checkpoint coordinator, in the background:
-        #    lease yields (`fair`), a priced preemption (`fast`, `full`), fragmentation repair.
-        #    The next cycle sees the paused job's GPUs free and plans into them.
+
+    async def _move_started(self, outcome: PlanOutcome, moves: MoveInputs, addresses: dict[str, str]) -> list[str]:
+        """Step 7: moves of started jobs through the checkpoint coordinator, in the background:
+        lease yields (`fair`), a priced preemption (`fast`, `full`), fragmentation repair.
+        The next cycle sees the paused job's GPUs free and plans into them. The jobs moved."""
+        moved: list[str] = []
         for y in outcome.yields:
-            await self._yield(y, moves, view.addresses)
+            await self._yield(y, moves, addresses)
         if outcome.preemption is not None:
             p = outcome.preemption
             if self.mover.start(p.job_id, reason=p.reason):
                 metrics.PREEMPTIONS.inc()
                 self.memory.yielded_to[p.job_id] = p.for_job
-                report.moved.append(p.job_id)
+                moved.append(p.job_id)
         for m in outcome.migrations:
             if self.mover.start(m.job_id, target=m.to_node, reason=f"{m.reason} (from {m.from_node} to {m.to_node})"):
                 metrics.MIGRATIONS.inc()
                 self.memory.yielded_to[m.job_id] = m.for_job  # not back into the block it freed
-                report.moved.append(m.job_id)
-        return report
+                moved.append(m.job_id)
+        return moved
 
     async def _guests_between_plans(self, events: Events) -> None:
         """A cycle without a plan: trials still waiting may go into bubbles opened since the

@@ -233,35 +233,13 @@ class Coordinator:
             # second look it would fail as "a migrate in progress", its own operation.
             found = repo.find_operation(s, request_id)
         if found is not None:
-            if found.job_id != job_id:
-                # Operation ids are one namespace for every tenant: the job it names may be
-                # another tenant's, so its id (and what was done to it) is not told.
-                raise AlreadyExists(f"operation id {request_id!r} was used for another job's operation: choose another")
-            if found.kind != kind:
-                raise AlreadyExists(f"operation id {request_id!r} was used for a {found.kind} of {found.job_id}")
-            return found, False
+            return _same_request(found, job_id, kind, request_id), False
         if job is None:
             raise NotFound(f"job {job_id} not found")
-        for busy in repo.active_operations(s, job_id):
-            # Only a write may overlap: a checkpoint's with anything, a pause's with its resume.
-            overlaps = busy.state == repo.WRITING and (
-                busy.kind in ("checkpoint", "periodic") or (busy.kind == "pause" and kind == "resume"))
-            if not overlaps:
-                raise FailedPrecondition(f"{job_id} has a {busy.kind} in progress (operation {busy.id}, {busy.state})")
+        _refuse_overlap(s, job_id, kind)
         timeout = timeout_s if timeout_s > 0 else self.settings.timeout_s
         if kind in COPY_KINDS:
-            if job.state != jobstate.RUNNING or not job.node:
-                raise FailedPrecondition(f"{job_id} is {job.state}: only a RUNNING job can be checkpointed or paused")
-            if job.gang_nodes and target:
-                raise FailedPrecondition(f"{job_id} is a gang on {len(job.gang_nodes)} nodes: it restarts where the "
-                                         "plan puts all of it; migrate it without a node")
-            image = repo.begin_image(s, job_id, "pause" if kind in PAUSING_KINDS else kind, job.node)
-            detail: dict[str, Any] = {"node": job.node, "epoch": job.epoch, "timeout_s": timeout,
-                                      "requested_at": time.time()}
-            if job.gang_nodes:  # node rank order: node i runs ranks i*m .. i*m+m-1
-                detail |= {"nodes": list(job.gang_nodes), "ranks_per_node": len(job.gpu_indices)}
-            return repo.create_operation(s, job_id, kind, request_id, image_id=image.id, target_node=target,
-                                         reason=reason, detail=detail), True
+            return _start_copy(s, job, kind, request_id, target, timeout, reason), True
         if job.state != jobstate.PAUSED:
             raise FailedPrecondition(f"{job_id} is {job.state}: only a PAUSED job can be resumed")
         return repo.create_operation(s, job_id, kind, request_id, target_node=target,
@@ -579,3 +557,58 @@ def _address(s: Session, node: str) -> str:
     if row is None:
         raise FailedPrecondition(f"node {node} is not registered")
     return row.address
+
+
+class _CopiedJob(Protocol):
+    """What `_start_copy` reads of the job's row."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def node(self) -> str | None: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def gang_nodes(self) -> list[str]: ...
+    @property
+    def gpu_indices(self) -> list[int]: ...
+
+
+def _same_request(found: OperationRow, job_id: str, kind: str, request_id: str) -> OperationRow:
+    """The operation a repeated request id names, if it is this same request."""
+    if found.job_id != job_id:
+        # Operation ids are one namespace for every tenant: the job it names may be
+        # another tenant's, so its id (and what was done to it) is not told.
+        raise AlreadyExists(f"operation id {request_id!r} was used for another job's operation: choose another")
+    if found.kind != kind:
+        raise AlreadyExists(f"operation id {request_id!r} was used for a {found.kind} of {found.job_id}")
+    return found
+
+
+def _refuse_overlap(s: Session, job_id: str, kind: str) -> None:
+    for busy in repo.active_operations(s, job_id):
+        # Only a write may overlap: a checkpoint's with anything, a pause's with its resume.
+        overlaps = busy.state == repo.WRITING and (
+            busy.kind in ("checkpoint", "periodic") or (busy.kind == "pause" and kind == "resume"))
+        if not overlaps:
+            raise FailedPrecondition(f"{job_id} has a {busy.kind} in progress (operation {busy.id}, {busy.state})")
+
+
+def _start_copy(s: Session, job: _CopiedJob, kind: str, request_id: str, target: str, timeout: float,
+                reason: str) -> OperationRow:
+    """A checkpoint, pause or migrate of a RUNNING job: its image begun and its operation created."""
+    job_id = job.id
+    if job.state != jobstate.RUNNING or not job.node:
+        raise FailedPrecondition(f"{job_id} is {job.state}: only a RUNNING job can be checkpointed or paused")
+    if job.gang_nodes and target:
+        raise FailedPrecondition(f"{job_id} is a gang on {len(job.gang_nodes)} nodes: it restarts where the "
+                                 "plan puts all of it; migrate it without a node")
+    image = repo.begin_image(s, job_id, "pause" if kind in PAUSING_KINDS else kind, job.node)
+    detail: dict[str, Any] = {"node": job.node, "epoch": job.epoch, "timeout_s": timeout,
+                              "requested_at": time.time()}
+    if job.gang_nodes:  # node rank order: node i runs ranks i*m .. i*m+m-1
+        detail |= {"nodes": list(job.gang_nodes), "ranks_per_node": len(job.gpu_indices)}
+    return repo.create_operation(s, job_id, kind, request_id, image_id=image.id, target_node=target,
+                                 reason=reason, detail=detail)

@@ -87,18 +87,22 @@ class SpecCache:
         return found
 
 
-def live_view(session: Session, specs: SpecCache | None = None) -> LiveView:
-    specs = SpecCache() if specs is None else specs
-    nodes = session.scalars(select(NodeRow).where(NodeRow.health == nodestate.ALIVE).order_by(NodeRow.name)).all()
+def _gpus_by_node(session: Session) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """Each node's GPU count, and its count per GPU type."""
     gpu_counts: dict[str, int] = {}
     types: dict[str, dict[str, int]] = {}
     for gpu in session.scalars(select(GpuRow)):
         gpu_counts[gpu.node] = gpu_counts.get(gpu.node, 0) + 1
         count = types.setdefault(gpu.node, {})
         count[gpu.gpu_type] = count.get(gpu.gpu_type, 0) + 1
+    return gpu_counts, types
+
+
+def _holding(session: Session, specs: SpecCache, mappings: dict[str, dict[str, Any]]) -> tuple[list[LiveJob], dict[str, int]]:
+    """The jobs holding GPUs (guests aside), their spec mappings into `mappings`, and each
+    array's tasks holding GPUs."""
     now = utcnow()
     jobs: list[LiveJob] = []
-    mappings: dict[str, dict[str, Any]] = {}
     running: dict[str, int] = {}
     for row in holding_jobs(session):
         if row.array_id:
@@ -109,6 +113,29 @@ def live_view(session: Session, specs: SpecCache | None = None) -> LiveView:
         jobs.append(live_job(row.id, row.tenant, row.kind, row.priority, spec, row.node, tuple(row.gpu_indices),
                              max(0.0, (now - (row.started_at or row.created_at)).total_seconds()),
                              tuple(row.gang_nodes), _replica_sets(row)))
+    return jobs, running
+
+
+def _stopping_claims(session: Session) -> tuple[dict[str, set[int]], set[str]]:
+    """A stopped gang whose ranks still run on some node keeps its GPUs there claimed: it is
+    not placed again before they stop, and nothing else is placed on those GPUs. The claimed
+    GPUs per node, and the jobs held back."""
+    stopping: dict[str, set[int]] = {}
+    held_back: set[str] = set()
+    for node, index, job_id in session.execute(
+            select(GpuClaimRow.node, GpuClaimRow.gpu_index, GpuClaimRow.job_id)
+            .join(JobRow, JobRow.id == GpuClaimRow.job_id).where(JobRow.state.notin_(jobstate.HOLDING_STATES))):
+        stopping.setdefault(node, set()).add(index)
+        held_back.add(job_id)
+    return stopping, held_back
+
+
+def live_view(session: Session, specs: SpecCache | None = None) -> LiveView:
+    specs = SpecCache() if specs is None else specs
+    nodes = session.scalars(select(NodeRow).where(NodeRow.health == nodestate.ALIVE).order_by(NodeRow.name)).all()
+    gpu_counts, types = _gpus_by_node(session)
+    mappings: dict[str, dict[str, Any]] = {}
+    jobs, running = _holding(session, specs, mappings)
     # The queue in arrival order, as plain columns (no ORM objects, no specs) ...
     # (An array's tasks share one creation time: they queue in index order.)
     queued = session.execute(
@@ -120,15 +147,7 @@ def live_view(session: Session, specs: SpecCache | None = None) -> LiveView:
     if unseen:
         for digest, raw in session.execute(select(JobRow.spec_hash, JobRow.spec).where(JobRow.id.in_(list(unseen.values())))):
             specs.get(digest, raw)
-    # A stopped gang whose ranks still run on some node keeps its GPUs there claimed: it is
-    # not placed again before they stop, and nothing else is placed on those GPUs.
-    stopping: dict[str, set[int]] = {}
-    held_back: set[str] = set()
-    for node, index, job_id in session.execute(
-            select(GpuClaimRow.node, GpuClaimRow.gpu_index, GpuClaimRow.job_id)
-            .join(JobRow, JobRow.id == GpuClaimRow.job_id).where(JobRow.state.notin_(jobstate.HOLDING_STATES))):
-        stopping.setdefault(node, set()).add(index)
-        held_back.add(job_id)
+    stopping, held_back = _stopping_claims(session)
     queue: list[dependencies.Queued] = []
     for job_id, tenant, kind, priority, digest, array_id in queued:
         if job_id in held_back:

@@ -282,6 +282,35 @@ class BackgroundTaskCrashed(RuntimeError):
     """A supervised background task died: the service stopped instead of serving without it."""
 
 
+async def _start_internal(
+    name: str, serving: Serving, internal: tuple[str, Callable[[grpc.aio.Server], list[str]]],
+    interceptor: RotaInterceptor, max_message_bytes: int, tls: TLSFiles | None, reuse_port: bool,
+) -> Serving:
+    """The second port's server; if it cannot start, the first is stopped too."""
+    internal_listen, register_internal = internal
+    try:
+        inner = await start_server(
+            listen=internal_listen, register=register_internal, interceptor=interceptor.for_another_server(),
+            max_message_bytes=max_message_bytes, tls=tls, reuse_port=reuse_port,
+        )
+    except BaseException:  # e.g. the port is taken: serve nothing rather than half
+        await serving.server.stop(None)
+        raise
+    log.info("%s serving %s on %s (port %d)", name, ", ".join(inner.service_names), internal_listen, inner.port)
+    return inner
+
+
+async def _drain(servers: list[Serving], tasks: list[asyncio.Future[None]], grace_s: float) -> None:
+    """Health NOT_SERVING on every server, the background tasks cancelled, then the servers drained."""
+    for s in servers:
+        for service in ["", *s.service_names]:
+            await s.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.gather(*(s.server.stop(grace_s) for s in servers))
+
+
 async def run_server(
     *,
     name: str,
@@ -309,17 +338,7 @@ async def run_server(
     servers = [serving]
     log.info("%s serving on %s (port %d%s)", name, listen, serving.port, ", mutual TLS" if tls else "")
     if internal is not None:
-        internal_listen, register_internal = internal
-        try:
-            inner = await start_server(
-                listen=internal_listen, register=register_internal, interceptor=interceptor.for_another_server(),
-                max_message_bytes=max_message_bytes, tls=tls, reuse_port=reuse_port,
-            )
-        except BaseException:  # e.g. the port is taken: serve nothing rather than half
-            await serving.server.stop(None)
-            raise
-        servers.append(inner)
-        log.info("%s serving %s on %s (port %d)", name, ", ".join(inner.service_names), internal_listen, inner.port)
+        servers.append(await _start_internal(name, serving, internal, interceptor, max_message_bytes, tls, reuse_port))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -344,13 +363,7 @@ async def run_server(
         tasks.append(task)
     await stop.wait()
     log.info("%s stopping", name)
-    for s in servers:
-        for service in ["", *s.service_names]:
-            await s.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await asyncio.gather(*(s.server.stop(grace_s) for s in servers))
+    await _drain(servers, tasks, grace_s)
     if on_stop is not None:
         await on_stop()
     log.info("%s stopped", name)

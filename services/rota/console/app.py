@@ -119,17 +119,9 @@ class ConsoleApp:
 
     def route(self, r: Request) -> Response:
         path = r.path
-        if path == "/healthz":
-            return Response(200, b"ok\n", "text/plain; charset=utf-8")
-        if path.startswith("/static/"):
-            found = static_file(path.removeprefix("/static/"))
-            if found is None:
-                return self.error(r, 404, f"NOT_FOUND: {path}")
-            return Response(200, found[0], found[1], {"Cache-Control": "max-age=300"})
-        if path == "/login":
-            return self.login(r) if r.method == "POST" else self.login_page(r, 200, "")
-        if path == "/logout" and r.method == "POST":
-            return redirect("/login", **{"Set-Cookie": self.cookie_header("", clear=True)})
+        public = self._public_route(r)
+        if public is not None:
+            return public
         token = r.bearer() or r.cookie()
         if not token:
             if r.wants_json:
@@ -146,17 +138,36 @@ class ConsoleApp:
             return pages[path](r, token, viewer)
         match = JOB_PATH.match(path)
         if match:
-            jid, suffix = job_id(match.group(1)), match.group(2) or ""
-            if suffix.startswith("/"):
-                if r.method != "POST":
-                    return self.error(r, 405, f"METHOD_NOT_ALLOWED: {suffix[1:]} is a POST")
-                return self.act(r, token, jid, suffix[1:])
-            if r.method != "GET":
-                return self.error(r, 405, f"METHOD_NOT_ALLOWED: {r.method} {path}")
-            if suffix == ".json":
-                return self.json(self.gateway.job_state(token, jid))
-            return self.job_page(r, token, viewer, jid)
+            return self._job_route(r, token, viewer, job_id(match.group(1)), match.group(2) or "")
         return self.error(r, 404, f"NOT_FOUND: no page {path}")
+
+    def _public_route(self, r: Request) -> Response | None:
+        """The pages that need no token (health, static files, login, logout); None for the rest."""
+        path = r.path
+        if path == "/healthz":
+            return Response(200, b"ok\n", "text/plain; charset=utf-8")
+        if path.startswith("/static/"):
+            found = static_file(path.removeprefix("/static/"))
+            if found is None:
+                return self.error(r, 404, f"NOT_FOUND: {path}")
+            return Response(200, found[0], found[1], {"Cache-Control": "max-age=300"})
+        if path == "/login":
+            return self.login(r) if r.method == "POST" else self.login_page(r, 200, "")
+        if path == "/logout" and r.method == "POST":
+            return redirect("/login", **{"Set-Cookie": self.cookie_header("", clear=True)})
+        return None
+
+    def _job_route(self, r: Request, token: str, viewer: Viewer, jid: str, suffix: str) -> Response:
+        """/jobs/ID (a page), /jobs/ID.json, and /jobs/ID/ACTION (a POST)."""
+        if suffix.startswith("/"):
+            if r.method != "POST":
+                return self.error(r, 405, f"METHOD_NOT_ALLOWED: {suffix[1:]} is a POST")
+            return self.act(r, token, jid, suffix[1:])
+        if r.method != "GET":
+            return self.error(r, 405, f"METHOD_NOT_ALLOWED: {r.method} {r.path}")
+        if suffix == ".json":
+            return self.json(self.gateway.job_state(token, jid))
+        return self.job_page(r, token, viewer, jid)
 
     # Login.
     def cookie_header(self, token: str, *, clear: bool = False) -> str:

@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -238,27 +238,7 @@ class LocalCluster:
             metrics[process] = f"http://127.0.0.1:{port}/metrics"
             return f"127.0.0.1:{port}"
 
-        for name in SERVICES:
-            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{ports[name]}", "ROTA_METRICS_LISTEN": metrics_at(name)}
-            if name == "api" and self.api_workers > 1:
-                child_env["ROTA_REUSE_PORT"] = "1"
-            if name == "api" and http_port is not None:
-                child_env["ROTA_HTTP_LISTEN"] = f"127.0.0.1:{http_port}"
-            self.children.append(Child(name, [*rota, "serve", name], child_env, logs / f"{name}.log", restart=True))
-        console_port = self.console_port or next(port_pool)
-        self.children.append(Child(CONSOLE, [*rota, "serve", CONSOLE], {**env, "ROTA_LISTEN": f"127.0.0.1:{console_port}"},
-                                   logs / f"{CONSOLE}.log", restart=True))
-        for k in range(2, self.api_workers + 1):
-            worker = f"api-{k}"
-            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{ports['api']}", "ROTA_REUSE_PORT": "1",
-                         "ROTA_METRICS_LISTEN": metrics_at(worker)}
-            if http_port is not None:
-                child_env["ROTA_HTTP_LISTEN"] = f"127.0.0.1:{http_port}"
-            self.children.append(Child(worker, [*rota, "serve", "api"], child_env, logs / f"{worker}.log", restart=True))
-        for k in range(2, self.allocators + 1):
-            replica = f"allocator-{k}"
-            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{next(port_pool)}", "ROTA_METRICS_LISTEN": metrics_at(replica)}
-            self.children.append(Child(replica, [*rota, "serve", "allocator"], child_env, logs / f"{replica}.log", restart=True))
+        console_port = self._server_children(env, ports, http_port, port_pool, metrics_at)
         agents = {}
         for i in range(1, self.nodes + 1):
             name, port = f"node-{i}", next(port_pool)
@@ -294,6 +274,37 @@ class LocalCluster:
         self.wait_console(info["console"], timeout_s=30)
         self.write_info(info)
         return info
+
+    def _server_children(
+        self, env: dict[str, str], ports: dict[str, int], http_port: int | None, port_pool: Iterator[int],
+        metrics_at: Callable[[str], str],
+    ) -> int:
+        """The services' processes (each service, the console, the api's extra workers, the
+        allocator's replicas); the console's port."""
+        rota = [sys.executable, "-m", "rota.cli.main"]
+        logs = self.home / "logs"
+        for name in SERVICES:
+            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{ports[name]}", "ROTA_METRICS_LISTEN": metrics_at(name)}
+            if name == "api" and self.api_workers > 1:
+                child_env["ROTA_REUSE_PORT"] = "1"
+            if name == "api" and http_port is not None:
+                child_env["ROTA_HTTP_LISTEN"] = f"127.0.0.1:{http_port}"
+            self.children.append(Child(name, [*rota, "serve", name], child_env, logs / f"{name}.log", restart=True))
+        console_port = self.console_port or next(port_pool)
+        self.children.append(Child(CONSOLE, [*rota, "serve", CONSOLE], {**env, "ROTA_LISTEN": f"127.0.0.1:{console_port}"},
+                                   logs / f"{CONSOLE}.log", restart=True))
+        for k in range(2, self.api_workers + 1):
+            worker = f"api-{k}"
+            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{ports['api']}", "ROTA_REUSE_PORT": "1",
+                         "ROTA_METRICS_LISTEN": metrics_at(worker)}
+            if http_port is not None:
+                child_env["ROTA_HTTP_LISTEN"] = f"127.0.0.1:{http_port}"
+            self.children.append(Child(worker, [*rota, "serve", "api"], child_env, logs / f"{worker}.log", restart=True))
+        for k in range(2, self.allocators + 1):
+            replica = f"allocator-{k}"
+            child_env = {**env, "ROTA_LISTEN": f"127.0.0.1:{next(port_pool)}", "ROTA_METRICS_LISTEN": metrics_at(replica)}
+            self.children.append(Child(replica, [*rota, "serve", "allocator"], child_env, logs / f"{replica}.log", restart=True))
+        return console_port
 
     def declared(self, k: int) -> tuple[str, dict[str, str]]:
         """The GPU type and labels of the k-th node (from 0)."""

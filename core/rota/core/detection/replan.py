@@ -212,10 +212,8 @@ def _throughput(replicas: Sequence[_Replica | None], total: int, healthy: float)
     return counts, (total / span) / healthy if span < float("inf") else 0.0
 
 
-def replan(
-    layout: Layout, speeds: Sequence[float], *, layers: int = 32, microbatches: int = 8, memory_factor: float = 2.0,
-) -> Replan:
-    layout = layout.base()
+def _check_replan_args(layout: Layout, speeds: Sequence[float], layers: int, microbatches: int,
+                       memory_factor: float) -> None:
     if len(speeds) != layout.ranks:
         raise InvalidArgument("device_speeds", f"has {len(speeds)} values; the layout has {layout.ranks} ranks")
     if any(not 0 <= v <= 1e6 for v in speeds):
@@ -229,6 +227,13 @@ def replan(
         raise InvalidArgument("microbatches", f"must be 1..{MAX_MICROBATCHES} (got {microbatches})")
     if not memory_factor >= 1:
         raise InvalidArgument("memory_factor", f"must be at least 1 (got {memory_factor})")
+
+
+def replan(
+    layout: Layout, speeds: Sequence[float], *, layers: int = 32, microbatches: int = 8, memory_factor: float = 2.0,
+) -> Replan:
+    layout = layout.base()
+    _check_replan_args(layout, speeds, layers, microbatches, memory_factor)
     total = microbatches * layout.dp
     healthy_stage = [n / layout.tp for n in equal_layers(layers, layout.pp)]
     healthy = total / uniform_makespan(healthy_stage, microbatches)

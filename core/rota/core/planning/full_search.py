@@ -122,24 +122,8 @@ class Search:
                 busy[t] ^= bits  # it held these: clear them
         jobs = [self._window_job(self.jobs[i], first, rows, self.placed[i]) for i in freed]
         spread = 1 if attempt == 0 else 4  # a retry samples from this many times the offer
-        alike: dict[tuple[int, int, int, int, frozenset[str], bool], int] = {}
-        unplaced: list[BatchJob] = []
-        for j in self.pool:
-            if len(unplaced) >= spread * candidates(rows):
-                break
-            if j.gpus > rows or not self.masks.allowed(j) & want:
-                continue
-            key = (j.gpus, min(j.duration, s.horizon - j.arrival), j.priority, j.arrival, j.gpu_types, j.same_switch)
-            alike[key] = alike.get(key, 0) + 1
-            if alike[key] <= ALIKE:
-                unplaced.append(j)
-        late: list[str] = []
-        for i in self.late:
-            if len(late) >= spread * candidates(rows) // 2:
-                break
-            j, f = self.jobs[i], self.placed[i][1]
-            if j.gpus <= rows and not first <= f < first + rows and self.masks.allowed(j) & want:
-                late.append(i)
+        unplaced = self._unplaced_offer(rows, want, spread * candidates(rows))
+        late = self._late_offer(first, rows, want, spread * candidates(rows) // 2)
         if attempt:
             unplaced = self.rng.sample(unplaced, min(len(unplaced), candidates(rows)))
             late = self.rng.sample(late, min(len(late), candidates(rows) // 2))
@@ -147,6 +131,33 @@ class Search:
         jobs += [replace(self._window_job(self.jobs[i], first, rows, None), stay=value(self.jobs[i], self.placed[i][0], self.w))
                  for i in late]
         return Window(first, rows, s.horizon, self.w, tuple(b >> first for b in busy), tuple(jobs))
+
+    def _unplaced_offer(self, rows: int, want: int, most: int) -> list[BatchJob]:
+        """Up to `most` waiting jobs that fit the window, at most ALIKE of each kind."""
+        s = self.s
+        alike: dict[tuple[int, int, int, int, frozenset[str], bool], int] = {}
+        unplaced: list[BatchJob] = []
+        for j in self.pool:
+            if len(unplaced) >= most:
+                break
+            if j.gpus > rows or not self.masks.allowed(j) & want:
+                continue
+            key = (j.gpus, min(j.duration, s.horizon - j.arrival), j.priority, j.arrival, j.gpu_types, j.same_switch)
+            alike[key] = alike.get(key, 0) + 1
+            if alike[key] <= ALIKE:
+                unplaced.append(j)
+        return unplaced
+
+    def _late_offer(self, first: int, rows: int, want: int, most: int) -> list[str]:
+        """Up to `most` late jobs placed outside the window that it could take."""
+        late: list[str] = []
+        for i in self.late:
+            if len(late) >= most:
+                break
+            j, f = self.jobs[i], self.placed[i][1]
+            if j.gpus <= rows and not first <= f < first + rows and self.masks.allowed(j) & want:
+                late.append(i)
+        return late
 
     def _window_job(self, j: BatchJob, first: int, rows: int, at: tuple[int, int] | None) -> WindowJob:
         allowed = self.masks.allowed(j) >> first & ((1 << rows) - 1)
@@ -160,25 +171,10 @@ class Search:
         if gain <= 1e-6:
             return False
         offered = {wj.id: wj for wj in win.jobs}
-        h = win.horizon
-        busy = list(win.busy)
-        for i, (start, f) in answer.items():
-            wj = offered[i]
-            assert wj.allowed >> f & 1 and wj.arrival <= start < h, f"{i}: block {f} at {start} not allowed"
-            bits = ((1 << wj.gpus) - 1) << f
-            for t in range(start, min(start + wj.duration, h)):
-                assert not busy[t] & bits, f"{i}: block {f}+{wj.gpus} taken at step {t}"
-                busy[t] |= bits
+        busy = _checked_window(win, offered, answer)
         keep = ((1 << self.s.gpus) - 1) ^ (((1 << win.rows) - 1) << win.first)  # the rows outside
         self.busy = [(b & keep) | (mine << win.first) for b, mine in zip(self.busy, busy, strict=True)]
-        changed = [(win.first, win.rows)]
-        for i in answer:
-            if offered[i].stay:  # a mover: its old block, outside the window, is idle now
-                start, f = self.placed[i]
-                bits = ((1 << offered[i].gpus) - 1) << f
-                for t in range(start, min(start + offered[i].duration, h)):
-                    self.busy[t] ^= bits
-                changed.append((f, offered[i].gpus))
+        changed = [(win.first, win.rows)] + self._free_movers(win, offered, answer)
         for i, wj in offered.items():
             if wj.hint is not None or (wj.stay and i in answer):  # freed here, or a mover that moved
                 self._drop(i)
@@ -188,14 +184,30 @@ class Search:
         self.pool = [j for j in self.pool if j.id not in answer]
         self.pool.extend(dropped)  # out of the window: offered again, after the rest
         self._late()
-        for rows, idle in self.idle.items():  # the windows that overlap a changed block
-            for f, n in changed:
-                for k in range(f // rows, (f + n - 1) // rows + 1):
-                    idle[k] = self._idle(rows, k * rows)
+        self._refresh_idle(changed)
         self.gain += gain
         for failed in self.failed.values():
             failed.clear()
         return True
+
+    def _free_movers(self, win: Window, offered: dict[str, WindowJob],
+                     answer: dict[str, tuple[int, int]]) -> list[tuple[int, int]]:
+        """Clear the old blocks of the movers the answer kept; the blocks (first row, rows) it freed."""
+        changed = []
+        for i in answer:
+            if offered[i].stay:  # a mover: its old block, outside the window, is idle now
+                start, f = self.placed[i]
+                bits = ((1 << offered[i].gpus) - 1) << f
+                for t in range(start, min(start + offered[i].duration, win.horizon)):
+                    self.busy[t] ^= bits
+                changed.append((f, offered[i].gpus))
+        return changed
+
+    def _refresh_idle(self, changed: list[tuple[int, int]]) -> None:
+        for rows, idle in self.idle.items():  # the windows that overlap a changed block
+            for f, n in changed:
+                for k in range(f // rows, (f + n - 1) // rows + 1):
+                    idle[k] = self._idle(rows, k * rows)
 
     def board(self) -> Board:
         """The current placement on a fresh copy of the pinned-and-realtime board."""
@@ -266,3 +278,17 @@ def _pick(state: Search, sizes: dict[str, list[int]], turn: int) -> tuple[str, t
             if spot is not None:
                 return method, spot
     return None
+
+
+def _checked_window(win: Window, offered: dict[str, WindowJob], answer: dict[str, tuple[int, int]]) -> list[int]:
+    """The window's busy rows with the answer's blocks, each checked allowed, after its arrival and free."""
+    h = win.horizon
+    busy = list(win.busy)
+    for i, (start, f) in answer.items():
+        wj = offered[i]
+        assert wj.allowed >> f & 1 and wj.arrival <= start < h, f"{i}: block {f} at {start} not allowed"
+        bits = ((1 << wj.gpus) - 1) << f
+        for t in range(start, min(start + wj.duration, h)):
+            assert not busy[t] & bits, f"{i}: block {f}+{wj.gpus} taken at step {t}"
+            busy[t] |= bits
+    return busy

@@ -215,25 +215,12 @@ def build(
     # 1. Rows that are no GPU, or a bad one, are reserved for the whole horizon. A bad GPU
     #    that a job still holds is left to that job (its pin covers the row); it is
     #    reserved in the first plan after the job lets go.
-    for i in range(layout.rows // layout.slot):
-        real = live[i].gpus if i < len(live) else 0
-        for first, size in _aligned_pieces(i * layout.slot + real, (i + 1) * layout.slot):
-            batch.append(_reserved(f"{RESERVED_PREFIX}none-{first}", first, size, H))
-    held = {g for j in jobs if j.node is not None for g in _held_rows(j, layout)}
-    for n in live:
-        for g in sorted({g for g in n.bad_gpus if 0 <= g < n.gpus}):
-            if layout.flat(n.name, g) not in held:
-                batch.append(_reserved(f"{RESERVED_PREFIX}bad-{n.name}-{g}", layout.flat(n.name, g), 1, H))
+    batch.extend(_reserved_rows(live, layout, jobs, H))
     # 2. Jobs, in arrival order.
     for j in jobs:
-        if held_back and j.node is None and j.id in held_back:
-            excluded[j.id] = held_back[j.id]
-            continue
-        if j.node is not None and not set(j.holding_nodes) & set(layout.offsets):
-            where = ", ".join(j.holding_nodes)
-            excluded[j.id] = f"holds GPUs on {where}, which {'is' if len(j.holding_nodes) == 1 else 'are'} not live"
-            continue
-        if j.realtime:
+        if (why := _left_out(j, layout, held_back)) is not None:
+            excluded[j.id] = why
+        elif j.realtime:
             realtime.append(_realtime(j, layout, horizon))
         elif j.node is not None:
             batch.extend(_running(j, layout, horizon))
@@ -249,6 +236,31 @@ def build(
         node_types=_slot_types(layout), node_switches=_slot_switches(layout),
     )
     return LiveScenario(scenario, layout, {j.id: j for j in jobs}, excluded)
+
+
+def _reserved_rows(live: tuple[LiveNode, ...], layout: Layout, jobs: Sequence[LiveJob], H: int) -> list[BatchJob]:
+    """Reserved blocks for the rows that are no GPU, and for the bad GPUs no job holds."""
+    out: list[BatchJob] = []
+    for i in range(layout.rows // layout.slot):
+        real = live[i].gpus if i < len(live) else 0
+        for first, size in _aligned_pieces(i * layout.slot + real, (i + 1) * layout.slot):
+            out.append(_reserved(f"{RESERVED_PREFIX}none-{first}", first, size, H))
+    held = {g for j in jobs if j.node is not None for g in _held_rows(j, layout)}
+    for n in live:
+        for g in sorted({g for g in n.bad_gpus if 0 <= g < n.gpus}):
+            if layout.flat(n.name, g) not in held:
+                out.append(_reserved(f"{RESERVED_PREFIX}bad-{n.name}-{g}", layout.flat(n.name, g), 1, H))
+    return out
+
+
+def _left_out(j: LiveJob, layout: Layout, held_back: Mapping[str, str] | None) -> str | None:
+    """Why a job stays out of this plan: held back, or holding GPUs only on nodes that are not live."""
+    if held_back and j.node is None and j.id in held_back:
+        return held_back[j.id]
+    if j.node is not None and not set(j.holding_nodes) & set(layout.offsets):
+        where = ", ".join(j.holding_nodes)
+        return f"holds GPUs on {where}, which {'is' if len(j.holding_nodes) == 1 else 'are'} not live"
+    return None
 
 
 def _block_rows(j: LiveJob, slot: int) -> int:

@@ -254,20 +254,9 @@ def _clear_block(
     where = [live.layout.where(g) for g in rows]
     if any(w is None for w in where) or len({w[0] for w in where if w}) != 1:
         return None
-    occupants: list[str] = []
-    for g in rows:
-        cell = grid[g][0]
-        if cell is None:
-            continue
-        if cell.startswith(RESERVED_PREFIX) or cell not in live.jobs:
-            return None
-        job = live.jobs[cell]
-        if job.node is None or job.realtime or cell not in inputs.costs or cell in inputs.busy or _is_gang(live, job):
-            return None  # starting now, a realtime app, a gang, or a job that cannot be paused
-        if job.priority > for_priority:
-            return None  # never moved for less important work
-        if cell not in occupants:
-            occupants.append(cell)
+    occupants = _movable_occupants(live, grid, rows, inputs, for_priority)
+    if occupants is None:
+        return None
     if not occupants:
         return None  # already free: the policy chose not to use it
     taken = set(rows)
@@ -282,6 +271,27 @@ def _clear_block(
         node = live.layout.where(dest)
         moves.append((job_id, node[0] if node else ""))
     return moves
+
+
+def _movable_occupants(
+    live: LiveScenario, grid: Grid, rows: range, inputs: MoveInputs, for_priority: int,
+) -> list[str] | None:
+    """The jobs holding `rows` at step 0, in row order, or None if any of them may not move."""
+    occupants: list[str] = []
+    for g in rows:
+        cell = grid[g][0]
+        if cell is None:
+            continue
+        if cell.startswith(RESERVED_PREFIX) or cell not in live.jobs:
+            return None
+        job = live.jobs[cell]
+        if job.node is None or job.realtime or cell not in inputs.costs or cell in inputs.busy or _is_gang(live, job):
+            return None  # starting now, a realtime app, a gang, or a job that cannot be paused
+        if job.priority > for_priority:
+            return None  # never moved for less important work
+        if cell not in occupants:
+            occupants.append(cell)
+    return occupants
 
 
 def _free_rows(live: LiveScenario, grid: Grid, size: int, steps: int, taken: set[int]) -> int | None:

@@ -154,28 +154,47 @@ def lease_yields(
     it (and `fits(job, leases)` agrees when given, e.g. that they lie on one node).
     """
     cfg = cfg or FairnessConfig()
-    state = {t: dataclasses.replace(st) for t, st in tenants.items()}
-    holding = {t: st.allocated for t, st in tenants.items()}
-    quota = {t: st.quota for t, st in tenants.items()}
     up = [x for x in leases if x.preemptible and (x.pausable or x.restart == ON_FAILURE) and expired(x, now, cfg)]
-    yielded: dict[str, Yield] = {}
-    free = free_gpus
+    y = _Yields(tenants, up, free_gpus, now, cfg, fits)
+    queues: dict[str, list[JobView]] = {}
+    for j in waiting:
+        queues.setdefault(j.tenant, []).append(j)
+    walkers = {t: y.state.get(t) or TenantState(t, 0, 0, 0.0, 0.0) for t in queues}
 
-    def over(tenant: str) -> int:
-        return holding.get(tenant, 0) - quota.get(tenant, 0)
+    def jobs_of(t: str) -> list[JobView]:
+        return sorted(queues[t], key=lambda j: fair_job_key(j, now, cfg))
 
-    def victims_for(job: JobView) -> list[Lease] | None:
+    tenant_walk(walkers, jobs_of, lambda t: fair_tenant_key(t, cfg), y.take, cfg.lease_s)
+    return list(y.yielded.values())
+
+
+class _Yields:
+    """`lease_yields`' walk: what each tenant holds as takers are served, and who yielded."""
+
+    def __init__(self, tenants: Mapping[str, TenantState], up: list[Lease], free: int, now: float,
+                 cfg: FairnessConfig, fits: Callable[[JobView, Sequence[Lease]], bool] | None) -> None:
+        self.state = {t: dataclasses.replace(st) for t, st in tenants.items()}
+        self.holding = {t: st.allocated for t, st in tenants.items()}
+        self.quota = {t: st.quota for t, st in tenants.items()}
+        self.up, self.free, self.now, self.cfg, self.fits = up, free, now, cfg, fits
+        self.yielded: dict[str, Yield] = {}
+
+    def over(self, tenant: str) -> int:
+        return self.holding.get(tenant, 0) - self.quota.get(tenant, 0)
+
+    def victims_for(self, job: JobView) -> list[Lease] | None:
         picked: list[Lease] = []
-        pool = [x for x in up if x.job_id not in yielded and x.tenant != job.tenant]
+        pool = [x for x in self.up if x.job_id not in self.yielded and x.tenant != job.tenant]
 
         def excess(tenant: str) -> int:  # over quota, counting what it already gave up here
-            return over(tenant) - sum(p.gpus for p in picked if p.tenant == tenant)
+            return self.over(tenant) - sum(p.gpus for p in picked if p.tenant == tenant)
 
         def order(x: Lease) -> tuple[float, float, float, str]:
             begun = x.started if x.lease_start is None else x.lease_start
-            return (-excess(x.tenant), -_ratio(state.get(x.tenant)), begun, x.job_id)
+            return (-excess(x.tenant), -_ratio(self.state.get(x.tenant)), begun, x.job_id)
 
-        while free + sum(p.gpus for p in picked) < job.gpus or (fits is not None and not fits(job, picked)):
+        while self.free + sum(p.gpus for p in picked) < job.gpus or (
+                self.fits is not None and not self.fits(job, picked)):
             pool = [x for x in pool if excess(x.tenant) > 0]
             if not pool:
                 return None
@@ -183,35 +202,24 @@ def lease_yields(
             picked.append(pool.pop(0))
         return picked
 
-    def take(job: JobView) -> bool:
-        nonlocal free
-        starving = job.pending_since is not None and now - job.pending_since >= cfg.starvation_s
+    def take(self, job: JobView) -> bool:
+        holding, quota = self.holding, self.quota
+        starving = job.pending_since is not None and self.now - job.pending_since >= self.cfg.starvation_s
         if holding.get(job.tenant, 0) + job.gpus > quota.get(job.tenant, 0) and not starving:
             return False
-        picked = victims_for(job)
+        picked = self.victims_for(job)
         if picked is None:
             return False
         for x in picked:
             reason = (f"tenant {x.tenant} holds {holding[x.tenant]} GPUs over its quota of {quota[x.tenant]}; "
                       f"its lease expired and {job.tenant}'s job {job.id} is under-served")
-            yielded[x.job_id] = Yield(x.job_id, x.tenant, x.gpus, job.id, job.tenant, reason)
+            self.yielded[x.job_id] = Yield(x.job_id, x.tenant, x.gpus, job.id, job.tenant, reason)
             holding[x.tenant] -= x.gpus
-            if x.tenant in state:
-                state[x.tenant].allocated -= x.gpus
-        free += sum(x.gpus for x in picked) - job.gpus
+            if x.tenant in self.state:
+                self.state[x.tenant].allocated -= x.gpus
+        self.free += sum(x.gpus for x in picked) - job.gpus
         holding[job.tenant] = holding.get(job.tenant, 0) + job.gpus
         return True
-
-    queues: dict[str, list[JobView]] = {}
-    for j in waiting:
-        queues.setdefault(j.tenant, []).append(j)
-    walkers = {t: state.get(t) or TenantState(t, 0, 0, 0.0, 0.0) for t in queues}
-
-    def jobs_of(t: str) -> list[JobView]:
-        return sorted(queues[t], key=lambda j: fair_job_key(j, now, cfg))
-
-    tenant_walk(walkers, jobs_of, lambda t: fair_tenant_key(t, cfg), take, cfg.lease_s)
-    return list(yielded.values())
 
 
 def _ratio(t: TenantState | None) -> float:

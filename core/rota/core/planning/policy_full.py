@@ -28,10 +28,10 @@ from ortools.sat.python import cp_model
 
 from rota.core.planning import full_search, full_search_window, policy_fast
 from rota.core.planning.constraints import StartMasks
-from rota.core.planning.full_search_window import Window
-from rota.core.planning.grid import Grid, Plan, cells_by_job, pinned_board
+from rota.core.planning.full_search_window import Window, WindowJob
+from rota.core.planning.grid import Board, Grid, Plan, cells_by_job, pinned_board
 from rota.core.planning.metrics import measure
-from rota.core.planning.scenario import BatchJob, Scenario
+from rota.core.planning.scenario import BatchJob, RealtimeApp, Scenario
 
 SCALE = 1000  # CP-SAT wants integer coefficients; the objective is kept to 1e-3
 WHOLE_MODEL_GPUS = 16  # up to this many GPUs the whole model follows the window search
@@ -81,11 +81,7 @@ def _whole(s: Scenario, hint: Grid, deadline: float, workers: int, seed: int, st
     H, G = s.horizon, s.gpus
     w = [s.decay**t for t in range(H)]
     m = cp_model.CpModel()
-    per_gpu: list[list[cp_model.IntervalVar]] = [[] for _ in range(G)]
-    for g in range(G):
-        for t in range(H):
-            if base.busy[t] >> g & 1:  # pinned: a fixed unit interval is enough
-                per_gpu[g].append(m.new_fixed_size_interval_var(t, 1, f"pin_{g}_{t}"))
+    per_gpu = _pinned_intervals(m, base, H, G)
 
     objective: list[cp_model.LinearExprT] = []
     usage: list[list[cp_model.LinearExprT]] = [[] for _ in range(H)]  # GPUs in use per step
@@ -96,47 +92,9 @@ def _whole(s: Scenario, hint: Grid, deadline: float, workers: int, seed: int, st
             chosen[j.id] = _batch_job(m, s, j, w, held.get(j.id), per_gpu, objective, usage, masks.allowed(j))
 
     cells: dict[tuple[str, int, int], cp_model.IntVar] = {}
-    targets = {r.id: policy_fast.realtime_targets(r) for r in s.realtime}
     for r in s.realtime:
         have = held.get(r.id, [set() for _ in range(H)])
-        z: dict[tuple[int, int], cp_model.IntVar] = {}
-        rows = masks.rows_for(r.gpu_types)  # its GPU types: no replica elsewhere
-        for t in range(H):
-            for g in range(G):
-                if base.busy[t] >> g & 1 or not rows >> g & 1:
-                    continue
-                z[g, t] = v = m.new_bool_var(f"{r.id}_{g}_{t}")
-                m.add_hint(v, int(g in have[t]))
-                per_gpu[g].append(m.new_optional_fixed_size_interval_var(t, 1, v, f"{r.id}_i_{g}_{t}"))
-                cells[r.id, g, t] = v
-            count = sum(z[g, t] for g in range(G) if (g, t) in z)
-            # Holding more than the ramped target never helps; capping it prunes the search.
-            m.add(count <= min(targets[r.id][t], G))
-            usage[t].append(count)
-            unmet = m.new_int_var(0, r.demand[t], f"{r.id}_unmet_{t}")
-            m.add(unmet >= r.demand[t] - count)
-            m.add_hint(unmet, max(0, r.demand[t] - len(have[t])))
-            objective.append(-round(SCALE * s.realtime_penalty) * unmet)
-            if t == 0:
-                if r.held:  # a live app: moves from the GPUs it holds now count at step 0
-                    was = set(r.held)
-                    m.add(sum(1 - z[g, 0] if g in was else z[g, 0] for g in range(G) if (g, 0) in z)
-                          + sum(1 for g in was if (g, 0) not in z) <= r.max_swap)
-                continue
-            moves = []
-            for g in range(G):
-                a, b = z.get((g, t - 1)), z.get((g, t))
-                if a is None and b is None:
-                    continue
-                c = m.new_bool_var(f"{r.id}_mv_{g}_{t}")
-                m.add_hint(c, int((g in have[t]) != (g in have[t - 1])))
-                if a is not None and b is not None:
-                    m.add(c >= a - b)
-                    m.add(c >= b - a)
-                else:
-                    m.add(c >= (a if a is not None else b))  # type: ignore[operator]
-                moves.append(c)
-            m.add(sum(moves) <= r.max_swap)
+        _realtime_job(m, s, r, have, base, masks.rows_for(r.gpu_types), per_gpu, objective, usage, cells)
     for t in range(H):
         m.add(sum(usage[t]) <= G - base.busy[t].bit_count())
     for intervals in per_gpu:
@@ -165,6 +123,70 @@ def _whole(s: Scenario, hint: Grid, deadline: float, workers: int, seed: int, st
         bound = max(bound, objective_value) if status == cp_model.OPTIMAL else bound
         stats.update(bound=bound, gap=max(0.0, bound - objective_value) / max(abs(bound), 1e-9))
     return Plan(grid, stats)
+
+
+def _pinned_intervals(m: cp_model.CpModel, base: Board, H: int, G: int) -> list[list[cp_model.IntervalVar]]:
+    """Per GPU, the intervals of its pinned cells (the model's other intervals join them)."""
+    per_gpu: list[list[cp_model.IntervalVar]] = [[] for _ in range(G)]
+    for g in range(G):
+        for t in range(H):
+            if base.busy[t] >> g & 1:  # pinned: a fixed unit interval is enough
+                per_gpu[g].append(m.new_fixed_size_interval_var(t, 1, f"pin_{g}_{t}"))
+    return per_gpu
+
+
+def _realtime_job(
+    m: cp_model.CpModel, s: Scenario, r: RealtimeApp, have: list[set[int]], base: Board, rows: int,
+    per_gpu: list[list[cp_model.IntervalVar]], objective: list[cp_model.LinearExprT],
+    usage: list[list[cp_model.LinearExprT]], cells: dict[tuple[str, int, int], cp_model.IntVar],
+) -> None:
+    """A realtime app's cells (only on `rows`, its GPU types: no replica elsewhere), its unmet
+    demand in the objective, and its swap limit per step."""
+    H, G = s.horizon, s.gpus
+    targets = policy_fast.realtime_targets(r)
+    z: dict[tuple[int, int], cp_model.IntVar] = {}
+    for t in range(H):
+        for g in range(G):
+            if base.busy[t] >> g & 1 or not rows >> g & 1:
+                continue
+            z[g, t] = v = m.new_bool_var(f"{r.id}_{g}_{t}")
+            m.add_hint(v, int(g in have[t]))
+            per_gpu[g].append(m.new_optional_fixed_size_interval_var(t, 1, v, f"{r.id}_i_{g}_{t}"))
+            cells[r.id, g, t] = v
+        count = sum(z[g, t] for g in range(G) if (g, t) in z)
+        # Holding more than the ramped target never helps; capping it prunes the search.
+        m.add(count <= min(targets[t], G))
+        usage[t].append(count)
+        unmet = m.new_int_var(0, r.demand[t], f"{r.id}_unmet_{t}")
+        m.add(unmet >= r.demand[t] - count)
+        m.add_hint(unmet, max(0, r.demand[t] - len(have[t])))
+        objective.append(-round(SCALE * s.realtime_penalty) * unmet)
+        if t == 0:
+            if r.held:  # a live app: moves from the GPUs it holds now count at step 0
+                was = set(r.held)
+                m.add(sum(1 - z[g, 0] if g in was else z[g, 0] for g in range(G) if (g, 0) in z)
+                      + sum(1 for g in was if (g, 0) not in z) <= r.max_swap)
+            continue
+        m.add(sum(_realtime_moves(m, r, z, have, t, G)) <= r.max_swap)
+
+
+def _realtime_moves(m: cp_model.CpModel, r: RealtimeApp, z: dict[tuple[int, int], cp_model.IntVar],
+                    have: list[set[int]], t: int, G: int) -> list[cp_model.IntVar]:
+    """A literal per GPU that the app takes or leaves between steps t-1 and t."""
+    moves = []
+    for g in range(G):
+        a, b = z.get((g, t - 1)), z.get((g, t))
+        if a is None and b is None:
+            continue
+        c = m.new_bool_var(f"{r.id}_mv_{g}_{t}")
+        m.add_hint(c, int((g in have[t]) != (g in have[t - 1])))
+        if a is not None and b is not None:
+            m.add(c >= a - b)
+            m.add(c >= b - a)
+        else:
+            m.add(c >= (a if a is not None else b))  # type: ignore[operator]
+        moves.append(c)
+    return moves
 
 
 def _batch_job(
@@ -257,51 +279,13 @@ def solve_window(win: Window, deterministic_s: float, wall_s: float, seed: int) 
     began = time.perf_counter()
     m = cp_model.CpModel()
     h, rows = win.horizon, win.rows
-    xs: list[cp_model.IntervalVar] = []
-    ys: list[cp_model.IntervalVar] = []
-    for g in range(rows):
-        t = 0
-        while t < h:  # each run of held steps on this row: one fixed box
-            if win.busy[t] >> g & 1:
-                stop = t
-                while stop < h and win.busy[stop] >> g & 1:
-                    stop += 1
-                xs.append(m.new_fixed_size_interval_var(g, 1, f"row_{g}_{t}"))
-                ys.append(m.new_fixed_size_interval_var(t, stop - t, f"steps_{g}_{t}"))
-                t = stop
-            else:
-                t += 1
+    xs, ys = _held_boxes(m, win)
     usage: list[list[cp_model.LinearExprT]] = [[] for _ in range(h)]
     objective: list[cp_model.LinearExprT] = []
     picks: dict[str, tuple[dict[int, cp_model.IntVar], cp_model.IntVar]] = {}
     for j in win.jobs:
-        starts = j.starts
-        if not starts:
-            continue
-        at = {t: m.new_bool_var(f"{j.id}_t{t}") for t in range(j.arrival, h)}
-        present = m.new_bool_var(f"{j.id}_on")
-        m.add(sum(at.values()) == present)
-        # Intervals want variables: start, length and end equal their sums over the literals
-        # (all 0 when the job is left out, and then its box is absent).
-        start, length, end = (m.new_int_var(0, h, f"{j.id}_{n}") for n in ("start", "len", "end"))
-        m.add(start == sum(t * x for t, x in at.items()))
-        m.add(length == sum(min(j.duration, h - t) * x for t, x in at.items()))
-        m.add(end == start + length)
-        first = m.new_int_var_from_domain(cp_model.Domain.from_values(starts), f"{j.id}_first")
-        xs.append(m.new_optional_fixed_size_interval_var(first, j.gpus, present, f"{j.id}_rows"))
-        ys.append(m.new_optional_interval_var(start, length, end, present, f"{j.id}_steps"))
-        for t, x in at.items():
-            objective.append(round(SCALE * (full_search_window.value(j, t, win.weights) - j.stay)) * x)
-            for u in range(t, min(t + j.duration, h)):
-                usage[u].append(j.gpus * x)
-        hs = j.hint[0] if j.hint else None
-        for t, x in at.items():
-            m.add_hint(x, int(t == hs))
-        m.add_hint(present, int(j.hint is not None))
-        hl = min(j.duration, h - hs) if hs is not None else 0
-        for v, hv in ((start, hs or 0), (length, hl), (end, (hs or 0) + hl), (first, j.hint[1] if j.hint else starts[0])):
-            m.add_hint(v, hv)
-        picks[j.id] = (at, first)
+        if j.starts:
+            picks[j.id] = _window_job(m, win, j, xs, ys, usage, objective)
     for t in range(h):
         if usage[t]:
             m.add(sum(usage[t]) <= rows - win.busy[t].bit_count())
@@ -321,3 +305,55 @@ def solve_window(win: Window, deterministic_s: float, wall_s: float, seed: int) 
         if t0 is not None:
             out[job_id] = (t0, solver.value(first))
     return out
+
+
+def _held_boxes(m: cp_model.CpModel, win: Window) -> tuple[list[cp_model.IntervalVar], list[cp_model.IntervalVar]]:
+    """The window's held cells as fixed boxes (rows, steps): one per run of held steps on a row."""
+    xs: list[cp_model.IntervalVar] = []
+    ys: list[cp_model.IntervalVar] = []
+    h = win.horizon
+    for g in range(win.rows):
+        t = 0
+        while t < h:  # each run of held steps on this row: one fixed box
+            if not win.busy[t] >> g & 1:
+                t += 1
+                continue
+            stop = t
+            while stop < h and win.busy[stop] >> g & 1:
+                stop += 1
+            xs.append(m.new_fixed_size_interval_var(g, 1, f"row_{g}_{t}"))
+            ys.append(m.new_fixed_size_interval_var(t, stop - t, f"steps_{g}_{t}"))
+            t = stop
+    return xs, ys
+
+
+def _window_job(
+    m: cp_model.CpModel, win: Window, j: WindowJob, xs: list[cp_model.IntervalVar], ys: list[cp_model.IntervalVar],
+    usage: list[list[cp_model.LinearExprT]], objective: list[cp_model.LinearExprT],
+) -> tuple[dict[int, cp_model.IntVar], cp_model.IntVar]:
+    """One window job's box, its value and GPUs per step, and its hint: (its start literals, its first row)."""
+    h, starts = win.horizon, j.starts
+    at = {t: m.new_bool_var(f"{j.id}_t{t}") for t in range(j.arrival, h)}
+    present = m.new_bool_var(f"{j.id}_on")
+    m.add(sum(at.values()) == present)
+    # Intervals want variables: start, length and end equal their sums over the literals
+    # (all 0 when the job is left out, and then its box is absent).
+    start, length, end = (m.new_int_var(0, h, f"{j.id}_{n}") for n in ("start", "len", "end"))
+    m.add(start == sum(t * x for t, x in at.items()))
+    m.add(length == sum(min(j.duration, h - t) * x for t, x in at.items()))
+    m.add(end == start + length)
+    first = m.new_int_var_from_domain(cp_model.Domain.from_values(starts), f"{j.id}_first")
+    xs.append(m.new_optional_fixed_size_interval_var(first, j.gpus, present, f"{j.id}_rows"))
+    ys.append(m.new_optional_interval_var(start, length, end, present, f"{j.id}_steps"))
+    for t, x in at.items():
+        objective.append(round(SCALE * (full_search_window.value(j, t, win.weights) - j.stay)) * x)
+        for u in range(t, min(t + j.duration, h)):
+            usage[u].append(j.gpus * x)
+    hs = j.hint[0] if j.hint else None
+    for t, x in at.items():
+        m.add_hint(x, int(t == hs))
+    m.add_hint(present, int(j.hint is not None))
+    hl = min(j.duration, h - hs) if hs is not None else 0
+    for v, hv in ((start, hs or 0), (length, hl), (end, (hs or 0) + hl), (first, j.hint[1] if j.hint else starts[0])):
+        m.add_hint(v, hv)
+    return at, first

@@ -51,27 +51,23 @@ class Workload:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("name: must not be empty")
-        if self.agents < 1:
-            raise ValueError(f"agents: must be at least 1, got {self.agents}")
+        _at_least("agents", self.agents, 1)
         lo, hi = self.turns
         if lo < 1 or hi < lo:
             raise ValueError(f"turns: must be at least 1 (as [lo, hi], lo <= hi), got {list(self.turns)}")
-        if self.gen_tokens < 1:
-            raise ValueError(f"gen_tokens: must be at least 1, got {self.gen_tokens}")
-        if self.obs_tokens < 0:
-            raise ValueError(f"obs_tokens: must not be negative, got {self.obs_tokens}")
-        if self.prompt_tokens < 1:
-            raise ValueError(f"prompt_tokens: must be at least 1, got {self.prompt_tokens}")
-        if self.shared_prefix_tokens < 0:
-            raise ValueError(f"shared_prefix_tokens: must not be negative, got {self.shared_prefix_tokens}")
+        for name, least in (("gen_tokens", 1), ("obs_tokens", 0), ("prompt_tokens", 1), ("shared_prefix_tokens", 0)):
+            _at_least(name, getattr(self, name), least)
         a, b = self.tool_latency_s
         if a < 0 or b < a:
             raise ValueError(f"tool_latency_s: must be [lo, hi] with 0 <= lo <= hi, got {list(self.tool_latency_s)}")
-        if self.token_budget < 1:
-            raise ValueError(f"token_budget: must be at least 1, got {self.token_budget}")
+        _at_least("token_budget", self.token_budget, 1)
         for name in ("control_interval_s", "series_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be positive, got {getattr(self, name)}")
+        self._check_cache()
+
+    def _check_cache(self) -> None:
+        """The cache holds one agent's first turn, and its last."""
         first = self.shared_prefix_tokens + self.prompt_tokens + self.gen_tokens
         if self.cache_blocks * BLOCK_SIZE < first:
             raise ValueError(f"cache_blocks: {self.cache_blocks} blocks hold {self.cache_blocks * BLOCK_SIZE} tokens, "
@@ -86,6 +82,31 @@ class Workload:
         return self.shared_prefix_tokens + self.prompt_tokens + hi * self.gen_tokens + (hi - 1) * self.obs_tokens
 
 
+def _at_least(name: str, value: int, least: int) -> None:
+    if value < least:
+        raise ValueError(f"{name}: must be at least {least}, got {value}" if least else
+                         f"{name}: must not be negative, got {value}")
+
+
+def _turns(turns: Any) -> tuple[int, int]:
+    """A workload's `turns`: N or [lo, hi]."""
+    if isinstance(turns, int) and not isinstance(turns, bool):
+        return (turns, turns)
+    if isinstance(turns, list | tuple) and len(turns) == 2 and all(isinstance(t, int) for t in turns):
+        return (int(turns[0]), int(turns[1]))
+    raise ValueError(f"turns: must be an integer or [lo, hi], got {turns!r}")
+
+
+def _check_number_types(values: Mapping[str, Any]) -> None:
+    for name in ("agents", "gen_tokens", "obs_tokens", "cache_blocks", "seed", "prompt_tokens",
+                 "shared_prefix_tokens", "token_budget"):
+        if name in values and (not isinstance(values[name], int) or isinstance(values[name], bool)):
+            raise ValueError(f"{name}: must be an integer, got {values[name]!r}")
+    for name in ("control_interval_s", "series_interval_s"):
+        if name in values and not isinstance(values[name], int | float):
+            raise ValueError(f"{name}: must be a number, got {values[name]!r}")
+
+
 def parse_workload(raw: Mapping[str, Any]) -> Workload:
     """A workload from JSON data; a wrong field is refused with a ValueError naming it."""
     if not isinstance(raw, Mapping):
@@ -98,25 +119,13 @@ def parse_workload(raw: Mapping[str, Any]) -> Workload:
         if required not in raw:
             raise ValueError(f"{required}: missing from the workload")
     values: dict[str, Any] = dict(raw)
-    turns = values["turns"]
-    if isinstance(turns, int) and not isinstance(turns, bool):
-        values["turns"] = (turns, turns)
-    elif isinstance(turns, list | tuple) and len(turns) == 2 and all(isinstance(t, int) for t in turns):
-        values["turns"] = (int(turns[0]), int(turns[1]))
-    else:
-        raise ValueError(f"turns: must be an integer or [lo, hi], got {turns!r}")
+    values["turns"] = _turns(values["turns"])
     latency = values["tool_latency_s"]
     if not (isinstance(latency, list | tuple) and len(latency) == 2
             and all(isinstance(x, int | float) and not isinstance(x, bool) for x in latency)):
         raise ValueError(f"tool_latency_s: must be [lo, hi] in seconds, got {latency!r}")
     values["tool_latency_s"] = (float(latency[0]), float(latency[1]))
-    for name in ("agents", "gen_tokens", "obs_tokens", "cache_blocks", "seed", "prompt_tokens",
-                 "shared_prefix_tokens", "token_budget"):
-        if name in values and (not isinstance(values[name], int) or isinstance(values[name], bool)):
-            raise ValueError(f"{name}: must be an integer, got {values[name]!r}")
-    for name in ("control_interval_s", "series_interval_s"):
-        if name in values and not isinstance(values[name], int | float):
-            raise ValueError(f"{name}: must be a number, got {values[name]!r}")
+    _check_number_types(values)
     if not isinstance(values["name"], str):
         raise ValueError(f"name: must be a string, got {values['name']!r}")
     return Workload(**values)
@@ -204,60 +213,86 @@ def run_workload(w: Workload, gate: Gate, *, engine: Engine | None = None,
     """Runs every agent of ``w`` to its end under ``gate``. With ``sample`` the gate is a
     controller: each control interval it observes the engine's sample (None: no answer)."""
     engine = engine or engine_for(w)
-    clock = clock or MeasuredClock()
     plans = {p.agent: p for p in make_plans(w, engine.config.model.vocab) if p.agent not in set(skip)}
-    history = {a: list(p.prompt) for a, p in plans.items()}
-    turn = dict.fromkeys(plans, 0)
-    wakes: list[tuple[float, int, str]] = []
-    now, next_control, decisions = 0.0, w.control_interval_s, []
-    series = _Series(w.series_interval_s, engine)
-    done = 0
-
-    def submit(agents: Iterable[str]) -> None:
-        for a in agents:
-            engine.add_request(f"{a}/{turn[a]}", history[a], w.gen_tokens)
-
+    run = _Run(w, gate, engine, plans, clock or MeasuredClock(), on_done)
     for a in plans:
         if gate.request(a):
-            submit([a])
-    counter = 0
-    while done < len(plans):
+            run.submit([a])
+    while run.done < len(plans):
         if engine.has_work():
-            finished, cost = clock.step(engine)
-            series.step(now, cost, len(gate.active))
-            now += cost
-            for out in finished:
-                a = out.request_id.split("/")[0]
-                history[a] += out.tokens
-                turn[a] += 1
-                if turn[a] == plans[a].turns:
-                    done += 1
-                    if on_done is not None:
-                        on_done(a, history[a])
-                    submit(gate.release(a))
-                else:
-                    counter += 1
-                    heappush(wakes, (now + plans[a].latencies[turn[a] - 1], counter, a))
-        else:
-            upcoming = [t for t in (wakes[0][0] if wakes else None, next_control if sample else None) if t is not None]
-            if not upcoming:
-                break  # nothing can happen any more (cannot occur with a window of at least 1)
-            later = max(now, min(upcoming))
-            series.idle(now, later, len(gate.active))
-            now = later
-        while wakes and wakes[0][0] <= now:
-            _, _, a = heappop(wakes)
-            history[a] += plans[a].observations[turn[a] - 1]
-            if gate.request(a):
-                submit([a])
-        if sample is not None and now >= next_control:
-            decision = gate.observe(sample(engine), now)
-            submit(decision.admitted)
-            decisions.append({"t": round(now, 3), "window": decision.window, "action": decision.action})
+            run.step()
+        elif not run.idle(sample is not None):
+            break  # nothing can happen any more (cannot occur with a window of at least 1)
+        run.wake()
+        if sample is not None and run.now >= run.next_control:
+            decision = run.control(sample)
             if on_interval is not None:
-                on_interval(decision, engine, now)
-            next_control = now + w.control_interval_s
-    return series.result(now, decisions)
+                on_interval(decision, engine, run.now)
+    return run.series.result(run.now, run.decisions)
+
+
+class _Run:
+    """`run_workload`'s state: each agent's history and turn, the tool calls pending, the clock."""
+
+    def __init__(self, w: Workload, gate: Gate, engine: Engine, plans: dict[str, AgentPlan], clock: StepClock,
+                 on_done: Callable[[str, list[int]], None] | None) -> None:
+        self.w, self.gate, self.engine, self.plans, self.clock, self.on_done = w, gate, engine, plans, clock, on_done
+        self.history = {a: list(p.prompt) for a, p in plans.items()}
+        self.turn = dict.fromkeys(plans, 0)
+        self.wakes: list[tuple[float, int, str]] = []
+        self.now, self.next_control = 0.0, w.control_interval_s
+        self.decisions: list[dict[str, Any]] = []
+        self.series = _Series(w.series_interval_s, engine)
+        self.done = 0
+        self.counter = 0
+
+    def submit(self, agents: Iterable[str]) -> None:
+        for a in agents:
+            self.engine.add_request(f"{a}/{self.turn[a]}", self.history[a], self.w.gen_tokens)
+
+    def step(self) -> None:
+        """One engine step; each finished turn ends its agent or calls its tool."""
+        finished, cost = self.clock.step(self.engine)
+        self.series.step(self.now, cost, len(self.gate.active))
+        self.now += cost
+        for out in finished:
+            a = out.request_id.split("/")[0]
+            self.history[a] += out.tokens
+            self.turn[a] += 1
+            if self.turn[a] == self.plans[a].turns:
+                self.done += 1
+                if self.on_done is not None:
+                    self.on_done(a, self.history[a])
+                self.submit(self.gate.release(a))
+            else:
+                self.counter += 1
+                heappush(self.wakes, (self.now + self.plans[a].latencies[self.turn[a] - 1], self.counter, a))
+
+    def idle(self, controlled: bool) -> bool:
+        """No work: the clock moves to the next tool return or control point; False if none comes."""
+        upcoming = [t for t in (self.wakes[0][0] if self.wakes else None, self.next_control if controlled else None)
+                    if t is not None]
+        if not upcoming:
+            return False
+        later = max(self.now, min(upcoming))
+        self.series.idle(self.now, later, len(self.gate.active))
+        self.now = later
+        return True
+
+    def wake(self) -> None:
+        """Agents whose tool call returned append its observation and ask for their next turn."""
+        while self.wakes and self.wakes[0][0] <= self.now:
+            _, _, a = heappop(self.wakes)
+            self.history[a] += self.plans[a].observations[self.turn[a] - 1]
+            if self.gate.request(a):
+                self.submit([a])
+
+    def control(self, sample: SampleSource) -> Decision:
+        decision = self.gate.observe(sample(self.engine), self.now)
+        self.submit(decision.admitted)
+        self.decisions.append({"t": round(self.now, 3), "window": decision.window, "action": decision.action})
+        self.next_control = self.now + self.w.control_interval_s
+        return decision
 
 
 class _Series:

@@ -70,16 +70,19 @@ class ControllerConfig:
             raise ValueError(f"additive_step: must be at least 1, got {self.additive_step}")
         if not 0.0 < self.decrease_factor < 1.0:
             raise ValueError(f"decrease_factor: must lie in (0, 1), got {self.decrease_factor}")
+        self._check_fractions()
+        if self.cooldown_s < 0:
+            raise ValueError(f"cooldown_s: must not be negative, got {self.cooldown_s}")
+
+    def _check_fractions(self) -> None:
         for name in ("usage_high", "hit_drop", "recompute_tolerance"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name}: must lie in [0, 1], got {value}")
-        if not 0.0 < self.severity_floor <= 1.0:
-            raise ValueError(f"severity_floor: must lie in (0, 1], got {self.severity_floor}")
-        if not 0.0 < self.ewma_alpha <= 1.0:
-            raise ValueError(f"ewma_alpha: must lie in (0, 1], got {self.ewma_alpha}")
-        if self.cooldown_s < 0:
-            raise ValueError(f"cooldown_s: must not be negative, got {self.cooldown_s}")
+        for name in ("severity_floor", "ewma_alpha"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"{name}: must lie in (0, 1], got {value}")
 
 
 @dataclass(frozen=True)
@@ -199,12 +202,7 @@ class AdmissionController:
         """One control interval: the engine's latest sample (None: it did not answer)."""
         s, c = self._s, self.config
         if sample is None:
-            if s.missing_since is None:
-                s.missing_since = now
-            return self._decide(
-                "no_signal",
-                f"metrics endpoint not answering for {now - s.missing_since:.1f}s: window held at {s.window}",
-            )
+            return self._no_signal(now)
         s.missing_since = None
         if s.resumed:
             s.last_resume, s.resumed = now, 0
@@ -225,17 +223,39 @@ class AdmissionController:
             why = ("the engine preempted requests" if preempted else
                    f"live agents' prefixes recomputed ({recompute_frac:.0%} of queried tokens)" if evicted_live else
                    f"usage {sample.usage:.0%} and hit rate {hit:.0%} fell below its average {ewma:.0%}")
-            if s.last_decrease is not None and now - s.last_decrease < c.cooldown_s:
-                return self._decide("hold", f"{why}; decreased {now - s.last_decrease:.1f}s ago", sample, hit)
-            factor = c.decrease_factor
-            if evicted_live and recompute_frac is not None:
-                factor = min(factor, max(c.severity_floor, 1.0 - recompute_frac))
-            s.window = max(c.w_min, math.floor(s.window * factor))
-            s.slow_start = False
-            s.last_decrease = now
-            return self._decide("decrease", why, sample, hit)
+            return self._decrease(now, why, sample, hit, recompute_frac if evicted_live else None)
         if usage_high:
             return self._decide("hold", f"usage {sample.usage:.0%}: near saturation", sample, hit)
+        return self._grow(sample, previous, hit)
+
+    def _no_signal(self, now: float) -> Decision:
+        s = self._s
+        if s.missing_since is None:
+            s.missing_since = now
+        return self._decide(
+            "no_signal",
+            f"metrics endpoint not answering for {now - s.missing_since:.1f}s: window held at {s.window}",
+        )
+
+    def _decrease(self, now: float, why: str, sample: CacheSample, hit: float | None,
+                  recompute_frac: float | None) -> Decision:
+        """Multiplicative decrease (deeper for a large recompute of live agents' prefixes,
+        `recompute_frac`), unless the last one is within the cooldown."""
+        s, c = self._s, self.config
+        if s.last_decrease is not None and now - s.last_decrease < c.cooldown_s:
+            return self._decide("hold", f"{why}; decreased {now - s.last_decrease:.1f}s ago", sample, hit)
+        factor = c.decrease_factor
+        if recompute_frac is not None:
+            factor = min(factor, max(c.severity_floor, 1.0 - recompute_frac))
+        s.window = max(c.w_min, math.floor(s.window * factor))
+        s.slow_start = False
+        s.last_decrease = now
+        return self._decide("decrease", why, sample, hit)
+
+    def _grow(self, sample: CacheSample, previous: CacheSample | None, hit: float | None) -> Decision:
+        """A healthy cache: the window grows while agents are held (doubling in slow start,
+        which the first eviction ends)."""
+        s, c = self._s, self.config
         if not s.held:
             return self._decide("hold", "window not binding: no agent is held", sample, hit)
         if s.slow_start and previous is not None and (_delta(sample.evictions, previous.evictions) or 0) > 0:

@@ -105,30 +105,44 @@ def bucket(module: fx.GraphModule, buckets: Sequence[Sequence[str]]) -> fx.Graph
     for b, names in enumerate(buckets):
         if len(names) < 2:
             continue
-        members = []
-        for name in names:
-            node = nodes.get(name)
-            if node is None or collective_kind(node) is None:
-                raise ValueError(f"bucket {b}: {name!r} is not a collective of the graph")
-            users = list(node.users)
-            if len(users) != 1 or not is_wait(users[0]):
-                raise ValueError(f"bucket {b}: collective {name} is read by something other than its one wait")
-            if node in member_of:
-                raise ValueError(f"bucket {b}: collective {name} is already in bucket {member_of[node]}")
-            waits[node] = users[0]
-            members.append(node)
-        kinds = {collective_kind(m) for m in members}
-        if len(kinds) != 1:
-            raise ValueError(f"bucket {b}: collectives of different kinds {sorted(map(str, kinds))}")
-        if "all_to_all_single" in kinds:
-            for m in members:
-                _check_equal_splits(m)
+        members = _bucket_members(b, names, nodes, member_of, waits)
         members.sort(key=position.__getitem__)
         if min(position[waits[m]] for m in members) < position[members[-1]]:
             raise ValueError(f"bucket {b}: a member is waited on before the last member is issued")
         for m in members:
             member_of[m] = len(groups)
         groups.append(members)
+    return _rebuild(module, groups, member_of, waits)
+
+
+def _bucket_members(b: int, names: Sequence[str], nodes: dict[str, fx.Node], member_of: dict[fx.Node, int],
+                    waits: dict[fx.Node, fx.Node]) -> list[fx.Node]:
+    """Bucket b's collectives, checked mergeable: each read only by its one wait (recorded in
+    `waits`), in no other bucket, all of one kind (all_to_all_single: of equal splits)."""
+    members = []
+    for name in names:
+        node = nodes.get(name)
+        if node is None or collective_kind(node) is None:
+            raise ValueError(f"bucket {b}: {name!r} is not a collective of the graph")
+        users = list(node.users)
+        if len(users) != 1 or not is_wait(users[0]):
+            raise ValueError(f"bucket {b}: collective {name} is read by something other than its one wait")
+        if node in member_of:
+            raise ValueError(f"bucket {b}: collective {name} is already in bucket {member_of[node]}")
+        waits[node] = users[0]
+        members.append(node)
+    kinds = {collective_kind(m) for m in members}
+    if len(kinds) != 1:
+        raise ValueError(f"bucket {b}: collectives of different kinds {sorted(map(str, kinds))}")
+    if "all_to_all_single" in kinds:
+        for m in members:
+            _check_equal_splits(m)
+    return members
+
+
+def _rebuild(module: fx.GraphModule, groups: list[list[fx.Node]], member_of: dict[fx.Node, int],
+             waits: dict[fx.Node, fx.Node]) -> fx.GraphModule:
+    """The graph copied with each group issued once, at its last member, and unpacked at its first wait."""
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     wait_member = {w: m for m, w in waits.items()}

@@ -108,6 +108,22 @@ def peak_memory(ops: Sequence[SimOp], outputs: Sequence[str] = ()) -> int:
     base: dict[str, str] = {}
     for op in ops:
         base[op.name] = base[op.alias_of] if op.alias_of is not None else op.name
+    last_use = _last_uses(ops, outputs, base)
+    frees: dict[int, int] = {}
+    for op in ops:
+        if op.out_bytes and base[op.name] == op.name:
+            frees[last_use[op.name]] = frees.get(last_use[op.name], 0) + op.out_bytes
+    live = peak = 0
+    for i, op in enumerate(ops):
+        live += op.out_bytes if base[op.name] == op.name else 0
+        peak = max(peak, live)
+        live -= frees.get(i, 0)
+    return peak
+
+
+def _last_uses(ops: Sequence[SimOp], outputs: Sequence[str], base: dict[str, str]) -> dict[str, int]:
+    """The index of the last op that reads each base tensor (or a view of it); the schedule's
+    end for its outputs and inputs, which stay live throughout."""
     end = len(ops)
     last_use: dict[str, int] = {}
     for i, op in enumerate(ops):
@@ -121,16 +137,7 @@ def peak_memory(ops: Sequence[SimOp], outputs: Sequence[str] = ()) -> int:
     for op in ops:
         if op.kind == "input":
             last_use[op.name] = end
-    frees: dict[int, int] = {}
-    for op in ops:
-        if op.out_bytes and base[op.name] == op.name:
-            frees[last_use[op.name]] = frees.get(last_use[op.name], 0) + op.out_bytes
-    live = peak = 0
-    for i, op in enumerate(ops):
-        live += op.out_bytes if base[op.name] == op.name else 0
-        peak = max(peak, live)
-        live -= frees.get(i, 0)
-    return peak
+    return last_use
 
 
 def simulate(ops: Sequence[SimOp], outputs: Sequence[str] = ()) -> SimResult:
@@ -183,6 +190,30 @@ def apply_buckets(ops: Sequence[SimOp], buckets: Sequence[Sequence[str]], comm: 
     members' inputs) and waited on where its first member was waited on; each member's wait is
     then an unpack (a view, or a copy when ``unpack_copies``) of the merged result.
     """
+    members = _bucket_members(ops, buckets)
+    by_name = {op.name: op for op in ops}
+    last = {b: max(bucket, key=lambda n: [o.name for o in ops].index(n)) for b, bucket in enumerate(buckets)
+            if len(bucket) >= 2}
+    waited: set[int] = set()
+    out: list[SimOp] = []
+    for op in ops:
+        if op.kind == "issue" and op.name in members:
+            b = members[op.name]
+            if op.name == last[b]:
+                out += _merged_issue(op, b, [by_name[n] for n in buckets[b]], comm)
+            continue
+        if op.kind == "wait" and op.inputs[0] in members:
+            b = members[op.inputs[0]]
+            if b not in waited:
+                waited.add(b)
+                out += _merged_wait(ops, b, [by_name[n] for n in buckets[b]], comm)
+            continue
+        out.append(op)
+    return out
+
+
+def _bucket_members(ops: Sequence[SimOp], buckets: Sequence[Sequence[str]]) -> dict[str, int]:
+    """Each bucketed collective's bucket, every bucket checked mergeable and disjoint from the others."""
     members: dict[str, int] = {}
     for b, bucket in enumerate(buckets):
         if len(bucket) < 2:
@@ -194,42 +225,35 @@ def apply_buckets(ops: Sequence[SimOp], buckets: Sequence[Sequence[str]], comm: 
             if name in members:
                 raise ValueError(f"bucket {b}: collective {name!r} is already in bucket {members[name]}")
             members[name] = b
-    by_name = {op.name: op for op in ops}
-    last = {b: max(bucket, key=lambda n: [o.name for o in ops].index(n)) for b, bucket in enumerate(buckets)
-            if len(bucket) >= 2}
-    waited: set[int] = set()
-    out: list[SimOp] = []
-    for op in ops:
-        if op.kind == "issue" and op.name in members:
-            b = members[op.name]
-            if op.name != last[b]:
-                continue
-            merged = [by_name[n] for n in buckets[b]]
-            total_in = sum(m.comm_bytes for m in merged)
-            kind = (op.collective or "").split("|")[0]
-            pack = f"bucket{b}_pack"
-            out.append(SimOp(pack, "compute", tuple(i for m in merged for i in m.inputs),
-                             cost_s=comm.copy_s_per_byte * total_in, out_bytes=total_in))
-            out.append(SimOp(f"bucket{b}", "issue", (pack,), cost_s=comm.launch_s, comm_s=comm.time(kind, total_in),
-                             out_bytes=sum(m.out_bytes for m in merged), collective=op.collective,
-                             comm_bytes=total_in, unpack_copies=op.unpack_copies))
-            continue
-        if op.kind == "wait" and op.inputs[0] in members:
-            b = members[op.inputs[0]]
-            if b not in waited:
-                waited.add(b)
-                out.append(SimOp(f"bucket{b}_wait", "wait", (f"bucket{b}",), alias_of=f"bucket{b}"))
-                for m in (by_name[n] for n in buckets[b]):
-                    wait_name = next(w.name for w in ops if w.kind == "wait" and w.inputs[0] == m.name)
-                    if m.unpack_copies:
-                        out.append(SimOp(wait_name, "compute", (f"bucket{b}_wait",),
-                                         cost_s=comm.copy_s_per_byte * m.out_bytes, out_bytes=m.out_bytes,
-                                         stream=m.stream))
-                    else:
-                        out.append(SimOp(wait_name, "compute", (f"bucket{b}_wait",), alias_of=f"bucket{b}_wait",
-                                         stream=m.stream))
-            continue
-        out.append(op)
+    return members
+
+
+def _merged_issue(op: SimOp, b: int, merged: list[SimOp], comm: CommModel) -> list[SimOp]:
+    """Bucket b's pack copy and its one collective, issued where its last member `op` was."""
+    total_in = sum(m.comm_bytes for m in merged)
+    kind = (op.collective or "").split("|")[0]
+    pack = f"bucket{b}_pack"
+    return [
+        SimOp(pack, "compute", tuple(i for m in merged for i in m.inputs),
+              cost_s=comm.copy_s_per_byte * total_in, out_bytes=total_in),
+        SimOp(f"bucket{b}", "issue", (pack,), cost_s=comm.launch_s, comm_s=comm.time(kind, total_in),
+              out_bytes=sum(m.out_bytes for m in merged), collective=op.collective,
+              comm_bytes=total_in, unpack_copies=op.unpack_copies),
+    ]
+
+
+def _merged_wait(ops: Sequence[SimOp], b: int, merged: list[SimOp], comm: CommModel) -> list[SimOp]:
+    """Bucket b's one wait, then each member's wait as an unpack (a view, or a copy)."""
+    out = [SimOp(f"bucket{b}_wait", "wait", (f"bucket{b}",), alias_of=f"bucket{b}")]
+    for m in merged:
+        wait_name = next(w.name for w in ops if w.kind == "wait" and w.inputs[0] == m.name)
+        if m.unpack_copies:
+            out.append(SimOp(wait_name, "compute", (f"bucket{b}_wait",),
+                             cost_s=comm.copy_s_per_byte * m.out_bytes, out_bytes=m.out_bytes,
+                             stream=m.stream))
+        else:
+            out.append(SimOp(wait_name, "compute", (f"bucket{b}_wait",), alias_of=f"bucket{b}_wait",
+                             stream=m.stream))
     return out
 
 
