@@ -46,9 +46,7 @@ def test_two_blocks_run_and_a_third_waits_with_the_step_it_is_planned_at(cluster
         assert {c for row in masked["grid"] for c in row} <= {"", "*"} and masked["jobs"] == []
         assert not any(j.id in masked["trigger"] for j in jobs), masked["trigger"]  # "arrival of j-..." masked too
         # The owner's token reads its own jobs' ids in the trigger, even one that left the plan.
-        with cluster.client() as admin:
-            _, demo = admin.issue_token("demo")
-        own = cluster.cli_json("plan", token=demo)
+        own = cluster.cli_json("plan", token=cluster.demo_token)
         assert "*" not in own["trigger"] and "another tenant's job" not in own["trigger"], own["trigger"]
         # And `rota nodes`: who holds each GPU, another tenant's job as "*".
         holders = {g["job"] for n in cluster.cli_json("nodes", token=other["token"]) for g in n["gpus"]}

@@ -261,13 +261,14 @@ class Harness:
                 return agent.pid
         return int(self.info["pids"][node])
 
-    def restart_agent(self, node: str, api_addr: str = "", extra_env: dict[str, str] | None = None) -> None:
+    def restart_agent(self, node: str, node_addr: str = "", extra_env: dict[str, str] | None = None) -> None:
         """A node comes back: a new agent process under the same name (as after a reboot),
-        talking to the api at `api_addr` (a fault proxy, say) or directly, with `extra_env`
-        (the settings its cluster's agents were started with)."""
+        registering and beating at the api's node port through `node_addr` (a fault proxy,
+        say) or directly, with `extra_env` (the settings its cluster's agents were started with)."""
         info, spec = self.info, self.info["agents"][node]
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
-        env.update({"ROTA_ADMIN_TOKEN": self.token, "ROTA_API_ADDR": api_addr or info["endpoint"],
+        env.update({"ROTA_ADMIN_TOKEN": self.token, "ROTA_API_ADDR": info["endpoint"],
+                    "ROTA_API_NODE_ADDR": node_addr or info["node_endpoint"],
                     "ROTA_HOME": str(self.home.resolve()),
                     "ROTA_HEARTBEAT_INTERVAL": "0.5", "PYTHONUNBUFFERED": "1", **(extra_env or {})})
         log = (self.home / "logs" / f"{node}.log").open("ab")

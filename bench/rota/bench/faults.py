@@ -235,14 +235,15 @@ STRANDED_WAIT_S = 5.0
 
 
 def partition(h: Harness, jitter_s: float = 0.2, seconds: float = 8.0) -> dict[str, Any]:
-    """One node reaches the api through a proxy: 200 ms of jitter must not read as death;
-    a real cut must, within the node timeout; healed, the node serves again."""
+    """One node reaches the api's node port (its registration and heartbeats) through a
+    proxy: 200 ms of jitter must not read as death; a real cut must, within the node
+    timeout; healed, the node serves again."""
     node = sorted(h.info["agents"])[-1]
-    proxy = FaultProxy(h.info["endpoint"], delay_s=jitter_s / 2, jitter_s=jitter_s / 2).start()
+    proxy = FaultProxy(h.info["node_endpoint"], delay_s=jitter_s / 2, jitter_s=jitter_s / 2).start()
     try:
         os.kill(h.agent_pid(node), signal.SIGKILL)
         wait_for(health_is(h, node, "DEAD"), 60)
-        h.restart_agent(node, api_addr=proxy.address)
+        h.restart_agent(node, node_addr=proxy.address)
         wait_for(health_is(h, node, "ALIVE"), 60)
         h.submit(2, seconds=2.0)
         false_dead = 0
