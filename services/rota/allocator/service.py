@@ -78,7 +78,7 @@ class AllocatorService(allocator_pb2_grpc.AllocatorServiceServicer):
 
         def read(session: Session) -> tuple[PlanStepRow | None, dict[str, str]]:
             row = repository.latest_plan_step(session)
-            return row, ({} if row is None or identity.is_admin else _owners(session, trigger_job_ids(row.trigger)))
+            return row, ({} if row is None or identity.is_admin else queries.job_tenants(session, trigger_job_ids(row.trigger)))
 
         row, owners = await asyncio.to_thread(self.db.run, read)
         if row is None:
@@ -153,10 +153,6 @@ def visible_trigger(trigger: str, identity: Identity, owners: dict[str, str]) ->
         return m.group(0) if owner is not None and identity.may_access(owner) else HIDDEN_JOB
 
     return JOB_ID_IN_TEXT.sub(word, trigger)
-
-
-def _owners(session: Session, job_ids: set[str]) -> dict[str, str]:
-    return queries.job_tenants(session, job_ids)
 
 
 def plan_step_to_proto(row: PlanStepRow, identity: Identity, owners: dict[str, str] | None = None) -> allocator_pb2.CurrentPlanResponse:
