@@ -225,9 +225,9 @@ class ProcessTable:
                        guest_of=guest_of, stopped_reason=refusal, cgroup=cgroup, time_limit_s=time_limit_s,
                        started_wall=time.time())
         meta = {"job_id": job_id, "epoch": epoch, "gpus": gpus, "pgid": popen.pid, **({"replicas": True} if replicas else {}),
-                **({"guest_of": guest_of} if guest_of else {}), "started_wall": job.started_wall,
+                **({"guest_of": guest_of} if guest_of else {}),
                 **({"cgroup": cgroup.to_meta()} if cgroup is not None else {}),
-                **({"time_limit_s": time_limit_s} if time_limit_s is not None else {})}
+                **({"time_limit_s": time_limit_s, "started_wall": job.started_wall} if time_limit_s is not None else {})}
         (folder / "meta.json").write_text(json.dumps(meta))
         self.jobs[job_id] = job
         self.max_epoch = max(self.max_epoch, epoch)
