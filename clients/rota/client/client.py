@@ -189,6 +189,9 @@ class Job:
             "started_at": iso_utc(self.started_at),
             "finished_at": iso_utc(self.finished_at),
             "command": list(self.spec.command),
+            # Its limits as asked (None: none): CPUs, memory per node as written, seconds.
+            "cpus": self.spec.cpus, "memory": None if self.spec.memory is None else str(self.spec.memory),
+            "time_limit": self.spec.time_limit.total_seconds() if self.spec.time_limit is not None else None,
             "array": self.array_id or None,
             "array_index": self.array_index if self.array_id else None,
             "guest_of": self.guest_of or None,
