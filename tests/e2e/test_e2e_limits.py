@@ -95,3 +95,22 @@ def test_bad_limits_are_refused_naming_the_field(cluster: RunningCluster, fields
         with cluster.client() as client:
             client.submit(spec=spec)
     assert caught.value.field == field, caught.value
+
+
+@pytest.fixture(scope="module")
+def without_cgroups(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url: str) -> Iterator[RunningCluster]:
+    """A cluster whose agent makes no cgroups (as one without permission would)."""
+    yield from own_cluster(tmp_path_factory, databases, redis_url, "nocgroups", nodes=1, gpus_per_node=2,
+                           extra_env={"ROTA_AGENT_CGROUPS": "off"})
+
+
+def test_without_cgroups_a_job_with_limits_is_refused_and_says_why(without_cgroups: RunningCluster) -> None:
+    limited = without_cgroups.submit_job("limited", python("import torch"), memory="1Gi")
+    plain = without_cgroups.submit_job("plain", python("import torch; print(torch.ones(3).sum())"), time_limit="5m")
+    refused = without_cgroups.wait_job(limited)
+    assert refused.state == "FAILED", (refused.state, refused.reason)
+    assert refused.reason.startswith("refused: this node cannot enforce cpus or memory limits"), refused.reason
+    assert "ROTA_AGENT_CGROUPS=off" in refused.reason
+    assert without_cgroups.wait_job(plain).state == "SUCCEEDED"  # no cpus or memory: it runs
+    logs = "".join(f.read_text(errors="replace") for f in (without_cgroups.home / "logs").glob("*.log"))
+    assert "cgroups unavailable: turned off" in logs  # the agent said so at start
