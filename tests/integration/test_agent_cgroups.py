@@ -143,3 +143,18 @@ def test_a_restarted_agent_adopts_the_cgroup_and_still_reads_the_oom(
     assert adopted.error().startswith("out of memory (limit 64 MiB)")
     assert node_cgroups.sweep({"j-hog2-1"}) == 0  # an adopted job's cgroup stays until reported
     assert os.path.isdir(next(iter(hog.cgroup.dirs.values())) if hog.cgroup else "/nonexistent")
+
+
+def test_the_cluster_stopping_removes_every_cgroup_and_the_nodes_own(tmp_path: Path) -> None:
+    node = f"test-{uuid.uuid4().hex[:8]}"
+    found = cgroups.detect(node)
+    if isinstance(found, str):
+        pytest.skip(f"no cgroups here: {found}")
+    (tmp_path / "lease").touch()
+    table = ProcessTable(node, tmp_path, tmp_path / "lease", 30.0, cgroups=found)
+    job = launch(table, "j-a", SLEEP, cgroups.Limits(memory_bytes=256 << 20))
+    assert job.cgroup is not None and all(d.exists() for d in job.cgroup.dirs.values())
+    table.stop_all("cluster stopping", 1.0)
+    table.remove_cgroups()
+    assert not any(d.exists() for d in job.cgroup.dirs.values())
+    assert not any(p.exists() for p in found.parents.values())

@@ -163,6 +163,9 @@ def test_a_node_registers_its_cpu_and_memory_capacity_for_the_plan(api: Api, dat
     with api.db.session() as session:
         live = next(n for n in live_view(session).nodes if n.name == "cap-1")
     assert (live.cpus, live.memory_bytes) == (16.0, 64 << 30)
+    found = listed(api, "cap-1")  # the SDK, and `rota nodes --json`
+    assert (found.cpus, found.memory_bytes) == (16.0, 64 << 30)
+    assert (found.to_dict()["cpus"], found.to_dict()["memory_bytes"]) == (16.0, 64 << 30)
     message.cpus, message.memory_bytes = 8.0, 0  # re-registered with less (memory not reported)
     again = register(api, message)
     assert (again.cpus, again.memory_bytes) == (8.0, 0)

@@ -224,6 +224,16 @@ class NodeCgroups:
             raise
         return made
 
+    def release(self) -> None:
+        """Removes the node's parents when no job's cgroup is left in them (the agent
+        stopping with its jobs); one still holding a running job's stays."""
+        for parent in set(self.parents.values()):
+            for folder in (parent, parent.parent):  # `rota/` too, once no other node's is in it
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+
     def sweep(self, keep: set[str]) -> int:
         """Removes job cgroups left by a previous agent process that no adopted job owns."""
         removed = 0

@@ -402,10 +402,13 @@ class ProcessTable:
                     del self.jobs[job.job_id]
 
     def remove_cgroups(self) -> None:
-        """Every cgroup of a job that has ended (the cluster stopping: its jobs were stopped)."""
+        """Every cgroup of a job that has ended, then the node's own when empty (the
+        cluster stopping: its jobs were stopped)."""
         for job in self.jobs.values():
             if job.cgroup is not None and job.exit_code() is not None:
                 job.cgroup.remove()
+        if not isinstance(self.cgroups, str):
+            self.cgroups.release()
 
     def find_log(self, job_id: str) -> Path | None:
         job = self.jobs.get(job_id)
