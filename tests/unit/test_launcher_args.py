@@ -45,3 +45,9 @@ def test_bad_arguments_stop_with_the_reason(argv: list[str], reason: str) -> Non
 def test_a_guest_asks_for_the_idle_scheduling_class() -> None:
     assert parse_args(FULL + ["--sched", "idle", "--", "true"]).idle
     assert not parse_args(FULL + ["--", "true"]).idle
+
+
+def test_the_cgroup_files_to_join_are_read() -> None:
+    args = parse_args(FULL + ["--cgroup", "/cg/memory/j/cgroup.procs,/cg/cpu/j/cgroup.procs", "--", "true"])
+    assert args.cgroup_procs == ["/cg/memory/j/cgroup.procs", "/cg/cpu/j/cgroup.procs"] and args.command == ["true"]
+    assert parse_args(FULL + ["--", "true"]).cgroup_procs == []
