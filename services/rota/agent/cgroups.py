@@ -2,7 +2,9 @@
 the kernel killed it for memory.
 
 One cgroup per launch (a job on one node, a gang's rank group, a realtime app's replica
-set): `<hierarchy>/rota/<node>/<job>-<epoch>`. cgroup v2 where a cgroup2 hierarchy is
+set): `<hierarchy>/rota/<agent>/<job>-<epoch>`, `<agent>` the node's name and a digest of
+the agent's state folder (several local clusters on one machine each have a `node-1`, and an
+agent sweeps only its own). cgroup v2 where a cgroup2 hierarchy is
 mounted with the memory, cpu and pids controllers; v1 otherwise, one folder per
 controller's hierarchy. The job's launcher writes its own pid into each folder's
 `cgroup.procs` before it starts the job (rota.agent.launcher `--cgroup`), so every process
@@ -15,6 +17,7 @@ that reason rather than run without its limits (rota.agent.processes).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import time
@@ -190,11 +193,12 @@ def _kill_members(folder: Path) -> None:
 
 
 class NodeCgroups:
-    """The node's parent cgroup (`rota/<node>` in each hierarchy) and the jobs' below it."""
+    """The agent's parent cgroup (`rota/<agent>` in each hierarchy) and the jobs' below it."""
 
-    def __init__(self, hierarchy: Hierarchy, node: str) -> None:
+    def __init__(self, hierarchy: Hierarchy, agent: str) -> None:
         self.hierarchy = hierarchy
-        self.parents = {c: root / "rota" / node for c, root in hierarchy.roots.items()}
+        self.agent = agent
+        self.parents = {c: root / "rota" / agent for c, root in hierarchy.roots.items()}
 
     def prepare(self) -> None:
         """Makes the parents (v2: with the controllers enabled for their children); OSError
@@ -250,9 +254,15 @@ def _write(path: Path, value: str) -> None:
         f.write(value)
 
 
-def detect(node: str, mode: str = "auto") -> NodeCgroups | str:
-    """The node's cgroups, ready for jobs; or why there are none (the agent logs it and
-    refuses jobs with limits). `mode` "off" (ROTA_AGENT_CGROUPS=off) turns them off."""
+def agent_name(node: str, home: str) -> str:
+    """`node-1.3f9a2c1b`: the node's name and a digest of the agent's state folder."""
+    return f"{node}.{hashlib.sha256(home.encode()).hexdigest()[:8]}"
+
+
+def detect(agent: str, mode: str = "auto") -> NodeCgroups | str:
+    """The agent's cgroups (`agent`: its folder's name, see `agent_name`), ready for jobs; or
+    why there are none (the agent logs it and refuses jobs with limits). `mode` "off"
+    (ROTA_AGENT_CGROUPS=off) turns them off."""
     if mode == "off":
         return "turned off (ROTA_AGENT_CGROUPS=off)"
     try:
@@ -269,9 +279,9 @@ def detect(node: str, mode: str = "auto") -> NodeCgroups | str:
     chosen = choose(v2, offered, v1)
     if isinstance(chosen, str):
         return chosen
-    cgroups = NodeCgroups(chosen, node)
+    cgroups = NodeCgroups(chosen, agent)
     try:
         cgroups.prepare()
     except OSError as exc:
-        return f"cannot make {chosen.describe()}'s rota/{node}: {exc.strerror or exc} (the agent needs root, or a delegated cgroup)"
+        return f"cannot make {chosen.describe()}'s rota/{agent}: {exc.strerror or exc} (the agent needs root, or a delegated cgroup)"
     return cgroups

@@ -266,7 +266,7 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     # A job fences itself strictly before the control plane can call its node dead and
     # start it elsewhere, so a frozen or partitioned node never leaves two running copies.
     table = ProcessTable(args.name, home, home / "lease", LEASE_FRACTION * settings.node_timeout_s,
-                         cgroups=_cgroups(args.name, settings))
+                         cgroups=_cgroups(cgroups_module.agent_name(args.name, str(home.resolve())), settings))
     lapsed = table.lease_expired()
     table.lease_file.touch()
     table.adopt(fence=lapsed)
@@ -315,13 +315,13 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     )
 
 
-def _cgroups(node: str, settings: Settings) -> cgroups_module.NodeCgroups | str:
-    """The node's cgroups, said at start; without them, jobs with cpus or memory are refused."""
-    found = cgroups_module.detect(node, settings.agent_cgroups)
+def _cgroups(agent: str, settings: Settings) -> cgroups_module.NodeCgroups | str:
+    """The agent's cgroups, said at start; without them, jobs with cpus or memory are refused."""
+    found = cgroups_module.detect(agent, settings.agent_cgroups)
     if isinstance(found, str):
         log.warning("cgroups unavailable: %s; jobs with cpus or memory limits will be refused", found)
     else:
-        log.info("jobs run in their own cgroups: %s, under rota/%s", found.hierarchy.describe(), node)
+        log.info("jobs run in their own cgroups: %s, under rota/%s", found.hierarchy.describe(), agent)
     return found
 
 
