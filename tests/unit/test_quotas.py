@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from rota.core.fairness.quotas import Asking, Holding, Quota, QuotaError, admit, check_quota, reclaims, standing
+from rota.core.fairness.quotas import (
+    Asking,
+    Holding,
+    Quota,
+    QuotaError,
+    admit,
+    check_quota,
+    reclaims,
+    standing,
+)
 
 Q = {
     "vision": Quota("vision", guaranteed=4, limit=8),
