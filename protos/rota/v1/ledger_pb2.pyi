@@ -85,7 +85,7 @@ Global___RecordUsageResponse: _TypeAlias = RecordUsageResponse  # noqa: Y015
 
 @_typing.final
 class UsageRequest(_message.Message):
-    """by: job|tenant|day|gpu (default tenant); since/until: 0 means unbounded."""
+    """by: job|tenant|user|day|gpu (default tenant); since/until: 0 means unbounded."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
