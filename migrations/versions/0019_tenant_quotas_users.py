@@ -42,7 +42,7 @@ def upgrade() -> None:
         sa.Column("token_hash", sa.String(64), unique=True),
         sa.Column("token_expires_at", sa.DateTime(timezone=True)),
         sa.Column("tenant_admin", sa.Boolean(), nullable=False, server_default=sa.false()),
-        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.func.now()),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
         sa.Column("revoked_at", sa.DateTime(timezone=True)),
         sa.Column("last_used_at", sa.DateTime(timezone=True)),
     )
