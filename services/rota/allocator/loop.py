@@ -37,7 +37,7 @@ from rota.common.quotas import tenant_quotas
 from rota.core.errors import Unavailable
 from rota.core.fairness.ltgf import FairnessConfig
 from rota.core.planning.liveplan import Horizon, LiveJob, LiveScenario, Start, StepDecision
-from rota.core.planning.moves import MoveInputs
+from rota.core.planning.moves import MoveInputs, Preemption
 from rota.core.planning.planner import PlanOutcome, plan_live
 from rota.core.planning.policy_fair import Yield
 from rota.v1 import agent_pb2
@@ -317,9 +317,7 @@ class SchedulingLoop:
         The next cycle sees the paused job's GPUs free and plans into them. The jobs moved."""
         moved: list[str] = []
         for r in outcome.reclaims:  # a tenant's guarantee: its borrowers are paused (checkpointed)
-            if self.mover.start(r.job_id, reason=r.reason):
-                metrics.QUOTA_RECLAIMS.inc()
-                self.memory.yielded_to[r.job_id] = r.for_job
+            if await self._reclaim(r, addresses):
                 moved.append(r.job_id)
         for y in outcome.yields:
             await self._yield(y, moves, addresses)
@@ -365,6 +363,20 @@ class SchedulingLoop:
         movable = [j.id for j in view.jobs if j.node is not None and j.preemptible and not j.realtime]
         found = repository.move_inputs(session, movable if self.mover.available else [])
         return MoveInputs(costs=found.costs, targets=found.targets, busy=self.mover.busy())
+
+    async def _reclaim(self, r: Preemption, addresses: dict[str, str]) -> bool:
+        """A borrower paused for a tenant's guarantee; stopped and requeued instead when the
+        pause is refused, so the reclaim bound (docs/tenants.md) holds either way."""
+        as_yield = Yield(r.job_id, "", int(r.gain), r.for_job, "", r.reason)  # what _yield_by_stop reads
+
+        async def stop_instead(why: str) -> None:
+            await self._yield_by_stop(as_yield, f"{r.reason} (restarted: pausing was refused: {why})", addresses)
+
+        if not self.mover.start(r.job_id, reason=r.reason, on_refused=stop_instead):
+            return False
+        metrics.QUOTA_RECLAIMS.inc()
+        self.memory.yielded_to[r.job_id] = r.for_job
+        return True
 
     async def _yield(self, y: Yield, moves: MoveInputs, addresses: dict[str, str]) -> None:
         """A lease yield: paused when the job has an image, else stopped and requeued."""
