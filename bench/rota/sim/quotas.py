@@ -18,7 +18,7 @@ import csv
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from rota.core.fairness.quotas import Asking, Holding, Quota, QuotaError, admit, check_quota, reclaims
+from rota.core.fairness.quotas import Asking, Holding, Quota, QuotaError, check_quota, limit_reason, reclaims
 from rota.sim.engine import PENDING, RUNNING, Policy, Run, SimConfig, Simulator, TryPlace
 from rota.sim.metrics import JobRecord
 from rota.sim.workload import Job, TraceError
@@ -62,13 +62,15 @@ class QuotaPolicy:
                 extra[r.tenant] = extra.get(r.tenant, 0) + r.gpus
             return placed
 
+        # A job over its limit is out of the queue (as the live allocator holds it back), so
+        # it blocks no one behind it (FIFO's head would).
+        cands = [r for r in cands if r.state != PENDING or within_limits(self.quotas, sim.holding, extra, r)]
         self.inner.walk(sim, now, cands, gated, done)
 
 
 def within_limits(quotas: Mapping[str, Quota], holding: Mapping[str, int], extra: Mapping[str, int], r: Run) -> bool:
-    held = [Holding(t, t, n + extra.get(t, 0)) for t, n in holding.items()]
-    held += [Holding(t, t, n) for t, n in extra.items() if t not in holding]
-    return not admit(quotas, held, [Asking(str(r.idx), r.tenant, r.gpus, preemptible=True)]).held
+    held = {t: n + extra.get(t, 0) for t, n in holding.items()}
+    return limit_reason(quotas, held, r.tenant, r.gpus) is None
 
 
 class QuotaSimulator(Simulator):
@@ -85,10 +87,13 @@ class QuotaSimulator(Simulator):
         self._reclaim(now)
 
     def _reclaim(self, now: float) -> None:
-        waiting = sorted(self.pending.values(), key=lambda r: (r.pending_since, r.idx))
-        owners = [r for r in waiting if (q := self.quotas.get(r.tenant)) is not None and q.guaranteed > 0]
+        # Only a tenant below its guarantee reclaims (the core checks again, subtree counted):
+        # most rounds have none, and then nothing else is built.
+        owners = [r for r in self.pending.values() if (q := self.quotas.get(r.tenant)) is not None
+                  and self.holding.get(r.tenant, 0) + r.gpus <= q.guaranteed]
         if not owners:
             return
+        owners.sort(key=lambda r: (r.pending_since, r.idx))
         per = self.cfg.gpus_per_node
         running = [r for r in self.runs if r.state == RUNNING]
         free = self._free_by_node()

@@ -217,6 +217,15 @@ def admit(quotas: Mapping[str, Quota], running: Iterable[Holding], waiting: Sequ
     return out
 
 
+def limit_reason(quotas: Mapping[str, Quota], held: Mapping[str, int], tenant: str, gpus: int) -> str | None:
+    """Why `gpus` more for `tenant` would break a limit (its own or an ancestor's), given the
+    GPUs each tenant holds (`held`); None when they fit. What `admit` checks first, for
+    callers that keep their own counts (the simulator)."""
+    usage = Usage(quotas, ())
+    usage.own = dict(held)
+    return _over_limit(quotas, usage, Asking("", tenant, gpus, preemptible=True))
+
+
 def _over_limit(quotas: Mapping[str, Quota], usage: Usage, w: Asking) -> str | None:
     for t in usage.chain(w.tenant):
         q = quotas.get(t)
