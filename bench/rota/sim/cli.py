@@ -34,7 +34,7 @@ from rota.core.fairness.ltgf import FairnessConfig
 from rota.sim.engine import SimConfig, Simulator
 from rota.sim.metrics import JobRecord, summarize
 from rota.sim.orderings import POLICIES
-from rota.sim.quotas import QuotaSimulator, quota_figures, read_quotas
+from rota.sim.quotas import QuotaSimulator, quota_figures, quota_line, read_quotas
 from rota.sim.traces import make_trace
 from rota.sim.workload import TraceError, node_switches, parse_gpu_types, read_jobs, read_tenants
 
@@ -188,6 +188,7 @@ def table(result: dict[str, Any]) -> str:
             f"{p['tenant_jain']:>11.4f} {p['job_f_in_band']:>9.3f} {p['job_jain']:>8.4f} {p['preemptions']:>8} "
             f"{p['runtime_s']:>7.1f}"
         )
+    lines += [quota_line(name, p) for name, p in result["policies"].items() if "reclaims" in p]
     return "\n".join(lines)
 
 

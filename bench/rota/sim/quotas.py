@@ -148,3 +148,9 @@ def quota_figures(sim: QuotaSimulator, records: Sequence[JobRecord]) -> dict[str
     peaks = peak_holding([(r.tenant, r.gpus, r.intervals) for r in records])
     over = {t: peaks.get(t, 0) - q.limit for t, q in sim.quotas.items() if q.limit is not None and peaks.get(t, 0) > q.limit}
     return {"reclaims": sim.reclaimed, "peak_gpus": peaks, "over_limit": over}
+
+
+def quota_line(policy: str, figures: Mapping[str, object]) -> str:
+    """The table's line of a policy's quota figures."""
+    over = figures.get("over_limit") or {}
+    return f"{policy}: {figures['reclaims']} borrowers reclaimed; tenants over their limit: {over or 'none'}"

@@ -46,3 +46,18 @@ def test_quotas_file_is_checked_naming_the_field(tmp_path: Path) -> None:
     bad.write_text("tenant,guaranteed,limit\na,8,4\n")
     with pytest.raises(TraceError, match="limit: 4 is below the guarantee 8"):
         read_quotas(bad)
+
+
+def test_rota_sim_quotas_prints_the_reclaims_and_no_tenant_over_its_limit(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from rota.sim.cli import main
+    from rota.sim.workload import write_jobs, write_tenants
+
+    write_jobs(tmp_path / "JOBS.csv", trace())
+    write_tenants(tmp_path / "TENANTS.csv", {"a": 1.0, "b": 1.0})
+    (tmp_path / "QUOTAS.csv").write_text("tenant,guaranteed,limit\na,4,6\nb,4,8\n")
+    assert main(["--trace", str(tmp_path / "JOBS.csv"), "--tenants", str(tmp_path / "TENANTS.csv"), "--gpus", "8",
+                 "--policy", "fair,drf", "--quotas", str(tmp_path / "QUOTAS.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "fair: 2 borrowers reclaimed; tenants over their limit: none" in out
+    assert "drf: 2 borrowers reclaimed" in out
