@@ -86,6 +86,19 @@ class QuotaSimulator(Simulator):
         super()._round(now, expired)
         self._reclaim(now)
 
+    def reserve(self, r: Run) -> None:
+        """`fair`'s reservation for a starving job starts it without the policy's placement:
+        never for a job over its limit."""
+        if within_limits(self.quotas, self.holding, {}, r):
+            super().reserve(r)
+
+    def _start_reserved(self, now: float) -> None:
+        r = self.resv
+        if r is not None and r.state == PENDING and not within_limits(self.quotas, self.holding, {}, r):
+            self._drop_reservation()  # its tenant reached its limit while the block drained
+            return
+        super()._start_reserved(now)
+
     def _reclaim(self, now: float) -> None:
         # Only a tenant below its guarantee reclaims (the core checks again, subtree counted):
         # most rounds have none, and then nothing else is built.
