@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from ledger_fixtures import add_job, add_node, add_placement, add_tenant, exact_seconds, release
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.exc import IntegrityError
 
 from rota.cluster.models import PlacementRow
@@ -61,7 +61,9 @@ def truth(db: Database, since: datetime | None, until: datetime | None) -> Decim
 
 
 def assert_conserved(db: Database, since: datetime | None = None, until: datetime | None = None) -> Decimal:
-    by = {k: sum(totals(db, k, since, until).values(), Decimal(0)) for k in ("tenant", "job", "gpu", "day")}
+    # Summed over rows: by user a key ("-", no user) repeats across tenants.
+    by = {k: sum((t.gpu_seconds for t in db.run(lambda s, k=k: usage_totals(s, k, since=since, until=until))), Decimal(0))
+          for k in ("tenant", "job", "user", "gpu", "day")}
     expected = truth(db, since, until)
     assert by == dict.fromkeys(by, expected), f"window {since} .. {until}"
     return expected
@@ -253,3 +255,18 @@ def test_concurrent_repeats_of_one_record_write_it_once_and_keep_the_latest_end(
     assert totals(db, "job") == {"j1": Decimal(32 * 60 * 2)}
     assert db.run(lambda s: s.scalar(select(func.count()).select_from(UsageRow))) == 1
 
+
+
+def test_usage_by_user_is_each_users_jobs_and_adds_up_to_its_tenants(db: Database) -> None:
+    now = db_now(db)
+    workload(db, now)
+    # What the api's submission path records for a user's token (rota.cluster writes it there).
+    db.run(lambda s: s.execute(text("UPDATE jobs SET submitted_by = CASE WHEN id IN ('j0', 'j1', 'j2', 'j3') "
+                                    "THEN 'ada' ELSE 'bob' END WHERE tenant = 'nlp'")))
+    collect_all(db)
+    rows = db.run(lambda s: usage_totals(s, "user"))
+    by_tenant = totals(db, "tenant")
+    for tenant in by_tenant:
+        assert sum((r.gpu_seconds for r in rows if r.tenant == tenant), Decimal(0)) == by_tenant[tenant]
+    assert {r.key for r in rows if r.tenant != "nlp"} <= {"-"}
+    assert {r.key for r in rows if r.tenant == "nlp"} <= {"ada", "bob"}

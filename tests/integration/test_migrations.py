@@ -15,7 +15,7 @@ from rota.common.models import Base
 
 metadata = Base.metadata
 
-TABLES = {"tenants", "jobs", "job_transitions", "nodes", "gpus", "placements", "gpu_claims", "gpu_guests", "plan_steps",
+TABLES = {"tenants", "tenant_users", "jobs", "job_transitions", "nodes", "gpus", "placements", "gpu_claims", "gpu_guests", "plan_steps",
           "ledger_usage", "ledger_collected", "forecast_completions", "forecast_traffic",
           "job_forecasts", "checkpoint_chunks", "checkpoint_images", "checkpoint_manifests",
           "checkpoint_image_chunks", "checkpoint_operations", "detector_verdicts",

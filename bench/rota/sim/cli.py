@@ -34,6 +34,7 @@ from rota.core.fairness.ltgf import FairnessConfig
 from rota.sim.engine import SimConfig, Simulator
 from rota.sim.metrics import JobRecord, summarize
 from rota.sim.orderings import POLICIES
+from rota.sim.quotas import QuotaSimulator, quota_figures, quota_line, read_quotas
 from rota.sim.traces import make_trace
 from rota.sim.workload import TraceError, node_switches, parse_gpu_types, read_jobs, read_tenants
 
@@ -82,6 +83,8 @@ def _run_parser() -> _Parser:
     p.add_argument("--renew-s", type=float, default=0.0)
     p.add_argument("--gpu-types", default=None, metavar="TYPE:NODES,...", help="the nodes' GPU types, in node order")
     p.add_argument("--switches", type=int, default=None, metavar="N", help="nodes per switch (consecutive ones)")
+    p.add_argument("--quotas", type=Path, default=None, metavar="QUOTAS.csv",
+                   help="tenant,guaranteed,limit[,parent]: limits and guarantees on top of each policy (rota.sim.quotas)")
     return p
 
 
@@ -136,9 +139,12 @@ def simulate(args: argparse.Namespace) -> dict[str, Any]:
         },
         "policies": {},
     }
+    quotas = read_quotas(args.quotas) if getattr(args, "quotas", None) else None
     for name in policies:
         t0 = time.perf_counter()
-        runs = Simulator(jobs, shares, cfg, POLICIES[name]()).run()
+        sim = Simulator(jobs, shares, cfg, POLICIES[name]()) if quotas is None else \
+            QuotaSimulator(jobs, shares, cfg, POLICIES[name](), quotas)
+        runs = sim.run()
         runtime = time.perf_counter() - t0
         records = [
             JobRecord(r.job.id, r.tenant, r.gpus, r.job.submit_s, r.end_s, r.intervals, r.job.priority)
@@ -147,6 +153,7 @@ def simulate(args: argparse.Namespace) -> dict[str, Any]:
         out["policies"][name] = {
             **summarize(records, shares, cfg.gpus),
             "runtime_s": round(runtime, 3),
+            **(quota_figures(sim, records) if isinstance(sim, QuotaSimulator) else {}),
             "jobs": [
                 {
                     "id": j.id,
@@ -181,6 +188,7 @@ def table(result: dict[str, Any]) -> str:
             f"{p['tenant_jain']:>11.4f} {p['job_f_in_band']:>9.3f} {p['job_jain']:>8.4f} {p['preemptions']:>8} "
             f"{p['runtime_s']:>7.1f}"
         )
+    lines += [quota_line(name, p) for name, p in result["policies"].items() if "reclaims" in p]
     return "\n".join(lines)
 
 

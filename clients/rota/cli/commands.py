@@ -31,7 +31,7 @@ from rota.client import (
 from rota.client.client import iso_utc
 
 if TYPE_CHECKING:  # loaded by the SDK when `rota job` asks for them, not by every command
-    from rota.client import Explanation, Verdict
+    from rota.client import Explanation, Tenant, Verdict
 
 # Connection.
 def home_of(args: argparse.Namespace) -> Path | None:
@@ -110,7 +110,7 @@ def jobs(args: argparse.Namespace) -> int:
         return _watch_jobs(args)
     with connect(args) as client:
         if args.json:  # every task as a job of its own (with `array` and `array_index`)
-            found = client.list_jobs(tenant=args.tenant, states=args.state, limit=args.limit)
+            found = client.list_jobs(tenant=args.tenant, states=args.state, limit=args.limit, **_mine(args))
             print_json([j.to_dict() for j in found])
             return 0
         print(_jobs_text(client, args)[1])
@@ -120,7 +120,8 @@ def jobs(args: argparse.Namespace) -> int:
 def _jobs_text(client: Client, args: argparse.Namespace) -> tuple[int, str]:
     """The filtered jobs (how many) and their table, an array's tasks folded into one row
     unless --expand: what `rota jobs` prints and `rota jobs --watch` redraws."""
-    found, arrays = client.list_jobs_and_arrays(tenant=args.tenant, states=args.state, limit=args.limit)
+    found, arrays = client.list_jobs_and_arrays(tenant=args.tenant, states=args.state, limit=args.limit,
+                                                **_mine(args))
     if getattr(args, "expand", False):
         return len(found), jobs_table(found)
     from rota.cli.array_commands import grouped_table
@@ -128,13 +129,19 @@ def _jobs_text(client: Client, args: argparse.Namespace) -> tuple[int, str]:
     return len(found), grouped_table(found, arrays, jobs_table)
 
 
+def _mine(args: argparse.Namespace) -> dict[str, bool]:
+    """`--mine`: only the jobs the caller's user token submitted."""
+    return {"mine": True} if getattr(args, "mine", False) else {}
+
+
 def jobs_table(found: Sequence[Job]) -> str:
     rows = [
-        (j.id, j.name, j.tenant, j.kind, j.priority, gpu_count(j), j.state,
+        (j.id, j.name, j.tenant, j.user or "-", j.kind, j.priority, gpu_count(j), j.state,
          where_text(j), progress_text(j.progress), ago(j.created_at))
         for j in found
     ]
-    return table(("ID", "NAME", "TENANT", "KIND", "PRIO", "GPUS", "STATE", "PLACEMENT", "PROGRESS", "SUBMITTED"), rows)
+    return table(("ID", "NAME", "TENANT", "USER", "KIND", "PRIO", "GPUS", "STATE", "PLACEMENT", "PROGRESS", "SUBMITTED"),
+                 rows)
 
 
 def gpu_count(job: Job) -> int:
@@ -315,30 +322,38 @@ def nodes(args: argparse.Namespace) -> int:
 
 
 def tenants(args: argparse.Namespace) -> int:
+    from rota.cli import user_commands as quotas  # the quota flags and table
+
     with connect(args) as client:
         if args.tenants_command in ("add", "token"):
             ttl_text = args.token_ttl if args.tenants_command == "add" else args.ttl
             flag = "--token-ttl" if args.tenants_command == "add" else "--ttl"
             ttl = timedelta(seconds=parse_duration(ttl_text, flag)) if ttl_text else None
             if args.tenants_command == "add":
-                tenant, token = client.create_tenant(args.name, share=args.share, token_ttl=ttl)
-                done = f"tenant {tenant.name} (share {tenant.share:g}) created"
+                tenant, token = client.create_tenant(
+                    args.name, share=args.share, token_ttl=ttl, guaranteed=args.guaranteed, limit=args.limit,
+                    gpu_limits=quotas.gpu_limits(args.gpu_limit), parent=args.parent)
+                done = f"tenant {tenant.name} (share {tenant.share:g}{_quota_text(tenant)}) created"
             else:
                 tenant, token = client.issue_token(args.name, ttl=ttl)
                 done = f"tenant {tenant.name} has a new token; the old one no longer works"
             expires = _expiry_text(tenant.token_expires_at)
             if args.json:
-                print_json({"name": tenant.name, "share": tenant.share, "token": token,
-                            "token_expires_at": _iso(tenant.token_expires_at)})
+                print_json({**quotas.tenant_row(tenant), "token": token})
             else:
                 print(f"{done}; its token (shown once, {expires}):\n{token}")
             return 0
         found = client.list_tenants()
     if args.json:
-        print_json([{"name": t.name, "share": t.share, "token_expires_at": _iso(t.token_expires_at)} for t in found])
+        print_json([quotas.tenant_row(t) for t in found])
     else:
-        print(table(("TENANT", "SHARE", "TOKEN"), [(t.name, f"{t.share:g}", _expiry_text(t.token_expires_at)) for t in found]))
+        print(quotas.tenants_table(found))
     return 0
+
+
+def _quota_text(tenant: Tenant) -> str:
+    limit = "no limit" if tenant.limit is None else f"limit {tenant.limit}"
+    return f", guaranteed {tenant.guaranteed}, {limit}"
 
 
 def _iso(at: datetime | None) -> str | None:

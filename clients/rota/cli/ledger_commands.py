@@ -18,7 +18,8 @@ from rota.client.errors import InvalidArgumentError
 from rota.client.ledger import fairness_text
 
 _DAYS = re.compile(r"^\s*(\d+(?:\.\d+)?)d(.*)$")
-HEADERS = {"job": ("JOB", "TENANT"), "tenant": ("TENANT",), "day": ("DAY (UTC)",), "gpu": ("GPU",)}
+HEADERS = {"job": ("JOB", "TENANT"), "tenant": ("TENANT",), "user": ("USER", "TENANT"), "day": ("DAY (UTC)",),
+           "gpu": ("GPU",)}
 
 
 def parse_since(value: str, now: datetime | None = None) -> datetime | None:
@@ -62,7 +63,7 @@ def usage(args: argparse.Namespace) -> int:
                     "rows": [r.to_dict() for r in rows], "total_gpu_hours": total,
                     "total_weighted_gpu_hours": weighted})
         return 0
-    with_tenant = args.by == "job"
+    with_tenant = args.by in ("job", "user")
     body = [[r.key, *([r.tenant] if with_tenant else []), _hours(r.gpu_hours), _hours(r.weighted_gpu_hours)]
             for r in rows]
     blank = [""] if with_tenant else []
@@ -104,7 +105,7 @@ def fairness(args: argparse.Namespace) -> int:
 def usage_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tenant", default="", help="only this tenant (a tenant token sees only its own)")
     parser.add_argument("--since", default="", help="ISO time (UTC if no zone) or a span back from now: 7d, 24h")
-    parser.add_argument("--by", default="tenant", help="job | tenant | day | gpu (default: tenant)")
+    parser.add_argument("--by", default="tenant", help="job | tenant | user | day | gpu (default: tenant)")
 
 
 def fairness_arguments(parser: argparse.ArgumentParser) -> None:

@@ -40,6 +40,7 @@ class Command:
     add_help: bool = True
     service: str = ""  # flags (help included) from this server module's own build_parser()
     label: str = ""  # an argument whose value names what the command runs, in messages (`serve api`)
+    optional_sub: bool = False  # a group that runs its own handler without a subcommand (`rota tenants`)
 
 
 def resolve(name: str) -> Any:
@@ -106,6 +107,7 @@ def _submit(p: argparse.ArgumentParser) -> None:
 
 def _jobs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tenant", default="")
+    p.add_argument("--mine", action="store_true", help="only the jobs your user token submitted")
     p.add_argument("--state", action="append", default=[], help="filter by state (repeatable)")
     p.add_argument("--limit", type=int, default=0)
     p.add_argument("--watch", action="store_true",
@@ -135,6 +137,12 @@ def _tenant_add(p: argparse.ArgumentParser) -> None:
     p.add_argument("--share", type=float, default=1.0)
     p.add_argument("--token-ttl", default="", metavar="DURATION",
                    help="how long the token is valid (e.g. 720h, 90m); default: until replaced")
+    resolve(_U + "quota_arguments")(p)
+
+
+def _tenant_quota(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name")
+    resolve(_U + "quota_arguments")(p)
 
 
 def _tenant_token(p: argparse.ArgumentParser) -> None:
@@ -162,6 +170,7 @@ def _rest(p: argparse.ArgumentParser) -> None:
 
 
 _C = "rota.cli.commands:"
+_U = "rota.cli.user_commands:"
 # The commands that run Rota's own processes: the server distribution's (rota.operator).
 _OP = "rota.operator.commands:"
 _CK = "rota.cli.checkpoint_commands:"
@@ -218,10 +227,19 @@ COMMANDS: tuple[Command, ...] = (
             "rota.cli.deploy_commands:certs_arguments", server=False),
     Command("probe", "health check of one service or agent (exit 0 when SERVING)", "rota.cli.probe:run",
             "rota.cli.probe:add_arguments", server=False),
-    Command("tenants", "manage tenants", _C + "tenants", dest="tenants_command", subcommands=(
-        Command("add", "create a tenant (admin) and print its token", arguments=_tenant_add),
+    Command("tenants", "tenants with their quotas: guaranteed / limit / in use / borrowed", _C + "tenants",
+            dest="tenants_command", optional_sub=True, subcommands=(
+        Command("add", "create a tenant (admin) and print its token; --guaranteed G --limit L", arguments=_tenant_add),
         Command("token", "issue a tenant a new token (admin); its old one stops working", arguments=_tenant_token),
-        Command("list", "list tenants"),
+        Command("quota", "set a tenant's quota (admin): --guaranteed G --limit L [--parent P] [--gpu-limit TYPE=N]",
+                _U + "set_quota", _tenant_quota),
+        Command("list", "list tenants (the same as `rota tenants`)"),
+    )),
+    Command("users", "a tenant's users, each with its own token", _U + "users", dest="users_command", subcommands=(
+        Command("add", "create a user (admin or tenant admin) and print its token", arguments=_U + "user_add_arguments"),
+        Command("list", "list users with their tokens' expiry and last use", arguments=_U + "users_arguments"),
+        Command("revoke", "revoke a user's token (refused from the next call on)", arguments=_U + "user_name_arguments"),
+        Command("token", "issue a user a new token; its old one stops working", arguments=_U + "user_token_arguments"),
     )),
     Command("serve", "run one control-plane service (configured by ROTA_* variables)", _OP + "serve", _serve,
             server=False, label="service"),
@@ -249,9 +267,11 @@ def add_command(sub: Any, command: Command) -> argparse.ArgumentParser:
     extra = {"service": command.service} if command.service else {}
     parser: argparse.ArgumentParser = sub.add_parser(command.name, help=command.help, add_help=command.add_help, **extra)
     if command.subcommands:
-        group = parser.add_subparsers(dest=command.dest, required=True, metavar=command.metavar)
+        group = parser.add_subparsers(dest=command.dest, required=not command.optional_sub, metavar=command.metavar)
         for child in command.subcommands:
             add_command(group, child)
+        if command.optional_sub and command.server:
+            connection_arguments(parser)
         return parser
     arguments = resolve(command.arguments) if isinstance(command.arguments, str) else command.arguments
     if arguments is not None:

@@ -50,9 +50,11 @@ if TYPE_CHECKING:
     from rota.client.kv_window import AdmissionEndpoint
     from rota.client.ledger import JobFairness, Standings, TenantFairness, UsageEntry
     from rota.client.plan import CurrentPlan, Explanation, PlannedJob, ScenarioPlan, WhatIf
+    from rota.client.users import User
 
 _LAZY = {
     "AdmissionEndpoint": "rota.client.kv_window",
+    "User": "rota.client.users",
     # The client itself (it brings grpc): `rota submit` over HTTP reads job files with
     # this package and never dials gRPC (rota.cli.http_submit).
     **dict.fromkeys(("Client", "Gpu", "Job", "JobEvent", "Node", "StateChange", "Tenant"), "rota.client.client"),
@@ -81,5 +83,5 @@ __all__ = [
     "JobFairness", "Standings", "TenantFairness", "UsageEntry",
     "CheckpointImage", "CheckpointOperation", "CheckpointResult", "JobImages", "MigrateResult", "PauseResult",
     "ResumeResult",
-    "DeviceHealth", "DrainResult", "ReplanResult", "Verdict",
+    "DeviceHealth", "DrainResult", "ReplanResult", "Verdict", "User",
 ]

@@ -26,6 +26,7 @@ from rota.client.errors import NotFoundError, RotaError, from_rpc_error
 from rota.client.home import ClusterHome, resolve_connection
 from rota.client.jobspec import Dependency, JobSpec
 from rota.client.tls import TLS
+from rota.client.users import User
 from rota.v1 import api_pb2, api_pb2_grpc, common_pb2
 
 # The other services' messages and stubs are imported by the methods that call them: a
@@ -92,7 +93,9 @@ def log_lines(chunks: Iterable[bytes]) -> Iterator[str]:
 
 
 def _tenant(t: common_pb2.Tenant) -> Tenant:
-    return Tenant(t.name, t.share, _time(t.token_expires_at))
+    return Tenant(t.name, t.share, _time(t.token_expires_at), guaranteed=t.guaranteed,
+                  limit=t.limit if t.HasField("limit") else None, gpu_limits=dict(t.gpu_limits), parent=t.parent,
+                  in_use=t.in_use, borrowed=t.borrowed)
 
 
 def _numbers(values: dict[str, Any]) -> dict[str, Any]:
@@ -139,6 +142,7 @@ class Job:
     # A trial running as a guest in this job's pipeline bubbles, on its GPUs ("" otherwise).
     guest_of: str = ""
     guests: list[str] = field(default_factory=list)  # trials in this job's bubbles now (GetJob)
+    user: str = ""  # the user whose token submitted it ("" for a tenant's own token or the admin's)
 
     @staticmethod
     def _from_proto(job: common_pb2.Job) -> Job:
@@ -169,6 +173,7 @@ class Job:
             array_index=job.array_index,
             guest_of=job.guest_of,
             guests=list(job.guests),
+            user=job.user,
         )
 
     @property
@@ -177,7 +182,7 @@ class Job:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "name": self.name, "tenant": self.tenant, "kind": self.kind, "priority": self.priority,
+            "id": self.id, "name": self.name, "tenant": self.tenant, "user": self.user or None, "kind": self.kind, "priority": self.priority,
             "state": self.state, "reason": self.reason, "node": self.node, "nodes": self.nodes, "gpus": self.gpus,
             "replicas": self.replicas, "epoch": self.epoch,
             "attempts": self.attempts, "exit_code": self.exit_code, "error": self.error, "progress": self.progress,
@@ -248,6 +253,14 @@ class Tenant:
     name: str
     share: float
     token_expires_at: datetime | None = None  # UTC, naive; None: the token does not expire
+    # Quotas (docs/tenants.md): GPUs guaranteed, the most its subtree holds (None: no cap),
+    # the most of each GPU type, the tenant above it ("" for a root).
+    guaranteed: int = 0
+    limit: int | None = None
+    gpu_limits: dict[str, int] = field(default_factory=dict)
+    parent: str = ""
+    in_use: int = 0  # GPUs its subtree holds now (list_tenants)
+    borrowed: int = 0  # of those, beyond its guarantee
 
 
 @dataclass(frozen=True)
@@ -367,18 +380,22 @@ class Client:
         return JobArray._from_proto(reply.array) if reply.HasField("array") else Job._from_proto(reply.job)
 
     def list_jobs_and_arrays(
-        self, *, tenant: str = "", states: Sequence[JobState | str] = (), limit: int = 0,
+        self, *, tenant: str = "", states: Sequence[JobState | str] = (), limit: int = 0, mine: bool = False,
     ) -> tuple[list[Job], list[JobArray]]:
         """As `list_jobs`, with the arrays of the listed tasks, every task of each counted by state."""
         values = _wire.states_values(states or ())
-        reply = self._call(self._jobs.ListJobs, api_pb2.ListJobsRequest(tenant=tenant, states=values, limit=limit))
+        reply = self._call(self._jobs.ListJobs, api_pb2.ListJobsRequest(tenant=tenant, states=values, limit=limit,
+                                                                         mine=mine))
         return [Job._from_proto(j) for j in reply.jobs], [JobArray._from_proto(a) for a in reply.arrays]
 
-    def list_jobs(self, *, tenant: str = "", states: Sequence[JobState | str] = (), limit: int = 0) -> list[Job]:
+    def list_jobs(self, *, tenant: str = "", states: Sequence[JobState | str] = (), limit: int = 0,
+                  mine: bool = False) -> list[Job]:
         """Jobs the caller may see, newest first; `states` (JobState or its name, any case)
-        filters; ValueError naming the states for a name that is none."""
+        filters; ValueError naming the states for a name that is none. `mine`: only those
+        this user's token submitted (a user's token only)."""
         values = _wire.states_values(states or ())
-        reply = self._call(self._jobs.ListJobs, api_pb2.ListJobsRequest(tenant=tenant, states=values, limit=limit))
+        reply = self._call(self._jobs.ListJobs, api_pb2.ListJobsRequest(tenant=tenant, states=values, limit=limit,
+                                                                         mine=mine))
         return [Job._from_proto(j) for j in reply.jobs]
 
     def cancel(self, job_id: str, *, reason: str = "") -> Job:
@@ -610,12 +627,49 @@ class Client:
         return DemandForecast._from_proto(self._call(forecast_stub(self._channel).DemandCurve, request))
 
     # Tenants.
-    def create_tenant(self, name: str, *, share: float = 1.0, token_ttl: timedelta | None = None) -> tuple[Tenant, str]:
+    def create_tenant(
+        self, name: str, *, share: float = 1.0, token_ttl: timedelta | None = None, guaranteed: int = 0,
+        limit: int | None = None, gpu_limits: Mapping[str, int] | None = None, parent: str = "",
+    ) -> tuple[Tenant, str]:
         """Returns the tenant and its bearer token (shown once), valid for `token_ttl`
-        (None: until replaced by issue_token)."""
-        request = api_pb2.CreateTenantRequest(name=name, share=share, token_ttl=_duration(token_ttl))
+        (None: until replaced by issue_token). InvalidArgumentError naming the field for a
+        negative quota, a limit below the guarantee, an unknown parent or a cycle."""
+        request = api_pb2.CreateTenantRequest(name=name, share=share, token_ttl=_duration(token_ttl),
+                                              guaranteed=guaranteed, limit=limit, gpu_limits=dict(gpu_limits or {}),
+                                              parent=parent)
         reply = self._call(self._tenants.CreateTenant, request)
         return _tenant(reply.tenant), reply.token
+
+    def set_tenant_quota(self, name: str, *, guaranteed: int = 0, limit: int | None = None,
+                         gpu_limits: Mapping[str, int] | None = None, parent: str = "") -> Tenant:
+        """Replaces the tenant's quota (admin only); errors as create_tenant's."""
+        request = api_pb2.SetTenantQuotaRequest(name=name, guaranteed=guaranteed, limit=limit,
+                                                gpu_limits=dict(gpu_limits or {}), parent=parent)
+        return _tenant(self._call(self._tenants.SetTenantQuota, request).tenant)
+
+    # Users.
+    def create_user(self, name: str, *, tenant: str = "", tenant_admin: bool = False,
+                    token_ttl: timedelta | None = None) -> tuple[User, str]:
+        """A user of `tenant` ("" = the caller's) and its token (shown once)."""
+        request = api_pb2.CreateUserRequest(tenant=tenant, name=name, tenant_admin=tenant_admin,
+                                            token_ttl=_duration(token_ttl))
+        reply = self._call(self._tenants.CreateUser, request)
+        return User._from_proto(reply.user), reply.token
+
+    def list_users(self, *, tenant: str = "") -> list[User]:
+        reply = self._call(self._tenants.ListUsers, api_pb2.ListUsersRequest(tenant=tenant))
+        return [User._from_proto(u) for u in reply.users]
+
+    def revoke_user(self, name: str, *, tenant: str = "") -> User:
+        """The user's token is refused from the next call on."""
+        reply = self._call(self._tenants.RevokeUser, api_pb2.RevokeUserRequest(tenant=tenant, name=name))
+        return User._from_proto(reply.user)
+
+    def issue_user_token(self, name: str, *, tenant: str = "", ttl: timedelta | None = None) -> tuple[User, str]:
+        """A new token for the user (shown once); its old one is refused from then on."""
+        request = api_pb2.IssueUserTokenRequest(tenant=tenant, name=name, token_ttl=_duration(ttl))
+        reply = self._call(self._tenants.IssueUserToken, request)
+        return User._from_proto(reply.user), reply.token
 
     def issue_token(self, name: str, *, ttl: timedelta | None = None) -> tuple[Tenant, str]:
         """A new bearer token for the tenant (shown once), valid for `ttl` (None: until

@@ -444,6 +444,31 @@ class TenantServiceStub:
                 request_serializer=rota_dot_v1_dot_api__pb2.WhoAmIRequest.SerializeToString,
                 response_deserializer=rota_dot_v1_dot_api__pb2.WhoAmIResponse.FromString,
                 _registered_method=True)
+        self.SetTenantQuota = channel.unary_unary(
+                '/rota.v1.TenantService/SetTenantQuota',
+                request_serializer=rota_dot_v1_dot_api__pb2.SetTenantQuotaRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_api__pb2.SetTenantQuotaResponse.FromString,
+                _registered_method=True)
+        self.CreateUser = channel.unary_unary(
+                '/rota.v1.TenantService/CreateUser',
+                request_serializer=rota_dot_v1_dot_api__pb2.CreateUserRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_api__pb2.CreateUserResponse.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/rota.v1.TenantService/ListUsers',
+                request_serializer=rota_dot_v1_dot_api__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_api__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
+        self.RevokeUser = channel.unary_unary(
+                '/rota.v1.TenantService/RevokeUser',
+                request_serializer=rota_dot_v1_dot_api__pb2.RevokeUserRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_api__pb2.RevokeUserResponse.FromString,
+                _registered_method=True)
+        self.IssueUserToken = channel.unary_unary(
+                '/rota.v1.TenantService/IssueUserToken',
+                request_serializer=rota_dot_v1_dot_api__pb2.IssueUserTokenRequest.SerializeToString,
+                response_deserializer=rota_dot_v1_dot_api__pb2.IssueUserTokenResponse.FromString,
+                _registered_method=True)
 
 
 class TenantServiceServicer:
@@ -480,6 +505,43 @@ class TenantServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetTenantQuota(self, request, context):
+        """Admin only. A tenant's quota: INVALID_ARGUMENT naming the field for a negative value, a
+        limit below the guarantee, an unknown parent or a cycle in the tenant tree.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateUser(self, request, context):
+        """The admin or the tenant's administrators (its own token, a tenant admin user). A new
+        user with its token (returned once; only its hash is stored). ALREADY_EXISTS if taken.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """The tenant's users with their tokens' expiry, last use and revocation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeUser(self, request, context):
+        """A user's token is refused from the next call on (user tokens are not cached). Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def IssueUserToken(self, request, context):
+        """A new token for the user (returned once), replacing (and un-revoking) its old one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TenantServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -502,6 +564,31 @@ def add_TenantServiceServicer_to_server(servicer, server):
                     servicer.WhoAmI,
                     request_deserializer=rota_dot_v1_dot_api__pb2.WhoAmIRequest.FromString,
                     response_serializer=rota_dot_v1_dot_api__pb2.WhoAmIResponse.SerializeToString,
+            ),
+            'SetTenantQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTenantQuota,
+                    request_deserializer=rota_dot_v1_dot_api__pb2.SetTenantQuotaRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_api__pb2.SetTenantQuotaResponse.SerializeToString,
+            ),
+            'CreateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateUser,
+                    request_deserializer=rota_dot_v1_dot_api__pb2.CreateUserRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_api__pb2.CreateUserResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=rota_dot_v1_dot_api__pb2.ListUsersRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_api__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'RevokeUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeUser,
+                    request_deserializer=rota_dot_v1_dot_api__pb2.RevokeUserRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_api__pb2.RevokeUserResponse.SerializeToString,
+            ),
+            'IssueUserToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.IssueUserToken,
+                    request_deserializer=rota_dot_v1_dot_api__pb2.IssueUserTokenRequest.FromString,
+                    response_serializer=rota_dot_v1_dot_api__pb2.IssueUserTokenResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -612,6 +699,141 @@ class TenantService:
             '/rota.v1.TenantService/WhoAmI',
             rota_dot_v1_dot_api__pb2.WhoAmIRequest.SerializeToString,
             rota_dot_v1_dot_api__pb2.WhoAmIResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTenantQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.TenantService/SetTenantQuota',
+            rota_dot_v1_dot_api__pb2.SetTenantQuotaRequest.SerializeToString,
+            rota_dot_v1_dot_api__pb2.SetTenantQuotaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.TenantService/CreateUser',
+            rota_dot_v1_dot_api__pb2.CreateUserRequest.SerializeToString,
+            rota_dot_v1_dot_api__pb2.CreateUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.TenantService/ListUsers',
+            rota_dot_v1_dot_api__pb2.ListUsersRequest.SerializeToString,
+            rota_dot_v1_dot_api__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.TenantService/RevokeUser',
+            rota_dot_v1_dot_api__pb2.RevokeUserRequest.SerializeToString,
+            rota_dot_v1_dot_api__pb2.RevokeUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IssueUserToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rota.v1.TenantService/IssueUserToken',
+            rota_dot_v1_dot_api__pb2.IssueUserTokenRequest.SerializeToString,
+            rota_dot_v1_dot_api__pb2.IssueUserTokenResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -206,6 +206,20 @@ class TenantServiceStub:
     """Who the caller's token (or client certificate) is: the admin, or which tenant. Any
     valid token; UNAUTHENTICATED otherwise. What a console shows, and which buttons.
     """
+    SetTenantQuota: _grpc.UnaryUnaryMultiCallable[_api_pb2.SetTenantQuotaRequest, _api_pb2.SetTenantQuotaResponse]
+    """Admin only. A tenant's quota: INVALID_ARGUMENT naming the field for a negative value, a
+    limit below the guarantee, an unknown parent or a cycle in the tenant tree.
+    """
+    CreateUser: _grpc.UnaryUnaryMultiCallable[_api_pb2.CreateUserRequest, _api_pb2.CreateUserResponse]
+    """The admin or the tenant's administrators (its own token, a tenant admin user). A new
+    user with its token (returned once; only its hash is stored). ALREADY_EXISTS if taken.
+    """
+    ListUsers: _grpc.UnaryUnaryMultiCallable[_api_pb2.ListUsersRequest, _api_pb2.ListUsersResponse]
+    """The tenant's users with their tokens' expiry, last use and revocation."""
+    RevokeUser: _grpc.UnaryUnaryMultiCallable[_api_pb2.RevokeUserRequest, _api_pb2.RevokeUserResponse]
+    """A user's token is refused from the next call on (user tokens are not cached). Idempotent."""
+    IssueUserToken: _grpc.UnaryUnaryMultiCallable[_api_pb2.IssueUserTokenRequest, _api_pb2.IssueUserTokenResponse]
+    """A new token for the user (returned once), replacing (and un-revoking) its old one."""
 
 @_typing.type_check_only
 class TenantServiceAsyncStub(TenantServiceStub):
@@ -224,6 +238,20 @@ class TenantServiceAsyncStub(TenantServiceStub):
     """Who the caller's token (or client certificate) is: the admin, or which tenant. Any
     valid token; UNAUTHENTICATED otherwise. What a console shows, and which buttons.
     """
+    SetTenantQuota: _aio.UnaryUnaryMultiCallable[_api_pb2.SetTenantQuotaRequest, _api_pb2.SetTenantQuotaResponse]  # type: ignore[assignment]
+    """Admin only. A tenant's quota: INVALID_ARGUMENT naming the field for a negative value, a
+    limit below the guarantee, an unknown parent or a cycle in the tenant tree.
+    """
+    CreateUser: _aio.UnaryUnaryMultiCallable[_api_pb2.CreateUserRequest, _api_pb2.CreateUserResponse]  # type: ignore[assignment]
+    """The admin or the tenant's administrators (its own token, a tenant admin user). A new
+    user with its token (returned once; only its hash is stored). ALREADY_EXISTS if taken.
+    """
+    ListUsers: _aio.UnaryUnaryMultiCallable[_api_pb2.ListUsersRequest, _api_pb2.ListUsersResponse]  # type: ignore[assignment]
+    """The tenant's users with their tokens' expiry, last use and revocation."""
+    RevokeUser: _aio.UnaryUnaryMultiCallable[_api_pb2.RevokeUserRequest, _api_pb2.RevokeUserResponse]  # type: ignore[assignment]
+    """A user's token is refused from the next call on (user tokens are not cached). Idempotent."""
+    IssueUserToken: _aio.UnaryUnaryMultiCallable[_api_pb2.IssueUserTokenRequest, _api_pb2.IssueUserTokenResponse]  # type: ignore[assignment]
+    """A new token for the user (returned once), replacing (and un-revoking) its old one."""
 
 class TenantServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -263,6 +291,50 @@ class TenantServiceServicer(metaclass=_abc_1.ABCMeta):
         """Who the caller's token (or client certificate) is: the admin, or which tenant. Any
         valid token; UNAUTHENTICATED otherwise. What a console shows, and which buttons.
         """
+
+    @_abc_1.abstractmethod
+    def SetTenantQuota(
+        self,
+        request: _api_pb2.SetTenantQuotaRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.SetTenantQuotaResponse, _abc.Awaitable[_api_pb2.SetTenantQuotaResponse]]:
+        """Admin only. A tenant's quota: INVALID_ARGUMENT naming the field for a negative value, a
+        limit below the guarantee, an unknown parent or a cycle in the tenant tree.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateUser(
+        self,
+        request: _api_pb2.CreateUserRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.CreateUserResponse, _abc.Awaitable[_api_pb2.CreateUserResponse]]:
+        """The admin or the tenant's administrators (its own token, a tenant admin user). A new
+        user with its token (returned once; only its hash is stored). ALREADY_EXISTS if taken.
+        """
+
+    @_abc_1.abstractmethod
+    def ListUsers(
+        self,
+        request: _api_pb2.ListUsersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.ListUsersResponse, _abc.Awaitable[_api_pb2.ListUsersResponse]]:
+        """The tenant's users with their tokens' expiry, last use and revocation."""
+
+    @_abc_1.abstractmethod
+    def RevokeUser(
+        self,
+        request: _api_pb2.RevokeUserRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.RevokeUserResponse, _abc.Awaitable[_api_pb2.RevokeUserResponse]]:
+        """A user's token is refused from the next call on (user tokens are not cached). Idempotent."""
+
+    @_abc_1.abstractmethod
+    def IssueUserToken(
+        self,
+        request: _api_pb2.IssueUserTokenRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.IssueUserTokenResponse, _abc.Awaitable[_api_pb2.IssueUserTokenResponse]]:
+        """A new token for the user (returned once), replacing (and un-revoking) its old one."""
 
 def add_TenantServiceServicer_to_server(servicer: TenantServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

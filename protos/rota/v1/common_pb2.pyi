@@ -395,6 +395,7 @@ class Job(_message.Message):
     ARRAY_INDEX_FIELD_NUMBER: _builtins.int
     GUEST_OF_FIELD_NUMBER: _builtins.int
     GUESTS_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     state: Global___JobState.ValueType
     node: _builtins.str
@@ -416,6 +417,8 @@ class Job(_message.Message):
     at idle priority, stopped by the host's stage outside its bubbles. Empty for every
     other job, and once the host ended and the trial took the GPUs over.
     """
+    user: _builtins.str
+    """The user whose token submitted it ("" for a tenant's own token or the admin's)."""
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -475,10 +478,11 @@ class Job(_message.Message):
         array_index: _builtins.int = ...,
         guest_of: _builtins.str = ...,
         guests: _abc.Iterable[_builtins.str] | None = ...,
+        user: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "gang", b"gang", "progress", b"progress", "spec", b"spec", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_id", b"array_id", "array_index", b"array_index", "attempts", b"attempts", "created_at", b"created_at", "epoch", b"epoch", "error", b"error", "exit_code", b"exit_code", "finished_at", b"finished_at", "gang", b"gang", "gpus", b"gpus", "guest_of", b"guest_of", "guests", b"guests", "history", b"history", "id", b"id", "node", b"node", "progress", b"progress", "reason", b"reason", "replicas", b"replicas", "spec", b"spec", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_id", b"array_id", "array_index", b"array_index", "attempts", b"attempts", "created_at", b"created_at", "epoch", b"epoch", "error", b"error", "exit_code", b"exit_code", "finished_at", b"finished_at", "gang", b"gang", "gpus", b"gpus", "guest_of", b"guest_of", "guests", b"guests", "history", b"history", "id", b"id", "node", b"node", "progress", b"progress", "reason", b"reason", "replicas", b"replicas", "spec", b"spec", "started_at", b"started_at", "state", b"state", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -658,18 +662,56 @@ Global___Node: _TypeAlias = Node  # noqa: Y015
 class Tenant(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class GpuLimitsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAME_FIELD_NUMBER: _builtins.int
     SHARE_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     TOKEN_EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    GUARANTEED_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    GPU_LIMITS_FIELD_NUMBER: _builtins.int
+    PARENT_FIELD_NUMBER: _builtins.int
+    IN_USE_FIELD_NUMBER: _builtins.int
+    BORROWED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     share: _builtins.float
+    guaranteed: _builtins.int
+    """Quotas (docs/tenants.md): GPUs guaranteed (reclaimed from borrowers within the reclaim
+    bound), the most its subtree may hold (unset: no cap), the most of each GPU type, and
+    the tenant above it ("" for a root).
+    """
+    limit: _builtins.int
+    parent: _builtins.str
+    in_use: _builtins.int
+    """Filled by ListTenants: GPUs its subtree holds now, and how many beyond its guarantee."""
+    borrowed: _builtins.int
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def token_expires_at(self) -> _timestamp_pb2.Timestamp:
         """unset: the token does not expire"""
 
+    @_builtins.property
+    def gpu_limits(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
     def __init__(
         self,
         *,
@@ -677,14 +719,72 @@ class Tenant(_message.Message):
         share: _builtins.float = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         token_expires_at: _timestamp_pb2.Timestamp | None = ...,
+        guaranteed: _builtins.int = ...,
+        limit: _builtins.int | None = ...,
+        gpu_limits: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        parent: _builtins.str = ...,
+        in_use: _builtins.int = ...,
+        borrowed: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "token_expires_at", b"token_expires_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_limit", b"_limit", "created_at", b"created_at", "limit", b"limit", "token_expires_at", b"token_expires_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "name", b"name", "share", b"share", "token_expires_at", b"token_expires_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_limit", b"_limit", "borrowed", b"borrowed", "created_at", b"created_at", "gpu_limits", b"gpu_limits", "guaranteed", b"guaranteed", "in_use", b"in_use", "limit", b"limit", "name", b"name", "parent", b"parent", "share", b"share", "token_expires_at", b"token_expires_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__limit: _TypeAlias = _typing.Literal["limit"]  # noqa: Y015
+    _WhichOneofArgType__limit: _TypeAlias = _typing.Literal["_limit", b"_limit"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__limit) -> _WhichOneofReturnType__limit | None: ...
+
+Global___Tenant: _TypeAlias = Tenant  # noqa: Y015
+
+@_typing.final
+class User(_message.Message):
+    """A user of a tenant, with its own token (only its hash is kept)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    TENANT_ADMIN_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    TOKEN_EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    LAST_USED_AT_FIELD_NUMBER: _builtins.int
+    REVOKED_AT_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    name: _builtins.str
+    tenant_admin: _builtins.bool
+    """administers its tenant (its users, all its jobs)"""
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def token_expires_at(self) -> _timestamp_pb2.Timestamp:
+        """unset: the token does not expire"""
+
+    @_builtins.property
+    def last_used_at(self) -> _timestamp_pb2.Timestamp:
+        """unset: never used (written at most once a minute)"""
+
+    @_builtins.property
+    def revoked_at(self) -> _timestamp_pb2.Timestamp:
+        """set: its token is refused"""
+
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        name: _builtins.str = ...,
+        tenant_admin: _builtins.bool = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        token_expires_at: _timestamp_pb2.Timestamp | None = ...,
+        last_used_at: _timestamp_pb2.Timestamp | None = ...,
+        revoked_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "last_used_at", b"last_used_at", "revoked_at", b"revoked_at", "token_expires_at", b"token_expires_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "last_used_at", b"last_used_at", "name", b"name", "revoked_at", b"revoked_at", "tenant", b"tenant", "tenant_admin", b"tenant_admin", "token_expires_at", b"token_expires_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___Tenant: _TypeAlias = Tenant  # noqa: Y015
+Global___User: _TypeAlias = User  # noqa: Y015
 
 @_typing.final
 class Placement(_message.Message):

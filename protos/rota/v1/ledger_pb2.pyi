@@ -85,7 +85,7 @@ Global___RecordUsageResponse: _TypeAlias = RecordUsageResponse  # noqa: Y015
 
 @_typing.final
 class UsageRequest(_message.Message):
-    """by: job|tenant|day|gpu (default tenant); since/until: 0 means unbounded."""
+    """by: job|tenant|user|day|gpu (default tenant); since/until: 0 means unbounded."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -115,7 +115,7 @@ Global___UsageRequest: _TypeAlias = UsageRequest  # noqa: Y015
 
 @_typing.final
 class UsageRow(_message.Message):
-    """tenant: the job's tenant when by = job or tenant. gpu_hours: raw; weighted_gpu_hours: by
+    """tenant: the job's tenant when by = job, tenant or user (key: the user, "-" for none). gpu_hours: raw; weighted_gpu_hours: by
     the rates of the GPUs' types (0 from a ledger older than 0.2.0, which had no rates).
     """
 

@@ -33,10 +33,11 @@ from rota.common.agents import AgentClients
 from rota.common.config import Settings
 from rota.common.db import Database
 from rota.common.live import LiveState
+from rota.common.quotas import tenant_quotas
 from rota.core.errors import Unavailable
 from rota.core.fairness.ltgf import FairnessConfig
 from rota.core.planning.liveplan import Horizon, LiveJob, LiveScenario, Start, StepDecision
-from rota.core.planning.moves import MoveInputs
+from rota.core.planning.moves import MoveInputs, Preemption
 from rota.core.planning.planner import PlanOutcome, plan_live
 from rota.core.planning.policy_fair import Yield
 from rota.v1 import agent_pb2
@@ -268,8 +269,10 @@ class SchedulingLoop:
             await asyncio.to_thread(self.db.run, lambda s: job_starts.fail_unsatisfiable(s, gate.doomed, events))
         held_back = {**self._held_back(view), **gate.held_back, **gate.doomed}
         moves = await asyncio.to_thread(self.db.run, lambda s: self._move_inputs(s, view))
+        quotas = await asyncio.to_thread(self.db.run, tenant_quotas)
         outcome = await asyncio.to_thread(
-            plan_live, view.nodes, jobs, horizon, policy, self.settings.full_time_limit_s, fair, held_back, moves
+            plan_live, view.nodes, jobs, horizon, policy, self.settings.full_time_limit_s, fair, held_back, moves,
+            {t: q for t, q in quotas.items() if q.configured or q.parent} or None,
         )
         return _Planned(jobs, forecasts, held_back, moves, outcome)
 
@@ -288,7 +291,7 @@ class SchedulingLoop:
         # waits (commits under load, the forecaster) cost none; on a busy machine a two-job
         # plan took long enough to rest for seconds and leave new arrivals without a plan.
         # A plan that moves jobs frees GPUs for the next one to fill: that one does not wait.
-        moving = bool(outcome.yields or outcome.preemption or outcome.migrations)
+        moving = bool(outcome.yields or outcome.preemption or outcome.migrations or outcome.reclaims)
         self.memory.planned_at = time.monotonic()
         self.memory.plan_cost_s = 0.0 if moving else time.process_time() - began
         self.memory.fingerprint = _expected_fingerprint(view, outcome.decision, started, placed_guests)
@@ -313,6 +316,9 @@ class SchedulingLoop:
         lease yields (`fair`), a priced preemption (`fast`, `full`), fragmentation repair.
         The next cycle sees the paused job's GPUs free and plans into them. The jobs moved."""
         moved: list[str] = []
+        for r in outcome.reclaims:  # a tenant's guarantee: its borrowers are paused (checkpointed)
+            if await self._reclaim(r, addresses):
+                moved.append(r.job_id)
         for y in outcome.yields:
             await self._yield(y, moves, addresses)
         if outcome.preemption is not None:
@@ -357,6 +363,20 @@ class SchedulingLoop:
         movable = [j.id for j in view.jobs if j.node is not None and j.preemptible and not j.realtime]
         found = repository.move_inputs(session, movable if self.mover.available else [])
         return MoveInputs(costs=found.costs, targets=found.targets, busy=self.mover.busy())
+
+    async def _reclaim(self, r: Preemption, addresses: dict[str, str]) -> bool:
+        """A borrower paused for a tenant's guarantee; stopped and requeued instead when the
+        pause is refused, so the reclaim bound (docs/tenants.md) holds either way."""
+        as_yield = Yield(r.job_id, "", int(r.gain), r.for_job, "", r.reason)  # what _yield_by_stop reads
+
+        async def stop_instead(why: str) -> None:
+            await self._yield_by_stop(as_yield, f"{r.reason} (restarted: pausing was refused: {why})", addresses)
+
+        if not self.mover.start(r.job_id, reason=r.reason, on_refused=stop_instead):
+            return False
+        metrics.QUOTA_RECLAIMS.inc()
+        self.memory.yielded_to[r.job_id] = r.for_job
+        return True
 
     async def _yield(self, y: Yield, moves: MoveInputs, addresses: dict[str, str]) -> None:
         """A lease yield: paused when the job has an image, else stopped and requeued."""

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import grpc
 from sqlalchemy.orm import Session
 
-from rota.api import repository
+from rota.api import repository, users
 from rota.api.batcher import SubmitBatcher
 from rota.cluster import (
     heartbeats,
@@ -31,14 +31,23 @@ from rota.cluster import (
 from rota.cluster.job_lifecycle import Events, get_job, history, utcnow
 from rota.common import convert, read_models
 from rota.common.agents import AgentClients
-from rota.common.auth import Identity, current_identity, hash_token, new_token
+from rota.common.auth import (
+    TENANT_TOKEN_PREFIX,
+    USER_TOKEN_PREFIX,
+    Identity,
+    current_identity,
+    hash_token,
+    new_token,
+)
 from rota.common.config import Settings
 from rota.common.db import Database
 from rota.common.live import LiveState
+from rota.common.quotas import quota_of as convert_quota
 from rota.common.refresh import RefreshAhead
 from rota.core import jobstate
 from rota.core.arrays import parse_array
-from rota.core.errors import FailedPrecondition, InvalidArgument, NotFound
+from rota.core.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from rota.core.fairness.quotas import Holding, Quota, standing
 from rota.core.jobspec import JobSpecData, validate
 from rota.core.nodelabels import labels_problem, type_problem
 from rota.v1 import agent_pb2, api_pb2, api_pb2_grpc, common_pb2, node_pb2, node_pb2_grpc
@@ -191,7 +200,7 @@ class JobService(api_pb2_grpc.JobServiceServicer):
 
     async def SubmitJob(self, request: api_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext) -> api_pb2.SubmitJobResponse:
         spec = await self._validated(_owned_spec(request.spec, request.request_id))
-        item = submissions.Submission(spec, request.request_id)
+        item = submissions.Submission(spec, request.request_id, user=current_identity().user)
         if spec.depends_on:
             # Its parents are read in the transaction that stores it: not the batcher's statement.
             events = Events()
@@ -210,7 +219,8 @@ class JobService(api_pb2_grpc.JobServiceServicer):
     ) -> api_pb2.SubmitJobArrayResponse:
         spec = _owned_spec(request.spec, request.request_id)
         array = parse_array(request.indices, cap=self.ctx.settings.max_array, max_running=request.max_running)
-        item = job_arrays.ArraySubmission(await self._validated(spec), array, request.request_id)
+        item = job_arrays.ArraySubmission(await self._validated(spec), array, request.request_id,
+                                          user=current_identity().user)
         stored = await self.ctx.tx(lambda s: job_arrays.submit_array(s, item))
         if stored.created:  # one wake-up for the lot; each task's watcher reads Postgres
             await self.ctx.publish_wake()
@@ -260,9 +270,12 @@ class JobService(api_pb2_grpc.JobServiceServicer):
         tenant = request.tenant if identity.is_admin else identity.tenant
         states = [convert.state_name(s, f"states[{i}]") for i, s in enumerate(request.states)]
         limit = request.limit if 0 < request.limit <= MAX_LIST else MAX_LIST
+        if request.mine and not identity.user:
+            raise InvalidArgument("mine", "needs a user's token (the admin's and a tenant's own token submit as no user)")
+        user = identity.user if request.mine else ""
 
         def read(session: Session) -> api_pb2.ListJobsResponse:
-            jobs = queries.list_jobs(session, tenant, states, limit)
+            jobs = queries.list_jobs(session, tenant, states, limit, user)
             listed = sorted({j.array_id for j in jobs if j.array_id})  # their arrays, every task counted
             return api_pb2.ListJobsResponse(jobs=[job_protos.job_to_proto(j) for j in jobs],
                                             arrays=[_array_proto(session, a) for a in job_arrays.arrays_of(session, listed)])
@@ -280,7 +293,10 @@ class JobService(api_pb2_grpc.JobServiceServicer):
                 session.flush()
                 stops = _stops(session, [(job, nodes) for job, nodes in done])
                 return api_pb2.CancelJobResponse(array=_array_proto(session, row, [j.id for j, _ in done])), stops
-            _visible_job(session, request.id, identity)
+            mine = _visible_job(session, request.id, identity)
+            if not identity.may_change(mine.tenant, mine.submitted_by):
+                raise PermissionDenied(f"job {request.id} is {mine.submitted_by or 'the tenant'}'s: a user cancels "
+                                       f"only its own jobs (a tenant admin any of its tenant's)")
             job, nodes = job_lifecycle.cancel_job(session, request.id, request.reason, events)
             reply = api_pb2.CancelJobResponse(job=job_protos.job_to_proto(job, history(session, job.id)))
             return reply, _stops(session, [(job, nodes)])
@@ -371,7 +387,8 @@ FINAL_PROTO_STATES = {convert.state_value(s) for s in jobstate.FINAL_STATES}
 PENDING_PROTO = convert.state_value(jobstate.PENDING)
 
 
-def _token_expiry(request: api_pb2.CreateTenantRequest | api_pb2.IssueTenantTokenRequest) -> datetime | None:
+def _token_expiry(request: api_pb2.CreateTenantRequest | api_pb2.IssueTenantTokenRequest | api_pb2.CreateUserRequest
+                  | api_pb2.IssueUserTokenRequest) -> datetime | None:
     """When a token asked for with `token_ttl` (unset or zero: never) expires."""
     if not request.HasField("token_ttl"):
         return None
@@ -390,7 +407,8 @@ class TenantService(api_pb2_grpc.TenantServiceServicer):
 
     async def WhoAmI(self, request: api_pb2.WhoAmIRequest, context: grpc.aio.ServicerContext) -> api_pb2.WhoAmIResponse:
         identity = current_identity()  # the interceptor refused an unknown token already
-        return api_pb2.WhoAmIResponse(admin=identity.is_admin, tenant="" if identity.is_admin else identity.tenant)
+        return api_pb2.WhoAmIResponse(admin=identity.is_admin, tenant="" if identity.is_admin else identity.tenant,
+                                      user=identity.user, tenant_admin=identity.administers_tenant and bool(identity.user))
 
     async def CreateTenant(self, request: api_pb2.CreateTenantRequest, context: grpc.aio.ServicerContext) -> api_pb2.CreateTenantResponse:
         current_identity().require_admin()
@@ -401,10 +419,21 @@ class TenantService(api_pb2_grpc.TenantServiceServicer):
         if not (0 < share <= 1e6):
             raise InvalidArgument("share", f"must be positive (got {request.share:g})")
         expires_at = _token_expiry(request)
-        token = new_token("rt")
+        quota = _quota(name, request)
+        token = new_token(TENANT_TOKEN_PREFIX)
         tenant = await self.ctx.tx(lambda s: convert.tenant_to_proto(
-            repository.create_tenant(s, name, share, hash_token(token), expires_at)))
+            repository.create_tenant(s, name, share, hash_token(token), expires_at, quota)))
         return api_pb2.CreateTenantResponse(tenant=tenant, token=token)
+
+    async def SetTenantQuota(
+        self, request: api_pb2.SetTenantQuotaRequest, context: grpc.aio.ServicerContext,
+    ) -> api_pb2.SetTenantQuotaResponse:
+        current_identity().require_admin()
+        if not request.name:
+            raise InvalidArgument("name", "required")
+        quota = _quota(request.name, request)
+        tenant = await self.ctx.tx(lambda s: convert.tenant_to_proto(repository.set_quota(s, quota)))
+        return api_pb2.SetTenantQuotaResponse(tenant=tenant)
 
     async def IssueTenantToken(
         self, request: api_pb2.IssueTenantTokenRequest, context: grpc.aio.ServicerContext
@@ -413,7 +442,7 @@ class TenantService(api_pb2_grpc.TenantServiceServicer):
         if not request.name:
             raise InvalidArgument("name", "required")
         expires_at = _token_expiry(request)
-        token = new_token("rt")
+        token = new_token(TENANT_TOKEN_PREFIX)
         tenant = await self.ctx.tx(lambda s: convert.tenant_to_proto(
             repository.replace_token(s, request.name, hash_token(token), expires_at)))
         return api_pb2.IssueTenantTokenResponse(tenant=tenant, token=token)
@@ -422,9 +451,68 @@ class TenantService(api_pb2_grpc.TenantServiceServicer):
         identity = current_identity()
 
         def read(session: Session) -> list[common_pb2.Tenant]:
-            return [convert.tenant_to_proto(t) for t in repository.list_tenants(session) if identity.may_access(t.name)]
+            rows = repository.list_tenants(session)
+            held = [Holding(t, t, n) for t, n in queries.held_gpus_by_tenant(session).items()]
+            now = standing({r.name: convert_quota(r) for r in rows}, held)
+            return [convert.tenant_to_proto(t, *now.get(t.name, (0, 0))) for t in rows if identity.may_access(t.name)]
 
         return api_pb2.ListTenantsResponse(tenants=await self.ctx.tx(read))
+
+    # Users.
+    async def CreateUser(self, request: api_pb2.CreateUserRequest, context: grpc.aio.ServicerContext) -> api_pb2.CreateUserResponse:
+        tenant = _administered(request.tenant)
+        if not request.name or len(request.name) > 64 or not request.name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise InvalidArgument("name", "1-64 letters, digits, '-', '_' or '.'")
+        expires_at = _token_expiry(request)
+        token = new_token(USER_TOKEN_PREFIX)
+        user = await self.ctx.tx(lambda s: convert.user_to_proto(
+            users.create_user(s, tenant, request.name, request.tenant_admin, hash_token(token), expires_at)))
+        return api_pb2.CreateUserResponse(user=user, token=token)
+
+    async def ListUsers(self, request: api_pb2.ListUsersRequest, context: grpc.aio.ServicerContext) -> api_pb2.ListUsersResponse:
+        identity = current_identity()
+        tenant = request.tenant if identity.is_admin else _administered(request.tenant)
+        found = await self.ctx.tx(lambda s: [convert.user_to_proto(u) for u in users.list_users(s, tenant)])
+        return api_pb2.ListUsersResponse(users=found)
+
+    async def RevokeUser(self, request: api_pb2.RevokeUserRequest, context: grpc.aio.ServicerContext) -> api_pb2.RevokeUserResponse:
+        tenant = _administered(request.tenant)
+        if not request.name:
+            raise InvalidArgument("name", "required")
+        user = await self.ctx.tx(lambda s: convert.user_to_proto(users.revoke_user(s, tenant, request.name)))
+        return api_pb2.RevokeUserResponse(user=user)
+
+    async def IssueUserToken(
+        self, request: api_pb2.IssueUserTokenRequest, context: grpc.aio.ServicerContext,
+    ) -> api_pb2.IssueUserTokenResponse:
+        tenant = _administered(request.tenant)
+        if not request.name:
+            raise InvalidArgument("name", "required")
+        expires_at = _token_expiry(request)
+        token = new_token(USER_TOKEN_PREFIX)
+        user = await self.ctx.tx(lambda s: convert.user_to_proto(
+            users.replace_user_token(s, tenant, request.name, hash_token(token), expires_at)))
+        return api_pb2.IssueUserTokenResponse(user=user, token=token)
+
+
+def _administered(named: str) -> str:
+    """The tenant whose users a call manages: the caller's own (a tenant admin's), or the one
+    the admin names."""
+    identity = current_identity()
+    tenant = named or identity.tenant
+    if not tenant:
+        raise InvalidArgument("tenant", "required with the admin token, which acts for no tenant")
+    identity.require_tenant_admin(tenant)
+    return tenant
+
+
+def _quota(name: str, request: api_pb2.CreateTenantRequest | api_pb2.SetTenantQuotaRequest) -> Quota:
+    """The quota a request asks for (checked against the tree in the transaction)."""
+    limit = request.limit if request.HasField("limit") else None
+    for gpu_type in request.gpu_limits:
+        if not gpu_type or len(gpu_type) > 64:
+            raise InvalidArgument("gpu_limits", f"GPU type {gpu_type!r}: 1-64 characters")
+    return Quota(name, request.guaranteed, limit, request.parent, tuple(sorted(request.gpu_limits.items())))
 
 
 class ClusterService(api_pb2_grpc.ClusterServiceServicer):

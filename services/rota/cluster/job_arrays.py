@@ -36,9 +36,9 @@ WITH arr AS (
     RETURNING id, created_at
 ), tasks AS (
     INSERT INTO jobs (id, tenant, name, kind, priority, gpus, spec, spec_hash, request_id, state, reason,
-                      gpu_indices, progress, error, epoch, attempts, array_id, array_index, created_at)
+                      gpu_indices, progress, error, epoch, attempts, array_id, array_index, created_at, submitted_by)
     SELECT arr.id || '_' || v.i, :tenant, :name, :kind, :priority, :gpus, CAST(:spec AS jsonb), :spec_hash, NULL,
-           :pending, 'submitted', '{}', '{}', '', 0, 0, arr.id, v.i, arr.created_at
+           :pending, 'submitted', '{}', '{}', '', 0, 0, arr.id, v.i, arr.created_at, :user
     FROM arr, unnest(CAST(:indices AS int[])) AS v(i)
     RETURNING 1
 )
@@ -58,6 +58,7 @@ class ArraySubmission:
     body: str = ""
     spec_hash: str = ""
     digest: str = ""
+    user: str = ""  # the user whose token submitted it
 
     def __post_init__(self) -> None:
         self.body = self.spec.canonical_json()
@@ -86,6 +87,7 @@ def submit_array(session: Session, item: ArraySubmission) -> StoredArray:
         "max_running": item.array.max_running, "request_id": item.request_id or None, "digest": item.digest,
         "kind": spec.kind, "priority": spec.priority, "gpus": spec.gpus, "spec": item.body,
         "spec_hash": item.spec_hash, "pending": jobstate.PENDING, "indices": list(item.array.indices),
+        "user": item.user or None,
     }).first()
     if row is not None:
         ids = [task_id(item.array_id, i) for i in item.array.indices]

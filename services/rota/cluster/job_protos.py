@@ -24,6 +24,7 @@ def job_to_proto(job: JobRow, transitions: Sequence[JobTransitionRow] = ()) -> c
         error=job.error,
         attempts=job.attempts,
         reason=job.reason,
+        user=job.submitted_by or "",
         history=[
             common_pb2.StateChange(
                 from_state=state_value(t.from_state),

@@ -66,6 +66,7 @@ class JobRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    submitted_by: Mapped[str | None] = mapped_column(String(64))  # the user whose token submitted it
     # A gang: its nodes in node-rank order (gang_nodes[0] == node) and its rendezvous.
     gang_nodes: Mapped[list[str]] = mapped_column(ARRAY(String(64)), nullable=False, server_default="{}")
     gang_master: Mapped[str] = mapped_column(String(256), nullable=False, server_default="")

@@ -54,12 +54,14 @@ def node_shape(session: Session) -> NodeShape:
     return NodeShape(largest_node_gpus(session), frozenset(types))
 
 
-def list_jobs(session: Session, tenant: str, states: Sequence[str], limit: int) -> Sequence[JobRow]:
+def list_jobs(session: Session, tenant: str, states: Sequence[str], limit: int, user: str = "") -> Sequence[JobRow]:
     stmt = select(JobRow).order_by(JobRow.created_at.desc(), JobRow.array_index, JobRow.id).limit(limit)
     if tenant:
         stmt = stmt.where(JobRow.tenant == tenant)
     if states:
         stmt = stmt.where(JobRow.state.in_(states))
+    if user:  # `rota jobs --mine`
+        stmt = stmt.where(JobRow.submitted_by == user)
     return session.scalars(stmt).all()
 
 
@@ -90,6 +92,13 @@ def job_tenants(session: Session, job_ids: set[str]) -> dict[str, str]:
     if not job_ids:
         return {}
     return dict(session.execute(select(JobRow.id, JobRow.tenant).where(JobRow.id.in_(sorted(job_ids)))).all())
+
+
+def held_gpus_by_tenant(session: Session) -> dict[str, int]:
+    """GPUs each tenant's jobs hold now (claims; a guest's borrowed GPUs are its host's)."""
+    stmt = (select(JobRow.tenant, func.count()).select_from(GpuClaimRow)
+            .join(JobRow, JobRow.id == GpuClaimRow.job_id).group_by(JobRow.tenant))
+    return {str(t): int(n) for t, n in session.execute(stmt).all()}
 
 
 def list_nodes(session: Session) -> list[tuple[NodeRow, Sequence[GpuRow], Sequence[GpuClaimRow]]]:

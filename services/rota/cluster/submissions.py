@@ -41,6 +41,7 @@ class Submission:
     spec: JobSpecData
     request_id: str
     body: str = ""
+    user: str = ""  # the user whose token submitted it (not part of the body: a retry may come from another)
     digest: str = ""
     job_id: str = ""
 
@@ -74,13 +75,13 @@ class Stored:
 # literal, which cost more CPU than the rest of the statement.
 INSERT_BATCH_SQL = """
 INSERT INTO jobs (id, tenant, name, kind, priority, gpus, spec, spec_hash, request_id, state,
-                  reason, gpu_indices, progress, error, epoch, attempts)
+                  reason, gpu_indices, progress, error, epoch, attempts, submitted_by)
 SELECT v.id, v.tenant, v.name, v.kind, v.priority, v.gpus, v.spec::jsonb, v.spec_hash, v.request_id,
-       %(state)s, 'submitted', '{}', '{}', '', 0, 0
+       %(state)s, 'submitted', '{}', '{}', '', 0, 0, v.submitted_by
 FROM unnest(%(ids)b::text[], %(tenants)b::text[], %(names)b::text[], %(kinds)b::text[],
             %(priorities)b::int[], %(gpus)b::int[], %(specs)b::text[], %(hashes)b::text[],
-            %(request_ids)b::text[]) WITH ORDINALITY
-     AS v(id, tenant, name, kind, priority, gpus, spec, spec_hash, request_id, n)
+            %(request_ids)b::text[], %(users)b::text[]) WITH ORDINALITY
+     AS v(id, tenant, name, kind, priority, gpus, spec, spec_hash, request_id, submitted_by, n)
 JOIN tenants t ON t.name = v.tenant
 ORDER BY v.tenant, v.request_id, v.n
 ON CONFLICT (tenant, request_id) DO NOTHING
@@ -109,6 +110,7 @@ def insert_params(batch: Sequence[Submission]) -> dict[str, Any]:
         "specs": [s.body for s in batch],
         "hashes": [s.digest for s in batch],
         "request_ids": [s.request_id or None for s in batch],
+        "users": [s.user or None for s in batch],
     }
 
 

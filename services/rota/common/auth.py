@@ -1,4 +1,8 @@
-"""Who is calling: bearer tokens resolved to an identity (admin or one tenant)."""
+"""Who is calling: bearer tokens resolved to an identity (admin, one tenant, or a user of one).
+
+A tenant's own token and a tenant admin's user token administer that tenant (its users,
+all its jobs); a plain user's token submits as that user and changes only its own jobs.
+"""
 
 from __future__ import annotations
 
@@ -11,20 +15,41 @@ from rota.core.errors import InvalidArgument, PermissionDenied
 
 ADMIN = "admin"
 TENANT = "tenant"
+USER_TOKEN_PREFIX = "ru"  # a user's token: looked up on every call, so a revoked one is refused at once
+TENANT_TOKEN_PREFIX = "rt"
 
 
 @dataclass(frozen=True)
 class Identity:
     role: str
     tenant: str = ""
+    user: str = ""  # "" for the admin and a tenant's own token
+    tenant_admin: bool = False  # a user who administers its tenant
 
     @property
     def is_admin(self) -> bool:
         return self.role == ADMIN
 
+    @property
+    def administers_tenant(self) -> bool:
+        """The tenant's own token, or a tenant admin's: its users and all its jobs."""
+        return self.role == TENANT and (not self.user or self.tenant_admin)
+
     def require_admin(self) -> None:
         if not self.is_admin:
             raise PermissionDenied("this call needs the admin token")
+
+    def require_tenant_admin(self, tenant: str) -> None:
+        """The admin, or an administrator of `tenant` (its own token, or a tenant admin user)."""
+        if self.is_admin or (self.tenant == tenant and self.administers_tenant):
+            return
+        raise PermissionDenied(f"this call needs the admin token or an administrator of tenant {tenant!r}")
+
+    def may_change(self, tenant: str, submitted_by: str | None) -> bool:
+        """Whether it may cancel (change) a job: a plain user only its own."""
+        if not self.may_access(tenant):
+            return False
+        return self.is_admin or self.administers_tenant or (submitted_by or "") == self.user
 
     def may_access(self, tenant: str) -> bool:
         return self.is_admin or self.tenant == tenant

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
-from rota.common.models import TenantRow
+from rota.common.models import TenantRow, TenantUserRow
 from rota.core.errors import InvalidArgument
 from rota.core.jobspec import JobSpecData
 from rota.v1 import common_pb2
@@ -147,9 +147,22 @@ def spec_to_proto(spec: JobSpecData) -> common_pb2.JobSpec:
     return message
 
 
-def tenant_to_proto(tenant: TenantRow) -> common_pb2.Tenant:
-    return common_pb2.Tenant(name=tenant.name, share=tenant.share, created_at=timestamp(tenant.created_at),
-                             token_expires_at=timestamp(tenant.token_expires_at))
+def tenant_to_proto(tenant: TenantRow, in_use: int = 0, borrowed: int = 0) -> common_pb2.Tenant:
+    message = common_pb2.Tenant(
+        name=tenant.name, share=tenant.share, created_at=timestamp(tenant.created_at),
+        token_expires_at=timestamp(tenant.token_expires_at), guaranteed=tenant.guaranteed or 0,
+        gpu_limits={str(k): int(v) for k, v in (tenant.gpu_type_limits or {}).items()}, parent=tenant.parent or "",
+        in_use=in_use, borrowed=borrowed)
+    if tenant.gpu_limit is not None:
+        message.limit = tenant.gpu_limit
+    return message
+
+
+def user_to_proto(user: TenantUserRow) -> common_pb2.User:
+    return common_pb2.User(
+        tenant=user.tenant, name=user.name, tenant_admin=user.tenant_admin, created_at=timestamp(user.created_at),
+        token_expires_at=timestamp(user.token_expires_at), last_used_at=timestamp(user.last_used_at),
+        revoked_at=timestamp(user.revoked_at))
 
 
 def progress_from_json(raw: str) -> dict[str, Any] | None:

@@ -102,6 +102,7 @@ cluster_jobs = Table(
     Column("gpus", Integer), Column("spec", JSONB), Column("progress", JSONB),
     Column("created_at", DateTime(timezone=True)), Column("started_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)), Column("array_id", String(32)), Column("array_capped", Boolean),
+    Column("submitted_by", String(64)),  # the user whose token submitted it (0019); NULL: none
 )
 # ... every lease of GPUs (a placement) with its job's tenant ...
 cluster_job_leases = Table(

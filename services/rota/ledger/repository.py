@@ -43,7 +43,8 @@ from rota.core.fairness.standings import (
 from rota.ledger.models import HOUR_S, CollectedRow, UsageRow
 
 COLLECTOR_LOCK_KEY = 0x4C656467  # "Ledg"
-BY = ("job", "tenant", "day", "gpu")
+BY = ("job", "tenant", "user", "day", "gpu")
+NO_USER = "-"  # usage of jobs a tenant's own token (or the admin's) submitted
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ def _seconds(since: datetime | None, until: datetime | None) -> ColumnElement[An
 def usage_totals(
     session: Session, by: str, *, tenant: str = "", since: datetime | None = None, until: datetime | None = None
 ) -> list[UsageTotal]:
-    """GPU-seconds grouped by job, tenant, UTC day or GPU ("node/index"), over any window."""
+    """GPU-seconds grouped by job, tenant, user (with its tenant), UTC day or GPU ("node/index"), over any window."""
     if by not in BY:
         raise InvalidArgument("by", f"unknown grouping {by!r}; one of {', '.join(BY)}")
     where: list[ColumnElement[bool]] = []
@@ -250,6 +251,8 @@ def usage_totals(
                    func.sum(per_gpu.c.s * rate))
             .group_by(per_gpu.c.node, per_gpu.c.gpu).order_by(per_gpu.c.node, per_gpu.c.gpu)
         ).all()
+    elif by == "user":
+        rows = _by_user(session, where, seconds)
     else:
         gpu_seconds = func.sum(seconds * func.cardinality(UsageRow.gpu_indices))
         weighted = func.sum(seconds * _weighted_gpus())
@@ -263,6 +266,17 @@ def usage_totals(
             select(key, owner, gpu_seconds, weighted).where(*where).group_by(key).order_by(key)
         ).all()
     return [UsageTotal(str(k), str(t), Decimal(s), Decimal(w)) for k, t, s, w in rows]
+
+
+def _by_user(session: Session, where: list[ColumnElement[bool]], seconds: Any) -> list[Any]:
+    """Usage per (tenant, user): a job's user is what the cluster recorded at submission."""
+    jobs = read_models.cluster_jobs
+    user = func.coalesce(jobs.c.submitted_by, NO_USER)
+    stmt = (select(user, UsageRow.tenant, func.sum(seconds * func.cardinality(UsageRow.gpu_indices)),
+                   func.sum(seconds * _weighted_gpus()))
+            .select_from(UsageRow).outerjoin(jobs, jobs.c.job_id == UsageRow.job_id).where(*where)
+            .group_by(UsageRow.tenant, user).order_by(UsageRow.tenant, user))
+    return list(session.execute(stmt).all())
 
 
 def capacity(session: Session) -> int:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rota.core.fairness.ltgf import FairnessConfig
+from rota.core.fairness.quotas import Quota
 from rota.core.fairness.twostage import JobView, TenantState
-from rota.core.planning import policies, policy_fair, resources
+from rota.core.planning import policies, policy_fair, quota_step, resources
 from rota.core.planning.grid import Grid
 from rota.core.planning.liveplan import (
     Horizon,
@@ -56,6 +57,7 @@ class PlanOutcome:
     yields: list[policy_fair.Yield] = field(default_factory=list)
     preemption: Preemption | None = None  # a started job to pause and requeue for higher-value work
     migrations: list[Migration] = field(default_factory=list)  # moves that free an aligned block
+    reclaims: list[Preemption] = field(default_factory=list)  # borrowers paused for a tenant's guarantee
 
 
 PRICED = ("fast", "full")  # the policies that price preemption (fifo never preempts; fair yields leases)
@@ -64,6 +66,7 @@ PRICED = ("fast", "full")  # the policies that price preemption (fifo never pree
 def plan_live(
     nodes: Sequence[LiveNode], jobs: Sequence[LiveJob], horizon: Horizon, policy: str, full_time_limit_s: float = 10.0,
     fair: FairInputs | None = None, held_back: Mapping[str, str] | None = None, moves: MoveInputs | None = None,
+    quotas: Mapping[str, Quota] | None = None,
 ) -> PlanOutcome:
     started = time.perf_counter()
     moves = moves or MoveInputs()
@@ -72,6 +75,11 @@ def plan_live(
     jobs, pinned, pinned_waiting = pin_targets(nodes, jobs, targets)
     held_back = {**(held_back or {}), **pinned_waiting}  # no room on its node: it waits, not elsewhere
     held_back = {**resources.unfit_anywhere(nodes, jobs), **held_back}  # no node has its CPUs or memory
+    if quotas:  # a job over its tenant's limit waits out of the plan; jobs within a guarantee are not moved
+        held = quota_step.hold(quotas, nodes, jobs, held_back, moves)
+        jobs, held_back = held.jobs, {**held_back, **held.held_back}
+        fair = replace(fair, jobs={k: v for k, v in fair.jobs.items() if k not in held.held_back}) if fair else None
+        moves = quota_step.protected(quotas, nodes, jobs, moves)
 
     def solve(these: Sequence[LiveJob]) -> tuple[LiveScenario, Grid, float, dict[str, float | int | str]]:
         live = build(nodes, these, horizon, held_back)
@@ -89,9 +97,13 @@ def plan_live(
     resources.hold_unfit(nodes, live.jobs, decision)  # the GPU plan's starts, where CPUs and memory fit
     stats = {k: v for k, v in plan_stats.items() if k in ("gap", "bound", "status")}
     outcome = PlanOutcome(live, grid, decision, policy, runtime_ms, figures(live, grid), stats)
-    # 3. Moves of started jobs: lease yields under `fair`; else a migration that repairs
-    #    fragmentation (the moved job loses only its move), else a priced preemption under
-    #    `fast` and `full`. The FIFO baseline moves nothing.
+    # 3. Moves of started jobs: borrowers reclaimed for a tenant's guarantee first; else lease
+    #    yields under `fair`; else a migration that repairs fragmentation (the moved job loses
+    #    only its move), else a priced preemption under `fast` and `full`. FIFO moves nothing.
+    if quotas and policy != "fifo":
+        outcome.reclaims = quota_step.reclaim(quotas, live, grid, decision, held_back, moves, horizon.now_s)
+        if outcome.reclaims:
+            return outcome
     if policy == "fair" and fair is not None:
         outcome.yields = _lease_yields(live, grid, decision, horizon, fair, moves)
     if not outcome.yields and policy != "fifo" and moves.costs:
