@@ -8,7 +8,7 @@
   or the admin's); cluster_jobs shows it as `submitted_by` (the ledger's usage by user).
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 Create Date: 2026-12-03
 """
 
@@ -17,7 +17,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0019"
-down_revision = "0017"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
