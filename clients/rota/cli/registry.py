@@ -218,6 +218,8 @@ COMMANDS: tuple[Command, ...] = (
             "rota.cli.deploy_commands:certs_arguments", server=False),
     Command("probe", "health check of one service or agent (exit 0 when SERVING)", "rota.cli.probe:run",
             "rota.cli.probe:add_arguments", server=False),
+    Command("slurm-shims", "put Slurm's command names (sbatch, squeue, ...) in DIR, running Rota's",
+            "rota.cli.slurm_shims:write", "rota.cli.slurm_shims:arguments", server=False),
     Command("tenants", "manage tenants", _C + "tenants", dest="tenants_command", subcommands=(
         Command("add", "create a tenant (admin) and print its token", arguments=_tenant_add),
         Command("token", "issue a tenant a new token (admin); its old one stops working", arguments=_tenant_token),
