@@ -106,7 +106,8 @@ def _scancel(argv: list[str]) -> int:
         name = translate.signal_of(args.signal)[0]
         where = "all" if args.full else "batch" if args.batch else "steps"
         for rota_id in targets:
-            spool.request_signal(spool.job_folder(spool.root(), rota_id), name, where)
+            for folder in spool.folders_of(spool.root(), rota_id):
+                spool.request_signal(folder, name, where)
         return 0
     with Client.from_env() as client:
         for rota_id in targets:

@@ -29,6 +29,12 @@ def job_folder(base: Path, rota_id: str) -> Path:
     return base / rota_id
 
 
+def folders_of(base: Path, rota_id: str) -> list[Path]:
+    """The job's folder, or every task's of an array (`scancel --signal ARRAY`)."""
+    own = job_folder(base, rota_id)
+    return [own] if own.is_dir() or "_" in rota_id else sorted(base.glob(f"{rota_id}_*")) or [own]
+
+
 def request_signal(folder: Path, name: str, target: str) -> None:
     """Queues a signal for a job's launcher to deliver (written whole, then renamed)."""
     requests = folder / "signals"
