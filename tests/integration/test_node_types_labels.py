@@ -21,6 +21,7 @@ from opentelemetry import trace
 from rota.api.service import ApiContext, ClusterService, NodeService
 from rota.cli import commands
 from rota.client import Client, Node
+from rota.cluster.planner_view import live_view
 from rota.common.agents import AgentClients
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.config import Settings
@@ -41,6 +42,7 @@ class Api:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         ctx = ApiContext(Settings(admin_token=ADMIN, redis_prefix=live.prefix), db, live, AgentClients(ADMIN))
+        self.db = db
 
         def register(server: grpc.aio.Server) -> list[str]:
             api_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterService(ctx), server)
@@ -150,3 +152,31 @@ def test_rota_nodes_shows_the_type_and_switch(api: Api, capsys: pytest.CaptureFi
     out = next(n for n in json.loads(capsys.readouterr().out) if n["name"] == "typed-4")
     assert out["labels"] == {"switch": "s4"}
     assert [g["type"] for g in out["gpus"]] == ["h100", "h100"]
+
+
+def test_a_node_registers_its_cpu_and_memory_capacity_for_the_plan(api: Api, databases: Any) -> None:
+    """What the agent reports (discovered, or --cpus/--memory) is stored and planned with."""
+    message = node("cap-1", ["a100"], {})
+    message.cpus, message.memory_bytes = 16.0, 64 << 30
+    answer = register(api, message)
+    assert (answer.cpus, answer.memory_bytes) == (16.0, 64 << 30)
+    with api.db.session() as session:
+        live = next(n for n in live_view(session).nodes if n.name == "cap-1")
+    assert (live.cpus, live.memory_bytes) == (16.0, 64 << 30)
+    found = listed(api, "cap-1")  # the SDK, and `rota nodes --json`
+    assert (found.cpus, found.memory_bytes) == (16.0, 64 << 30)
+    assert (found.to_dict()["cpus"], found.to_dict()["memory_bytes"]) == (16.0, 64 << 30)
+    message.cpus, message.memory_bytes = 8.0, 0  # re-registered with less (memory not reported)
+    again = register(api, message)
+    assert (again.cpus, again.memory_bytes) == (8.0, 0)
+
+
+@pytest.mark.parametrize(("cpus", "memory", "field"), [(-1.0, 0, "node.cpus"), (float("nan"), 0, "node.cpus"),
+                                                        (4.0, -1, "node.memory_bytes")])
+def test_a_negative_capacity_is_invalid_argument_naming_the_field(api: Api, cpus: float, memory: int, field: str) -> None:
+    message = node("cap-bad", ["a100"], {})
+    message.cpus, message.memory_bytes = cpus, memory
+    with pytest.raises(grpc.RpcError) as caught:
+        register(api, message)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details().startswith(field + ":")

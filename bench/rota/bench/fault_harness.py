@@ -318,9 +318,14 @@ class Harness:
             time.sleep(1)
 
 
+# Fields every suite job gets (`rota bench faults --limits`: cpus and memory, so each job
+# runs in its own cgroup while the faults hit).
+SPEC_DEFAULTS: dict[str, Any] = {}
+
+
 def sleep_spec(seconds: float, *, interval: float, **fields: Any) -> JobSpec:
     """`examples/sleep.yaml` for the suite's tenant, running `seconds`, with `fields` changed."""
-    data = load_job_file(REPO / "examples" / "sleep.yaml")
+    data = {**load_job_file(REPO / "examples" / "sleep.yaml"), **SPEC_DEFAULTS}
     data.update(tenant=TENANT, command=["python", "examples/sleep_job.py", "--seconds", str(seconds),
                                         "--interval", str(interval)], **fields)
     return job_spec_from_mapping(data, base_dir=REPO)

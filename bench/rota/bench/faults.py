@@ -41,6 +41,7 @@ from typing import Any
 import grpc
 import redis
 
+from rota.bench import fault_harness
 from rota.bench.fault_harness import TENANT, Harness, Watch, job_processes, percentiles, sleep_spec
 from rota.bench.netproxy import FaultProxy
 from rota.bench.tls_probe import tls_cases
@@ -500,9 +501,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--database-url", default="", help="default: an embedded PostgreSQL")
     ap.add_argument("--redis-url", default="", help="default: an embedded Redis")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--limits", action="store_true",
+                    help="every job asks for cpus 0.5 and memory 256Mi: each runs in its own cgroup")
     args = ap.parse_args(argv)
     if args.rounds < 1:
         ap.error("--rounds: must be at least 1")
+    if args.limits:
+        fault_harness.SPEC_DEFAULTS.update(cpus=0.5, memory="256Mi")
     home = Path(tempfile.mkdtemp(prefix="rota-faults-")) / "home"
     h = Harness(home, args.database_url, args.redis_url)
     try:

@@ -180,6 +180,8 @@ def _print_job(job: Job) -> None:
     print(f"  gpus:     {job.spec.gpus} requested; placed on {where_text(job)} (epoch {job.epoch})")
     if job.guests:
         print(f"  guests:   {', '.join(job.guests)} (trials in its bubbles)")
+    if limits := limits_text(job):
+        print(f"  limits:   {limits}")
     # A job cancelled before it ran has no exit code (the wire's 0 would read as a success).
     ran = job.finished and job.started_at is not None
     print(f"  attempts: {job.attempts}   exit code: {job.exit_code if ran else '-'}")
@@ -191,6 +193,14 @@ def _print_job(job: Job) -> None:
     for change in job.history:
         when = iso_utc(change.at, "seconds") or "-"  # UTC with `Z`, as in --json
         print(f"    {when}  {change.from_state:>9} -> {change.to_state:<9} {change.reason}")
+
+
+def limits_text(job: Job) -> str:
+    """`cpus 2, memory 4Gi, time limit 0:10:00` (what the job asked for; "" when nothing)."""
+    spec = job.spec
+    parts = [f"cpus {spec.cpus:g}" if spec.cpus is not None else "", f"memory {spec.memory}" if spec.memory else "",
+             f"time limit {spec.time_limit}" if spec.time_limit is not None else ""]
+    return ", ".join(p for p in parts if p)
 
 
 def job(args: argparse.Namespace) -> int:

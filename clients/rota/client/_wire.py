@@ -80,13 +80,17 @@ def spec_to_proto(spec: JobSpec, *, base_dir: Path | None = None) -> common_pb2.
         restart=_RESTART_VALUES[spec.restart], max_retries=spec.max_retries, demand=list(spec.demand),
         max_swap=spec.max_swap, accepts_layout_changes=spec.accepts_layout_changes, nodes=spec.nodes,
         gpus_per_node=spec.gpus_per_node, gpu_types=list(spec.gpu_types), same_switch=spec.same_switch,
-        gpu_memory_mb=spec.gpu_memory_mb,
+        gpu_memory_mb=spec.gpu_memory_mb, memory="" if spec.memory is None else str(spec.memory),
     )
     if spec.nodes and spec.gpus_per_node and spec.gpus == 1:
         message.gpus = 0  # the default: the server sets nodes x gpus_per_node
     _add_dependencies(message, spec)
     if spec.duration is not None:
         message.duration_seconds = spec.duration.total_seconds()
+    if spec.cpus is not None:
+        message.cpus = float(spec.cpus)
+    if spec.time_limit is not None:
+        message.time_limit_seconds = spec.time_limit.total_seconds()
     if spec.features:
         message.features.CopyFrom(_features(spec))
     return message
@@ -130,6 +134,8 @@ def spec_from_proto(message: common_pb2.JobSpec) -> JobSpec:
         demand=tuple(message.demand), max_swap=message.max_swap, accepts_layout_changes=message.accepts_layout_changes,
         nodes=message.nodes, gpus_per_node=message.gpus_per_node, gpu_types=tuple(message.gpu_types),
         same_switch=message.same_switch, gpu_memory_mb=message.gpu_memory_mb,
+        cpus=message.cpus if message.HasField("cpus") else None, memory=message.memory or None,
+        time_limit=timedelta(seconds=message.time_limit_seconds) if message.HasField("time_limit_seconds") else None,
         depends_on=tuple(Dependency(d.job, _CONDITION_NAMES.get(d.when, "succeeded")) for d in message.depends_on),
     )
 

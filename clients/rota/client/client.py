@@ -189,6 +189,9 @@ class Job:
             "started_at": iso_utc(self.started_at),
             "finished_at": iso_utc(self.finished_at),
             "command": list(self.spec.command),
+            # Its limits as asked (None: none): CPUs, memory per node as written, seconds.
+            "cpus": self.spec.cpus, "memory": None if self.spec.memory is None else str(self.spec.memory),
+            "time_limit": self.spec.time_limit.total_seconds() if self.spec.time_limit is not None else None,
             "array": self.array_id or None,
             "array_index": self.array_index if self.array_id else None,
             "guest_of": self.guest_of or None,
@@ -216,6 +219,8 @@ class Node:
     gpus: list[Gpu]
     last_heartbeat: datetime | None
     labels: dict[str, str] = field(default_factory=dict)  # its place in the network: switch, rack
+    cpus: float = 0.0  # what jobs' `cpus` may reserve on it (0: not reported)
+    memory_bytes: int = 0  # what jobs' `memory` may reserve on it (0: not reported)
 
     @property
     def switch(self) -> str:
@@ -231,7 +236,7 @@ class Node:
         return {
             "name": self.name, "address": self.address, "health": self.health,
             "last_heartbeat": iso_utc(self.last_heartbeat),
-            "labels": dict(self.labels),
+            "labels": dict(self.labels), "cpus": self.cpus, "memory_bytes": self.memory_bytes,
             "gpus": [{"index": g.index, "uuid": g.uuid, "model": g.model, "type": g.type, "virtual": g.virtual,
                       "job": g.job_id or None}
                      for g in self.gpus],
@@ -640,6 +645,8 @@ class Client:
                 gpus=[Gpu(g.index, g.uuid, g.model, g.virtual, g.job_id, g.type) for g in n.gpus],
                 last_heartbeat=_time(n.last_heartbeat),
                 labels=dict(n.labels),
+                cpus=n.cpus,
+                memory_bytes=n.memory_bytes,
             )
             for n in reply.nodes
         ]

@@ -132,6 +132,10 @@ JOB_FILE = Schema({
     "workdir": Field(kind=str, what="a string", default="."),
     "env": Field(kind=dict, what="a mapping", values=Field(kind=(str, int, float), type_reason="must be a string")),
     "duration": Field(checks=(_duration_problem,)),
+    "time_limit": Field(checks=(_duration_problem,)),
+    "cpus": Field(kind=(int, float), what="a number of CPUs such as 2 or 0.5"),
+    # The server reads the quantity (rota.core.quantities) and names it when it cannot.
+    "memory": Field(kind=(str, int), what="a quantity such as 256Mi or 4Gi"),
     "gpu_type": Field(kind=str, what="a GPU type name such as a100"),
     "gpu_types": Field(kind=list, what="a list of GPU type names",
                        checks=(_scalars("must be a list of GPU type names such as [a100, h100]", str),)),
@@ -152,6 +156,8 @@ _AS_SPEC: dict[str, Callable[[Any], Any]] = {
     "command": lambda command: tuple(str(a) for a in command),
     "env": lambda env: {str(k): str(v) for k, v in env.items()},
     "duration": lambda duration: timedelta(seconds=parse_duration(duration)),
+    "time_limit": lambda limit: timedelta(seconds=parse_duration(limit, "time_limit")),
+    "cpus": float,
     "gpu_types": tuple, "demand": tuple, "features": dict,
     "depends_on": lambda deps: tuple(Dependency(d["job"], d["when"]) for d in deps),
 }

@@ -66,6 +66,12 @@ class JobSpec:
     gpu_memory_mb: int = 0  # MiB it needs on each GPU (0: not said); a trial in bubbles needs that free
     # Waits until each holds; fails once one cannot (a plain id: `succeeded`).
     depends_on: Sequence[Dependency | str] = ()
+    # Limits the node enforces in the job's own cgroup, and the plan reserves (None: none):
+    # CPUs (2, 0.5), memory per node (a quantity such as "4Gi" or "256Mi", or bytes) and
+    # the wall-clock limit of each run (past it the job is stopped and says so).
+    cpus: float | None = None
+    memory: str | int | None = None
+    time_limit: timedelta | None = None
 
 
 __all__ = ["CONDITIONS", "Dependency", "JobSpec", "KINDS", "RESTARTS"]

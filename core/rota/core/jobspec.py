@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rota.core import dependencies
+from rota.core import dependencies, quantities
 from rota.core.errors import InvalidArgument
 
 KINDS = ("training", "batch_inference", "quantization", "realtime", "trial")
@@ -31,6 +31,7 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 ENV_KEY_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 GPU_TYPE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,31}$")
 MAX_GANG_NODES = 1024
+MAX_TIME_LIMIT_S = 365 * 86400.0
 MAX_GPU_MEMORY_MB = 1 << 24  # 16 TiB: past any GPU's memory, so a larger figure is a typo
 
 
@@ -64,6 +65,12 @@ class JobSpecData:
     # The GPU memory it needs on each GPU, in MiB (0: not said). A trial is placed in a
     # pipeline's bubbles only beside a stage that reports that much free.
     gpu_memory_mb: int = 0
+    # Limits the node's agent enforces (a cgroup per launch, rota.agent.cgroups) and the plan
+    # reserves: CPUs (a quota), memory per node as written (a quantity such as "4Gi"; "": none)
+    # and a wall-clock limit per run (None: none).
+    cpus: float | None = None
+    memory: str = ""
+    time_limit_seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,8 +151,29 @@ def validate(
     _require(len(json.dumps(spec.features)) <= 16 * 1024, "features", "larger than 16 KiB")
     _require(0 <= spec.gpu_memory_mb <= MAX_GPU_MEMORY_MB, "gpu_memory_mb",
              f"MiB per GPU, from 0 (not said) to {MAX_GPU_MEMORY_MB} (got {spec.gpu_memory_mb})")
+    _validate_limits(spec)
     spec.depends_on = dependencies.validate(spec.depends_on)
     return spec
+
+
+def _validate_limits(spec: JobSpecData) -> None:
+    """`cpus`, `memory` and `time_limit`: each absent, or positive and readable."""
+    if spec.cpus is not None:
+        c = spec.cpus
+        _require(math.isfinite(c) and c > 0, "cpus", f"must be positive (got {c:g})")
+        _require(c <= quantities.MAX_CPUS, "cpus", f"more than {quantities.MAX_CPUS:g} CPUs (got {c:g})")
+    if spec.memory:
+        problem = quantities.memory_problem(spec.memory)
+        _require(problem is None, "memory", problem or "")
+    if spec.time_limit_seconds is not None:
+        t = spec.time_limit_seconds
+        _require(math.isfinite(t) and t >= 1, "time_limit", f"must be at least one second (got {t:g} seconds)")
+        _require(t <= MAX_TIME_LIMIT_S, "time_limit", f"more than 365 days (got {t:g} seconds)")
+
+
+def memory_bytes(spec: JobSpecData) -> int:
+    """The job's memory limit per node in bytes (0: none); the spec was validated."""
+    return quantities.parse_memory(spec.memory) if spec.memory else 0
 
 
 def _default_name(command: list[str]) -> str:

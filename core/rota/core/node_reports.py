@@ -79,3 +79,16 @@ def group_still_runs(report_state: str | None) -> bool:
     report about it (None: the node reports no such group: it never ran or has ended).
     Until it stops, its GPUs there stay claimed and the gang is not placed again."""
     return report_state in (jobstate.RUNNING, jobstate.PENDING)
+
+
+# The first line of a failed report's error when the node itself ended the job (its limits,
+# rota.agent.cgroups): the reason the job ends with, instead of its bare exit code.
+NODE_VERDICTS = ("out of memory (", "time limit ", "refused: ")
+
+
+def failure_reason(exit_code: int, error: str) -> str:
+    """Why a failed report ended its job: the node's verdict (`out of memory (limit 4 GiB)`,
+    `time limit 0:10:00 reached`, `refused: ...`) where the error opens with one, else
+    `exit code N`."""
+    first = error.split("\n", 1)[0].strip()
+    return first if first.startswith(NODE_VERDICTS) else f"exit code {exit_code}"

@@ -224,6 +224,9 @@ class JobSpec(_message.Message):
     SAME_SWITCH_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
     GPU_MEMORY_MB_FIELD_NUMBER: _builtins.int
+    CPUS_FIELD_NUMBER: _builtins.int
+    MEMORY_FIELD_NUMBER: _builtins.int
+    TIME_LIMIT_SECONDS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     tenant: _builtins.str
     """The owning tenant. Ignored for tenant tokens (the token decides); required for admin."""
@@ -258,6 +261,14 @@ class JobSpec(_message.Message):
     """The GPU memory it needs on each GPU, in MiB (0: not said). A trial goes into a running
     pipeline's bubbles only beside a stage that reports at least that much free.
     """
+    cpus: _builtins.float
+    """Limits the node's agent enforces in the job's own cgroup, and the plan reserves: CPUs
+    (a CPU quota; unset: none; when set, > 0), memory per node as a Kubernetes-style
+    quantity ("4Gi", "256Mi", "1.5G"; empty: none) and the wall-clock limit of each run
+    (unset: none; when set, >= 1). A job over its memory ends FAILED ("out of memory").
+    """
+    memory: _builtins.str
+    time_limit_seconds: _builtins.float
     @_builtins.property
     def command(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """argv; must not be empty"""
@@ -307,14 +318,26 @@ class JobSpec(_message.Message):
         same_switch: _builtins.bool = ...,
         depends_on: _abc.Iterable[Global___Dependency] | None = ...,
         gpu_memory_mb: _builtins.int = ...,
+        cpus: _builtins.float | None = ...,
+        memory: _builtins.str = ...,
+        time_limit_seconds: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "duration_seconds", b"duration_seconds", "features", b"features"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cpus", b"_cpus", "_duration_seconds", b"_duration_seconds", "_time_limit_seconds", b"_time_limit_seconds", "cpus", b"cpus", "duration_seconds", b"duration_seconds", "features", b"features", "time_limit_seconds", b"time_limit_seconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds", "accepts_layout_changes", b"accepts_layout_changes", "command", b"command", "demand", b"demand", "depends_on", b"depends_on", "duration_seconds", b"duration_seconds", "env", b"env", "features", b"features", "gpu_memory_mb", b"gpu_memory_mb", "gpu_types", b"gpu_types", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "kind", b"kind", "max_retries", b"max_retries", "max_swap", b"max_swap", "name", b"name", "nodes", b"nodes", "preemptible", b"preemptible", "priority", b"priority", "restart", b"restart", "same_switch", b"same_switch", "tenant", b"tenant", "workdir", b"workdir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cpus", b"_cpus", "_duration_seconds", b"_duration_seconds", "_time_limit_seconds", b"_time_limit_seconds", "accepts_layout_changes", b"accepts_layout_changes", "command", b"command", "cpus", b"cpus", "demand", b"demand", "depends_on", b"depends_on", "duration_seconds", b"duration_seconds", "env", b"env", "features", b"features", "gpu_memory_mb", b"gpu_memory_mb", "gpu_types", b"gpu_types", "gpus", b"gpus", "gpus_per_node", b"gpus_per_node", "kind", b"kind", "max_retries", b"max_retries", "max_swap", b"max_swap", "memory", b"memory", "name", b"name", "nodes", b"nodes", "preemptible", b"preemptible", "priority", b"priority", "restart", b"restart", "same_switch", b"same_switch", "tenant", b"tenant", "time_limit_seconds", b"time_limit_seconds", "workdir", b"workdir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__cpus: _TypeAlias = _typing.Literal["cpus"]  # noqa: Y015
+    _WhichOneofArgType__cpus: _TypeAlias = _typing.Literal["_cpus", b"_cpus"]  # noqa: Y015
     _WhichOneofReturnType__duration_seconds: _TypeAlias = _typing.Literal["duration_seconds"]  # noqa: Y015
     _WhichOneofArgType__duration_seconds: _TypeAlias = _typing.Literal["_duration_seconds", b"_duration_seconds"]  # noqa: Y015
+    _WhichOneofReturnType__time_limit_seconds: _TypeAlias = _typing.Literal["time_limit_seconds"]  # noqa: Y015
+    _WhichOneofArgType__time_limit_seconds: _TypeAlias = _typing.Literal["_time_limit_seconds", b"_time_limit_seconds"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__cpus) -> _WhichOneofReturnType__cpus | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__duration_seconds) -> _WhichOneofReturnType__duration_seconds | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__time_limit_seconds) -> _WhichOneofReturnType__time_limit_seconds | None: ...
 
 Global___JobSpec: _TypeAlias = JobSpec  # noqa: Y015
 
@@ -592,10 +615,17 @@ class Node(_message.Message):
     HEALTH_FIELD_NUMBER: _builtins.int
     LAST_HEARTBEAT_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    CPUS_FIELD_NUMBER: _builtins.int
+    MEMORY_BYTES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     address: _builtins.str
     """host:port of the node's AgentService"""
     health: Global___NodeHealth.ValueType
+    cpus: _builtins.float
+    """What jobs' `cpus` and `memory` may reserve on it (discovered or declared by the agent;
+    0: not reported, nothing is checked).
+    """
+    memory_bytes: _builtins.int
     @_builtins.property
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___Gpu]: ...
     @_builtins.property
@@ -613,10 +643,12 @@ class Node(_message.Message):
         health: Global___NodeHealth.ValueType = ...,
         last_heartbeat: _timestamp_pb2.Timestamp | None = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        cpus: _builtins.float = ...,
+        memory_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_heartbeat", b"last_heartbeat"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "gpus", b"gpus", "health", b"health", "labels", b"labels", "last_heartbeat", b"last_heartbeat", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "cpus", b"cpus", "gpus", b"gpus", "health", b"health", "labels", b"labels", "last_heartbeat", b"last_heartbeat", "memory_bytes", b"memory_bytes", "name", b"name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

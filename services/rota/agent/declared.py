@@ -13,6 +13,7 @@ import argparse
 
 from rota.common.config import Settings
 from rota.core.nodelabels import MAX_LABELS, parse_label, parse_labels, type_problem
+from rota.core.quantities import MAX_CPUS, parse_memory
 
 
 def gpu_type_arg(text: str) -> str:
@@ -31,7 +32,43 @@ def label_arg(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def cpus_arg(text: str) -> float:
+    """argparse's `type` of --cpus: a positive number of CPUs."""
+    try:
+        cpus = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of CPUs: {text!r}") from None
+    if not 0 < cpus <= MAX_CPUS:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_CPUS:g} (got {text})")
+    return cpus
+
+
+def memory_arg(text: str) -> int:
+    """argparse's `type` of --memory: a quantity such as 64Gi."""
+    try:
+        return parse_memory(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def capacity(args: argparse.Namespace, meminfo: str, cpu_count: int) -> tuple[float, int]:
+    """(CPUs, memory bytes) jobs may reserve on the node: the flags', else what the machine
+    has (`cpu_count`, /proc/meminfo's MemTotal; 0 when unreadable: nothing is checked)."""
+    cpus = args.cpus if getattr(args, "cpus", None) is not None else float(cpu_count)
+    memory = getattr(args, "memory", None)
+    if memory is None:
+        memory = 0
+        for line in meminfo.splitlines():
+            if line.startswith("MemTotal:") and line.split()[1].isdigit():
+                memory = int(line.split()[1]) * 1024  # the kernel says kB, meaning KiB
+    return cpus, memory
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cpus", type=cpus_arg, default=None, metavar="N",
+                        help="CPUs jobs' `cpus` may reserve on the node (default: the machine's)")
+    parser.add_argument("--memory", type=memory_arg, default=None, metavar="QUANTITY",
+                        help="memory jobs' `memory` may reserve on the node, e.g. 64Gi (default: MemTotal)")
     parser.add_argument("--gpu-type", type=gpu_type_arg, default=None, metavar="TYPE",
                         help="the GPUs' type, e.g. a100 (default: ROTA_AGENT_GPU_TYPE; on real GPUs the type "
                              "nvidia-smi's model name says, on virtual slots none)")

@@ -11,7 +11,11 @@ pathlib or subprocess (posix_spawn and a pidfd do the same here), and `_signal` 
 than `signal` (whose enum import was a third of the start-up); the agent runs it without
 site-packages (rota.agent.processes.LAUNCHER). About 20 ms of CPU instead of 90.
 
-    python -I -S launcher.py --exit-file F --lease-file L --lease-timeout S -- COMMAND...
+    python -I -S launcher.py --exit-file F --lease-file L --lease-timeout S [--cgroup P,...] -- COMMAND...
+
+`--cgroup` names the `cgroup.procs` files of the job's cgroup (rota.agent.cgroups): the
+launcher joins them before it starts the job, so the job never runs a moment outside its
+limits; a launcher that cannot join does not start the job.
 """
 
 from __future__ import annotations
@@ -33,14 +37,17 @@ POLL_S = 0.5
 POLL_FRACTION = 0.2
 
 FENCED_EXIT = 137
-USAGE = "usage: rota-launcher --exit-file F --lease-file L --lease-timeout SECONDS [--sched idle] -- COMMAND..."
+USAGE = ("usage: rota-launcher --exit-file F --lease-file L --lease-timeout SECONDS [--sched idle] [--cgroup PROCS,...]"
+         " -- COMMAND...")
+CGROUP_EXIT = 126
 
 
 class Args:
     def __init__(self, exit_file: str, lease_file: str, lease_timeout: float, command: list[str],
-                 idle: bool = False) -> None:
+                 idle: bool = False, cgroup_procs: list[str] | None = None) -> None:
         self.exit_file, self.lease_file, self.lease_timeout, self.command = exit_file, lease_file, lease_timeout, command
         self.idle = idle  # the job runs under SCHED_IDLE: a guest in another job's bubbles
+        self.cgroup_procs = cgroup_procs or []  # the job's cgroup: joined before the job starts
 
 
 def parse_args(argv: list[str]) -> Args:
@@ -56,7 +63,7 @@ def parse_args(argv: list[str]) -> Args:
             value = rest.pop(0)
         options[name] = value
     command = rest[1:] if rest[:1] == ["--"] else rest
-    unknown = set(options) - {"--exit-file", "--lease-file", "--lease-timeout", "--sched"}
+    unknown = set(options) - {"--exit-file", "--lease-file", "--lease-timeout", "--sched", "--cgroup"}
     missing = {"--exit-file", "--lease-file", "--lease-timeout"} - set(options)
     if unknown or missing or not command:
         why = f"unknown {sorted(unknown)}" if unknown else f"missing {sorted(missing)}" if missing else "no command"
@@ -67,7 +74,8 @@ def parse_args(argv: list[str]) -> Args:
         raise SystemExit(f"{USAGE}\n--lease-timeout: not a number") from None
     if options.get("--sched", "idle") != "idle":
         raise SystemExit(f"{USAGE}\n--sched: only 'idle' is known")
-    return Args(options["--exit-file"], options["--lease-file"], timeout, command, options.get("--sched") == "idle")
+    cgroup = [p for p in options.get("--cgroup", "").split(",") if p]
+    return Args(options["--exit-file"], options["--lease-file"], timeout, command, options.get("--sched") == "idle", cgroup)
 
 
 def write_exit(path: str, code: int, why: str) -> None:
@@ -84,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     _signal.signal(_signal.SIGTERM, lambda _sig, _frame: None)
     if args.idle:  # inherited by the job: any other runnable process on the core goes first
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    if not _join_cgroup(args):
+        return CGROUP_EXIT
     try:
         pid = os.posix_spawnp(args.command[0], args.command, os.environ,
                               file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
@@ -103,6 +113,20 @@ def main(argv: list[str] | None = None) -> int:
     exit_code = code if code >= 0 else 128 - code
     write_exit(args.exit_file, exit_code, "exited" if code >= 0 else f"signal {-code}")
     return exit_code
+
+
+def _join_cgroup(args: Args) -> bool:
+    """Moves the launcher into the job's cgroup (the job inherits it); False, with the exit
+    recorded, when it cannot."""
+    try:
+        for procs in args.cgroup_procs:
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+    except OSError as exc:
+        print(f"rota: cannot join the job's cgroup: {exc}", file=sys.stderr, flush=True)
+        write_exit(args.exit_file, CGROUP_EXIT, f"cgroup: {exc}")
+        return False
+    return True
 
 
 def _exit_waiter(pid: int) -> Callable[[float], int | None]:

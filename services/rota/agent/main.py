@@ -13,12 +13,16 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import os
 import socket
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import grpc
 
+from rota.agent import cgroups as cgroups_module
 from rota.agent import declared
 from rota.agent.checkpoints import AgentCheckpoints
 from rota.agent.detector_link import DetectorLink
@@ -53,16 +57,18 @@ FAILED_RETRY_S = 1.0
 # api is logged at DEBUG; after that every failed beat is an outage, logged at WARNING.
 STARTUP_GRACE_S = 30.0
 _STARTING_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+TIME_LIMIT_GRACE_S = 10.0  # a job past its time limit has this long after SIGTERM to exit
 
 
 class Heartbeats:
     def __init__(self, settings: Settings, runtime: AgentRuntime, address: str, devices: list[common_pb2.Gpu],
-                 labels: dict[str, str] | None = None) -> None:
+                 labels: dict[str, str] | None = None, capacity: tuple[float, int] = (0.0, 0)) -> None:
         self.settings = settings
         self.runtime = runtime
         self.address = address
         self.devices = devices
         self.labels = labels or {}  # the node's place in the network (switch, rack), sent on Register
+        self.capacity = capacity  # (CPUs, memory bytes) jobs may reserve, sent on Register
         self.metadata = (("authorization", f"Bearer {settings.admin_token}"),)
         # NodeService on the api's node port; without its address, where the api serves it
         # by default (its public port + NODE_PORT_OFFSET).
@@ -117,7 +123,8 @@ class Heartbeats:
     async def beat(self) -> None:
         timeout = max(1.0, self.settings.heartbeat_interval_s * 2)
         if not self.registered:
-            node = common_pb2.Node(name=self.runtime.node, address=self.address, gpus=self.devices, labels=self.labels)
+            node = common_pb2.Node(name=self.runtime.node, address=self.address, gpus=self.devices, labels=self.labels,
+                                   cpus=self.capacity[0], memory_bytes=self.capacity[1])
             await self.nodes.Register(node_pb2.NodeServiceRegisterRequest(node=node), timeout=timeout,
                                       metadata=self.metadata)
             self.registered = self.reached = True
@@ -125,6 +132,7 @@ class Heartbeats:
                      len(self.devices), sorted({d.type for d in self.devices}), self.labels)
         sent_at = time.monotonic()
         self.runtime.table.tend_guests()
+        self.stop_timed_out()
         jobs = list(self.runtime.table.jobs.values())
         reports = [report_of(j) for j in jobs]
         reply = await self.nodes.Heartbeat(
@@ -165,6 +173,25 @@ class Heartbeats:
                         log.info("launched %s (epoch %d) from reconciliation", job_id, placed.epoch)
                     except DomainError as exc:
                         log.warning("not launching %s: %s", job_id, exc)
+
+    def stop_timed_out(self) -> None:
+        """Stops, in the background, each job past its time limit; it ends with the reason."""
+        for job, reason in self.runtime.table.past_time_limits(time.time()):
+            if (job.job_id, job.epoch) in self._stopping:
+                continue
+            with job_logging(job.job_id):
+                log.info("stopping %s (epoch %d): %s", job.job_id, job.epoch, reason)
+            stop = self.runtime.stop(job.job_id, job.epoch, reason, TIME_LIMIT_GRACE_S, verdict=True)
+            task = asyncio.create_task(self._stop_quietly(job.job_id, job.epoch, stop))
+            self._stopping[(job.job_id, job.epoch)] = task
+
+    async def _stop_quietly(self, job_id: str, epoch: int, stop: Coroutine[Any, Any, bool]) -> None:
+        try:
+            await stop
+        except DomainError as exc:
+            log.info("not stopping %s: %s", job_id, exc)
+        finally:
+            self._stopping.pop((job_id, epoch), None)
 
     async def _stop_unplaced(self, job_id: str, epoch: int) -> None:
         # That epoch only: while this waited for the runtime's lock, a launch may have
@@ -238,10 +265,13 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     devices = discover(args.name, args.gpus, gpu_type)
     # A job fences itself strictly before the control plane can call its node dead and
     # start it elsewhere, so a frozen or partitioned node never leaves two running copies.
-    table = ProcessTable(args.name, home, home / "lease", LEASE_FRACTION * settings.node_timeout_s)
+    table = ProcessTable(args.name, home, home / "lease", LEASE_FRACTION * settings.node_timeout_s,
+                         cgroups=_cgroups(args.name, settings))
     lapsed = table.lease_expired()
     table.lease_file.touch()
     table.adopt(fence=lapsed)
+    if not isinstance(table.cgroups, str):  # what a previous agent process left behind
+        table.cgroups.sweep({f"{j.job_id}-{j.epoch}" for j in table.jobs.values() if j.cgroup is not None})
     streams = StagedStreams(settings.admin_token, tls_files(settings), settings.checkpoint.streams)
     checkpoints = AgentCheckpoints(args.name, table, home, settings.checkpoint, streams)
     checkpoints.adopt()
@@ -250,7 +280,7 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     runtime = AgentRuntime(args.name, table, virtual=all(d.virtual for d in devices), checkpoints=checkpoints)
     gpus = [common_pb2.Gpu(index=d.index, uuid=d.uuid, model=d.model, virtual=d.virtual, type=d.gpu_type)
             for d in devices]
-    heartbeats = Heartbeats(settings, runtime, args.advertise or listen, gpus, labels)
+    heartbeats = Heartbeats(settings, runtime, args.advertise or listen, gpus, labels, _capacity(args))
     register_gpu_metrics(args.name, table, devices)
     metrics_listen = getattr(args, "metrics_listen", None)
     serve_metrics(settings.metrics_listen if metrics_listen is None else metrics_listen, "agent", args.name)
@@ -267,6 +297,7 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
         # except when the whole local cluster goes down.
         if settings.agent_stop_jobs_on_exit:
             await asyncio.to_thread(table.stop_all, "cluster stopping", 5.0)
+            await asyncio.to_thread(table.remove_cgroups)
         await heartbeats.close()
         checkpoints.close()
         shutdown_tracing()
@@ -282,6 +313,24 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
         background=[heartbeats.keep_lease, heartbeats.run_forever, DetectorLink(settings, table).run_forever],
         on_stop=on_stop,
     )
+
+
+def _cgroups(node: str, settings: Settings) -> cgroups_module.NodeCgroups | str:
+    """The node's cgroups, said at start; without them, jobs with cpus or memory are refused."""
+    found = cgroups_module.detect(node, settings.agent_cgroups)
+    if isinstance(found, str):
+        log.warning("cgroups unavailable: %s; jobs with cpus or memory limits will be refused", found)
+    else:
+        log.info("jobs run in their own cgroups: %s, under rota/%s", found.hierarchy.describe(), node)
+    return found
+
+
+def _capacity(args: argparse.Namespace) -> tuple[float, int]:
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+    except OSError:
+        meminfo = ""
+    return declared.capacity(args, meminfo, len(os.sched_getaffinity(0)))
 
 
 def run(args: argparse.Namespace) -> None:

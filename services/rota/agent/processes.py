@@ -16,10 +16,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rota.agent import cgroups as cgroups_module
 from rota.agent import launcher as launcher_module
 from rota.agent import rankgroup as rankgroup_module
 from rota.agent import replicaset as replicaset_module
 from rota.core.errors import FailedPrecondition
+from rota.core.quantities import format_limit
 
 ERROR_TAIL_LINES = 20
 REPLICAS_FILE = "replicas.json"
@@ -71,7 +73,9 @@ class LocalJob:
     replicas: bool = False  # a realtime app's replica set: one process per GPU (rota.agent.replicaset)
     guest_of: str = ""  # a trial in this host job's bubbles, on its GPUs
     released: bool = False  # a guest whose host ended here: resumed (SIGCONT) and left to run
-
+    cgroup: cgroups_module.JobCgroup | None = None  # its own cgroup: limits, and the kernel's OOM kills
+    time_limit_s: float | None = None  # stopped once it has run this long (wall clock)
+    started_wall: float = 0.0  # time.time() of the launch: a restarted agent keeps counting
     @property
     def log_path(self) -> Path:
         return self.folder / "log"
@@ -111,8 +115,14 @@ class LocalJob:
         try:
             lines = self.log_path.read_text(errors="replace").splitlines()
         except FileNotFoundError:
-            return ""
-        return "\n".join(lines[-ERROR_TAIL_LINES:])
+            lines = []
+        tail = "\n".join(lines[-ERROR_TAIL_LINES:])
+        if self.cgroup is not None and self.exit_code() not in (None, 0) and self.cgroup.oom_killed():
+            return f"{cgroups_module.oom_reason(self.cgroup.memory_bytes)}\n{tail}".rstrip()  # first line: the reason
+        return tail
+
+    def past_time_limit(self, now: float) -> bool:
+        return self.time_limit_s is not None and now - self.started_wall > self.time_limit_s
 
 
 def _group_alive(pgid: int) -> bool:
@@ -126,8 +136,11 @@ def _group_alive(pgid: int) -> bool:
 
 
 class ProcessTable:
-    def __init__(self, node: str, home: Path, lease_file: Path, lease_timeout_s: float) -> None:
+    def __init__(self, node: str, home: Path, lease_file: Path, lease_timeout_s: float,
+                 cgroups: cgroups_module.NodeCgroups | str = "not set up") -> None:
         self.node = node
+        # The node's cgroups, or why there are none: jobs with limits are then refused.
+        self.cgroups = cgroups
         self.home = home
         self.lease_file = lease_file
         self.lease_timeout_s = lease_timeout_s
@@ -153,7 +166,9 @@ class ProcessTable:
             if (meta_file.parent / "acknowledged").exists():
                 continue
             job = LocalJob(meta["job_id"], meta["epoch"], meta["gpus"], meta["pgid"], meta_file.parent,
-                           replicas=bool(meta.get("replicas")), guest_of=str(meta.get("guest_of", "")))
+                           replicas=bool(meta.get("replicas")), guest_of=str(meta.get("guest_of", "")),
+                           cgroup=cgroups_module.JobCgroup.from_meta(meta["cgroup"]) if meta.get("cgroup") else None,
+                           time_limit_s=meta.get("time_limit_s"), started_wall=float(meta.get("started_wall", 0.0)))
             current = self.jobs.get(job.job_id)
             if current is None or current.epoch < job.epoch:
                 self.jobs[job.job_id] = job
@@ -168,9 +183,12 @@ class ProcessTable:
         self, job_id: str, epoch: int, gpus: list[int], command: list[str], workdir: str,
         env: dict[str, str], virtual: bool, restore_dir: Path | None = None, layout: str = "",
         gang: GangLaunch | None = None, replicas: bool = False, guest_of: str = "",
+        limits: cgroups_module.Limits | None = None, time_limit_s: float | None = None,
     ) -> LocalJob:
         """Starts the job under `epoch`; `replicas`: a realtime app, one process per GPU;
-        `guest_of`: a trial in that host job's bubbles, on its GPUs, at idle priority."""
+        `guest_of`: a trial in that host job's bubbles, on its GPUs, at idle priority;
+        `limits`: its cgroup's (a job asking for limits this node cannot enforce is refused:
+        it ends FAILED at once with the reason)."""
         current = self._supersede(job_id, epoch)
         if current is not None:
             return current
@@ -179,6 +197,7 @@ class ProcessTable:
         if (folder / "exit").exists():
             raise FailedPrecondition(f"{job_id} already ran under epoch {epoch}")
         folder.mkdir(parents=True, exist_ok=True)
+        cgroup, refusal = self._cgroup(f"{job_id}-{epoch}", limits or cgroups_module.Limits())
         full_env = self._job_env(job_id, epoch, gpus, env, virtual, folder)
         full_env.update(_launch_env(guest_of, restore_dir, layout))
         if gang is not None:  # one rank per GPU of this node, started by the rank group
@@ -191,23 +210,47 @@ class ProcessTable:
         launcher = [
             *LAUNCHER, "--exit-file", str(folder / "exit"),
             "--lease-file", str(self.lease_file), "--lease-timeout", str(self.lease_timeout_s),
-            *(["--sched", "idle"] if guest_of else []), "--", *command,
+            *(["--sched", "idle"] if guest_of else []),
+            *(["--cgroup", ",".join(cgroup.procs_files())] if cgroup is not None else []), "--", *command,
         ]
+        if refusal:  # never started: the exit says so, as a launcher's would
+            launcher_module.write_exit(str(folder / "exit"), launcher_module.CGROUP_EXIT, "refused")
+            launcher = ["true"]
         with (folder / "log").open("ab") as log:
             popen = subprocess.Popen(
                 launcher, cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )
         job = LocalJob(job_id, epoch, gpus, popen.pid, folder, popen, started_at=time.monotonic(), replicas=replicas,
-                       guest_of=guest_of)
+                       guest_of=guest_of, stopped_reason=refusal, cgroup=cgroup, time_limit_s=time_limit_s,
+                       started_wall=time.time())
         meta = {"job_id": job_id, "epoch": epoch, "gpus": gpus, "pgid": popen.pid, **({"replicas": True} if replicas else {}),
-                **({"guest_of": guest_of} if guest_of else {})}
+                **({"guest_of": guest_of} if guest_of else {}),
+                **({"cgroup": cgroup.to_meta()} if cgroup is not None else {}),
+                **({"time_limit_s": time_limit_s, "started_wall": job.started_wall} if time_limit_s is not None else {})}
         (folder / "meta.json").write_text(json.dumps(meta))
         self.jobs[job_id] = job
         self.max_epoch = max(self.max_epoch, epoch)
         if guest_of:
             self.tend_guests()
         return job
+
+    def _cgroup(self, name: str, limits: cgroups_module.Limits) -> tuple[cgroups_module.JobCgroup | None, str]:
+        """(the launch's cgroup, "") where this node has cgroups; (None, why the job is
+        refused) when it asks for limits the node cannot enforce; (None, "") otherwise."""
+        if isinstance(self.cgroups, str):
+            if not limits.needs_cgroup:
+                return None, ""
+            return None, f"refused: this node cannot enforce cpus or memory limits (cgroups: {self.cgroups})"
+        try:
+            return self.cgroups.create(name, limits), ""
+        except OSError as exc:
+            return None, f"refused: cannot make the job's cgroup ({exc})"
+
+    def past_time_limits(self, now: float) -> list[tuple[LocalJob, str]]:
+        """The running jobs past their time limit, each with the reason it is stopped for."""
+        return [(job, f"time limit {format_limit(job.time_limit_s or 0)} reached") for job in self.running()
+                if job.past_time_limit(now) and not job.stopped_reason]
 
     def _supersede(self, job_id: str, epoch: int) -> LocalJob | None:
         """The job itself if it already runs under `epoch`; an older epoch of it is stopped, a
@@ -291,7 +334,9 @@ class ProcessTable:
             time.sleep(0.05)
 
     # 4. Stop: the whole process group, SIGTERM then SIGKILL.
-    def stop(self, job_id: str, epoch: int, reason: str, grace_s: float) -> bool:
+    def stop(self, job_id: str, epoch: int, reason: str, grace_s: float, *, verdict: bool = False) -> bool:
+        """`verdict`: `reason` is what the job ends with as it stands (a time limit), not
+        `stopped: <reason>`."""
         job = self.jobs.get(job_id)
         if job is None:
             return False
@@ -301,7 +346,7 @@ class ProcessTable:
             if job.guest_of and not job.released:  # its host must stop pausing it
                 job.released = True
                 self.tend_guests()
-            job.stopped_reason = f"stopped: {reason}"
+            job.stopped_reason = reason if verdict else f"stopped: {reason}"
             _signal_group(job.pgid, signal.SIGTERM)
             _signal_group(job.pgid, signal.SIGCONT)  # a guest stopped outside its host's bubbles
             deadline = time.monotonic() + grace_s
@@ -351,8 +396,19 @@ class ProcessTable:
         for job in reported:
             if job.exit_code() is not None:
                 (job.folder / "acknowledged").touch()
+                if job.cgroup is not None:  # read (OOM) and reported: its cgroup goes
+                    job.cgroup.remove()
                 if self.jobs.get(job.job_id) is job:
                     del self.jobs[job.job_id]
+
+    def remove_cgroups(self) -> None:
+        """Every cgroup of a job that has ended, then the node's own when empty (the
+        cluster stopping: its jobs were stopped)."""
+        for job in self.jobs.values():
+            if job.cgroup is not None and job.exit_code() is not None:
+                job.cgroup.remove()
+        if not isinstance(self.cgroups, str):
+            self.cgroups.release()
 
     def find_log(self, job_id: str) -> Path | None:
         job = self.jobs.get(job_id)
@@ -383,6 +439,8 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    if pgid <= 0:  # never this process's own group
+        return
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):

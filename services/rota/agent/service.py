@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from rota.agent.cgroups import Limits
 from rota.agent.checkpoints import STREAM_WAIT_S, AgentCheckpoints, ImageRecord
 from rota.agent.processes import GangLaunch, LocalJob, ProcessTable
 from rota.agent.streaming import IMAGE_STATES, StagedSource
@@ -16,6 +17,7 @@ from rota.common.auth import current_identity
 from rota.common.layouts import layout_text
 from rota.core.arrays import task_environment
 from rota.core.errors import InvalidArgument, NotFound
+from rota.core.quantities import parse_memory
 from rota.v1 import agent_pb2, agent_pb2_grpc, api_pb2, checkpoint_pb2, common_pb2
 
 MAX_LOG_CHUNK = 1024 * 1024
@@ -61,6 +63,15 @@ def check_layout(layout: str) -> None:
         raise InvalidArgument("layout", "must be a JSON object")
 
 
+def limits_of(spec: common_pb2.JobSpec) -> Limits:
+    """The cgroup limits a job's spec asks for (memory per node, CPUs)."""
+    try:
+        memory = parse_memory(spec.memory) if spec.memory else 0
+    except ValueError as exc:
+        raise InvalidArgument("job.spec.memory", str(exc)) from None
+    return Limits(memory_bytes=memory, cpus=spec.cpus if spec.HasField("cpus") else None)
+
+
 def array_env(job: common_pb2.Job) -> dict[str, str]:
     """A job array's task learns its array and index (and Slurm's names of them); the
     validation keeps a job's own env free of ROTA_ names, so nothing is overridden."""
@@ -89,6 +100,8 @@ class AgentRuntime:
         check_layout(layout)
         spec = job.spec
         gang = self._gang(job)
+        limits = limits_of(spec)
+        time_limit = spec.time_limit_seconds if spec.HasField("time_limit_seconds") else None
         restore = self.checkpoints.restore_dir(job.id, epoch) if resume_image else None
         async with self.lock:
             current = self.table.jobs.get(job.id)
@@ -97,7 +110,7 @@ class AgentRuntime:
                 self.table.launch, job.id, epoch, list(job.gpus), list(spec.command), spec.workdir,
                 {**spec.env, **array_env(job)}, self.virtual, restore, layout, gang,
                 replicas=spec.kind == common_pb2.JOB_KIND_REALTIME,  # one process per replica (rota.agent.replicaset)
-                guest_of=job.guest_of,
+                guest_of=job.guest_of, limits=limits, time_limit_s=time_limit,
             )
         if restore is not None and fresh:
             # The image is made ready while the interpreter and torch start up; a migration's
@@ -128,9 +141,9 @@ class AgentRuntime:
         async with self.lock:
             return await asyncio.to_thread(self.table.resize, job_id, epoch, gpus)
 
-    async def stop(self, job_id: str, epoch: int, reason: str, grace_s: float) -> bool:
+    async def stop(self, job_id: str, epoch: int, reason: str, grace_s: float, *, verdict: bool = False) -> bool:
         async with self.lock:
-            return await asyncio.to_thread(self.table.stop, job_id, epoch, reason, grace_s)
+            return await asyncio.to_thread(self.table.stop, job_id, epoch, reason, grace_s, verdict=verdict)
 
 
 class AgentService(agent_pb2_grpc.AgentServiceServicer):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
@@ -485,9 +486,11 @@ async def register_node(ctx: ApiContext, node: common_pb2.Node) -> common_pb2.No
     if sorted(g.index for g in gpus) != list(range(len(gpus))):
         raise InvalidArgument("node.gpus", "indices must be 0..n-1")
     labels = _checked_node_labels(node)
+    if not (math.isfinite(node.cpus) and node.cpus >= 0) or node.memory_bytes < 0:
+        raise InvalidArgument("node.cpus" if node.memory_bytes >= 0 else "node.memory_bytes", "must not be negative")
 
     def register(session: Session) -> common_pb2.Node:
-        row = node_lifecycle.register(session, node.name, node.address, gpus, labels)
+        row = node_lifecycle.register(session, node.name, node.address, gpus, labels, (node.cpus, node.memory_bytes))
         session.flush()
         nodes = {n.name: (n, g, c) for n, g, c in queries.list_nodes(session)}
         return job_protos.node_to_proto(*nodes[row.name])

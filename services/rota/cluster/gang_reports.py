@@ -73,7 +73,7 @@ def fail_gang(session: Session, job: JobRow, node: str, report: JobReport, event
         GangExitRow.job_id == job.id, GangExitRow.epoch == job.epoch)).all()) | {node}
     others = [n for n in job.gang_nodes if n not in ended]
     release(session, job, "failed", keep_nodes=others)
-    why = f"rank group on {node} failed (exit code {report.exit_code}); the whole gang stopped"
+    why = f"rank group on {node} failed ({node_reports.failure_reason(report.exit_code, report.error)}); the whole gang stopped"
     if others:
         why += f", its ranks on {', '.join(others)} stop before it is placed again"
     requeue_or_fail(session, job, why, events)

@@ -111,4 +111,4 @@ def _apply_report(session: Session, job: JobRow, report: JobReport, events: Even
         job.exit_code = report.exit_code
         job.error = report.error
         release(session, job, "failed")
-        requeue_or_fail(session, job, f"exit code {report.exit_code}", events)
+        requeue_or_fail(session, job, node_reports.failure_reason(report.exit_code, report.error), events)

@@ -82,4 +82,5 @@ def node_to_proto(node: NodeRow, gpus: Sequence[GpuRow], claims: Sequence[GpuCla
             for g in sorted(gpus, key=lambda g: g.index)
         ],
         labels=dict(node.labels or {}),
+        cpus=node.cpus, memory_bytes=node.memory_bytes,
     )

@@ -17,6 +17,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -115,6 +116,9 @@ class NodeRow(Base):
     last_heartbeat: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     labels: Mapped[dict[str, str]] = mapped_column(JSONB, nullable=False, server_default="{}")  # switch, rack
+    # What jobs' `cpus` and `memory` may reserve on it, as its agent reported (0: not reported).
+    cpus: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    memory_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
 
 
 class GpuRow(Base):

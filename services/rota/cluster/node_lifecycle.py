@@ -37,6 +37,7 @@ class GpuInfo:
 
 def register(
     session: Session, name: str, address: str, gpus: Sequence[GpuInfo], labels: Mapping[str, str] | None = None,
+    capacity: tuple[float, int] = (0.0, 0),
 ) -> NodeRow:
     """A node's agent (re)starts: the node is ALIVE (a drain outlives the restart), its GPUs
     (with their types) and its labels are the ones it reports now: a node moved to another
@@ -44,13 +45,14 @@ def register(
     node = session.get(NodeRow, name, with_for_update=True)
     if node is None:
         node = NodeRow(name=name, address=address, health=nodestate.ALIVE, last_heartbeat=func.now(),
-                       labels=dict(labels or {}))
+                       labels=dict(labels or {}), cpus=capacity[0], memory_bytes=capacity[1])
         session.add(node)
     else:
         target = nodestate.after_beat(node.health)
         nodestate.check(node.health, target)
         node.address, node.health, node.last_heartbeat = address, target, func.now()
         node.labels = dict(labels or {})
+        node.cpus, node.memory_bytes = capacity
     session.flush()
     existing = {g.index: g for g in session.scalars(select(GpuRow).where(GpuRow.node == name))}
     for gpu in gpus:

@@ -22,7 +22,7 @@ from rota.cluster.models import (
 )
 from rota.common import read_models
 from rota.core import dependencies, jobstate, nodestate
-from rota.core.jobspec import JobSpecData, gpus_to_hold
+from rota.core.jobspec import JobSpecData, gpus_to_hold, memory_bytes
 from rota.core.planning.liveplan import LiveJob, LiveNode
 
 SPEC_CACHE_SIZE = 4096  # distinct specs kept parsed
@@ -160,7 +160,8 @@ def live_view(session: Session, specs: SpecCache | None = None) -> LiveView:
     return LiveView(
         [LiveNode(n.name, gpu_counts.get(n.name, 0), tuple(sorted({*bad.get(n.name, ()), *stopping.get(n.name, ())})),
                   gpu_type=_node_type(types.get(n.name, {})),
-                  switch=str((n.labels or {}).get("switch", ""))) for n in nodes],
+                  switch=str((n.labels or {}).get("switch", "")), cpus=n.cpus, memory_bytes=n.memory_bytes)
+         for n in nodes],
         jobs, {n.name: n.address for n in nodes}, mappings,
         queue, parent_states(session, {p for q in queue for p, _ in q.depends_on}), running,
         array_caps(session, {q.array_id for q in queue if q.array_id}),
@@ -215,5 +216,5 @@ def live_job(job_id: str, tenant: str, kind: str, priority: int, spec: JobSpecDa
         max_swap=spec.max_swap, preemptible=spec.preemptible, restart=spec.restart,
         nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, gang_nodes=gang_nodes,
         gpu_types=tuple(spec.gpu_types), same_switch=spec.same_switch, replicas=replica_sets,
-        gpu_memory_mb=spec.gpu_memory_mb,
+        gpu_memory_mb=spec.gpu_memory_mb, cpus=spec.cpus or 0.0, memory_bytes=memory_bytes(spec),
     )

@@ -220,6 +220,8 @@ class Settings:
     # labels (ROTA_AGENT_LABELS="switch=s1,rack=r1"), kept as written; the agent checks them.
     agent_gpu_type: str = ""
     agent_labels: str = ""
+    # "off": the agent makes no cgroups (and refuses jobs with cpus or memory limits).
+    agent_cgroups: str = "auto"
 
     @staticmethod
     def from_env() -> Settings:
@@ -274,6 +276,7 @@ class Settings:
             agent_stop_jobs_on_exit=_env_flag("ROTA_AGENT_STOP_JOBS_ON_EXIT"),
             agent_gpu_type=os.environ.get("ROTA_AGENT_GPU_TYPE", "").strip(),
             agent_labels=os.environ.get("ROTA_AGENT_LABELS", "").strip(),
+            agent_cgroups=os.environ.get("ROTA_AGENT_CGROUPS", "auto").strip().lower() or "auto",
         )
 
     @property

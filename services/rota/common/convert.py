@@ -104,6 +104,9 @@ def spec_from_proto(spec: common_pb2.JobSpec) -> JobSpecData:
         gpu_types=list(spec.gpu_types),
         same_switch=spec.same_switch,
         gpu_memory_mb=spec.gpu_memory_mb,
+        cpus=spec.cpus if spec.HasField("cpus") else None,
+        memory=spec.memory,
+        time_limit_seconds=spec.time_limit_seconds if spec.HasField("time_limit_seconds") else None,
         # An unknown condition number reads as a name validation refuses, naming the field.
         depends_on=[{"job": d.job, "when": CONDITION_NAMES.get(d.when, f"<{d.when}>")} for d in spec.depends_on],
     )
@@ -130,10 +133,15 @@ def spec_to_proto(spec: JobSpecData) -> common_pb2.JobSpec:
         gpu_types=spec.gpu_types,
         same_switch=spec.same_switch,
         gpu_memory_mb=spec.gpu_memory_mb,
+        memory=spec.memory,
         depends_on=[common_pb2.Dependency(job=d["job"], when=CONDITION_VALUES.get(d["when"], common_pb2.DEPENDENCY_CONDITION_UNSPECIFIED)) for d in spec.depends_on],
     )
     if spec.duration_seconds is not None:
         message.duration_seconds = spec.duration_seconds
+    if spec.cpus is not None:
+        message.cpus = spec.cpus
+    if spec.time_limit_seconds is not None:
+        message.time_limit_seconds = spec.time_limit_seconds
     if spec.features:
         message.features.CopyFrom(struct(spec.features))
     return message

@@ -44,6 +44,8 @@ class LiveNode:
     bad_gpus: tuple[int, ...] = ()  # indices the failure detector took out of the plan
     gpu_type: str = ""  # "" = untyped: only jobs that accept any type go there
     switch: str = ""  # the network switch it hangs off; "" = unknown
+    cpus: float = 0.0  # what jobs' `cpus` may reserve on it; 0 = not reported, not checked
+    memory_bytes: int = 0  # what jobs' `memory` may reserve on it; 0 = not reported, not checked
 
     @property
     def usable(self) -> int:
@@ -81,6 +83,8 @@ class LiveJob:
     # empty = all of them on `node` (`gpu_indices`).
     replicas: tuple[tuple[str, tuple[int, ...]], ...] = ()
     gpu_memory_mb: int = 0  # MiB it needs on each GPU (0: not said); guests in bubbles only
+    cpus: float = 0.0  # what it reserves on each node it holds (rota.core.planning.resources)
+    memory_bytes: int = 0
 
     @property
     def realtime(self) -> bool:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from rota.core.fairness.ltgf import FairnessConfig
 from rota.core.fairness.twostage import JobView, TenantState
-from rota.core.planning import policies, policy_fair
+from rota.core.planning import policies, policy_fair, resources
 from rota.core.planning.grid import Grid
 from rota.core.planning.liveplan import (
     Horizon,
@@ -71,6 +71,7 @@ def plan_live(
     targets = {j: n for j, n in moves.targets.items() if not held_back or j not in held_back}
     jobs, pinned, pinned_waiting = pin_targets(nodes, jobs, targets)
     held_back = {**(held_back or {}), **pinned_waiting}  # no room on its node: it waits, not elsewhere
+    held_back = {**resources.unfit_anywhere(nodes, jobs), **held_back}  # no node has its CPUs or memory
 
     def solve(these: Sequence[LiveJob]) -> tuple[LiveScenario, Grid, float, dict[str, float | int | str]]:
         live = build(nodes, these, horizon, held_back)
@@ -85,6 +86,7 @@ def plan_live(
     runtime_ms = (time.perf_counter() - started) * 1000
     decision = decide(live, grid)
     decision.starts[:0] = pinned
+    resources.hold_unfit(nodes, live.jobs, decision)  # the GPU plan's starts, where CPUs and memory fit
     stats = {k: v for k, v in plan_stats.items() if k in ("gap", "bound", "status")}
     outcome = PlanOutcome(live, grid, decision, policy, runtime_ms, figures(live, grid), stats)
     # 3. Moves of started jobs: lease yields under `fair`; else a migration that repairs
