@@ -79,10 +79,10 @@ def test_what_cannot_be_honoured_is_refused_naming_the_option(values: dict[str, 
 
 
 def test_limits_wait_for_the_job_limits_fields(tmp_path: Path) -> None:
-    options = directives.Options({"mem": "4G", "cpus-per-task": "2"})
+    options = directives.Options({"mem": "4G", "cpus-per-task": "2", "ntasks-per-node": "3", "time": "1:30"})
     if translate.limits_supported():
         mapping = translate.job_file(options, "#!/bin/sh\n", "x.sh", tmp_path)
-        assert mapping["memory"] == "4Gi" and mapping["cpus"] == 2
+        assert mapping["memory"] == "4Gi" and mapping["cpus"] == 6 and mapping["time_limit"] == 90
     else:
         with pytest.raises(DirectiveError, match="--cpus-per-task"):
             translate.job_file(options, "#!/bin/sh\n", "x.sh", tmp_path)

@@ -26,7 +26,8 @@ from rota.slurm.translate import seconds_of_time, signal_of
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: the run asked to be requeued
 TIMEOUT_EXIT = 124
-KILL_WAIT_S = 10.0  # Slurm's KillWait: SIGTERM at the time limit, SIGKILL this much later (ours)
+KILL_WAIT_S = 8.0  # Slurm's KillWait: SIGTERM at the time limit, SIGKILL this much later (ours; under the agent's 10 s)
+LIMIT_SLACK_S = 5.0  # a SIGTERM this close to the time limit is the agent's time_limit stop: TIMEOUT
 REQUEUE_GRACE_S = 5.0  # after `scontrol requeue`, the script's time to exit by itself (submitit exits at once)
 POLL_S = 0.2
 
@@ -195,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
             terminate(run)
         tick(run)
         time.sleep(POLL_S)
-    if stop["term"]:
+    if stop["term"]:  # cancelled, or stopped by the agent at the job file's time_limit
+        if run.limit_s is not None and time.monotonic() - run.started >= run.limit_s - LIMIT_SLACK_S:
+            (folder / "final").write_text(f"TIMEOUT {TIMEOUT_EXIT}\n")
         return 128 + signal.SIGTERM
     return finish(run, code if code >= 0 else 128 - code)
 

@@ -145,10 +145,11 @@ def job_file(options: Options, text: str, script: str, spool: Path) -> dict[str,
     if nodes != 1:
         raise DirectiveError(f"--nodes: {nodes} nodes are not supported yet by Rota's sbatch (one node per job)")
     gpus, gpu_type = gpus_of(options)
+    tasks = tasks_per_node(options, nodes)
     mapping: dict[str, Any] = {
         "name": job_name(options, script),
         "gpus": max(gpus, 1),  # a Rota job holds at least one GPU slot
-        "command": launcher_command(options, text, spool, script, tasks_per_node(options, nodes)),
+        "command": launcher_command(options, text, spool, script, tasks),
         "workdir": str(Path(options.get("chdir") or ".").resolve()),
         "restart": "never" if options.has("no-requeue") else "on-failure",
         "max_retries": 0 if options.has("no-requeue") else MAX_REQUEUES,
@@ -162,7 +163,7 @@ def job_file(options: Options, text: str, script: str, spool: Path) -> dict[str,
         seconds = seconds_of_time(options.get("time"))
         if seconds is not None:
             mapping["duration"] = seconds
-    _limits(options, mapping)
+    _limits(options, mapping, tasks)
     if options.has("array"):
         mapping["array"] = options.get("array")
     if options.has("dependency"):
@@ -175,18 +176,21 @@ def job_file(options: Options, text: str, script: str, spool: Path) -> dict[str,
     return mapping
 
 
-def _limits(options: Options, mapping: dict[str, Any]) -> None:
-    """--mem, --cpus-per-task and --time onto the job limits' `memory`, `cpus`, `time_limit`."""
-    wanted = {name for name in ("mem", "cpus-per-task") if options.has(name)}
-    if wanted and not limits_supported():
-        first = sorted(wanted)[0]
-        raise DirectiveError(f"--{first}: this Rota has no job limits (the job file's cpus/memory/time_limit)")
+def _limits(options: Options, mapping: dict[str, Any], tasks: int) -> None:
+    """--mem, --cpus-per-task and --time onto the job limits' `memory`, `cpus`, `time_limit`
+    (all per node: --cpus-per-task times the node's tasks)."""
     if not limits_supported():
-        return  # --time is enforced by rota.slurm.batch itself
+        wanted = sorted(name for name in ("mem", "cpus-per-task") if options.has(name))
+        if wanted:
+            raise DirectiveError(f"--{wanted[0]}: this Rota has no job limits (the job file's cpus/memory/time_limit)")
+        return  # --time is enforced by rota.slurm.batch alone
     if options.has("mem"):
         mapping["memory"] = memory_of(options.get("mem"))
     if options.has("cpus-per-task"):
-        mapping["cpus"] = _number(options.get("cpus-per-task"), "--cpus-per-task", options.get("cpus-per-task"))
+        per_task = _number(options.get("cpus-per-task"), "--cpus-per-task", options.get("cpus-per-task"))
+        if per_task < 1:
+            raise DirectiveError("--cpus-per-task: must be at least 1")
+        mapping["cpus"] = per_task * tasks
     if "duration" in mapping:
         mapping["time_limit"] = mapping["duration"]
 
