@@ -136,6 +136,25 @@ def test_sbatch_runs_the_script_with_slurms_variables(login: dict[str, str], tmp
     assert row == ["JobID|JobName|Account|State|ExitCode", f"{number}|vars|demo|COMPLETED|0:0"]
 
 
+def test_a_two_node_job_runs_its_steps_on_both_nodes(login: dict[str, str], tmp_path: Path) -> None:
+    script = tmp_path / "two.sh"
+    script.write_text(textwrap.dedent("""\
+        #!/bin/bash
+        #SBATCH --nodes=2 --gres=gpu:2 --ntasks-per-node=2 --time=5 --output=two-%j.out
+        echo batch on $SLURMD_NODENAME of $SLURM_JOB_NODELIST
+        srun --output=two-%j-%t.out sh -c 'echo $SLURM_PROCID $SLURM_NODEID $SLURM_LOCALID $SLURM_NTASKS $SLURMD_NODENAME'
+        """))
+    number = slurm("sbatch", "--parsable", str(script), cwd=tmp_path).stdout.strip()
+    assert number.isdigit()
+    wait_until(lambda: sacct_state(number) == "COMPLETED", 90, f"job {number} COMPLETED")
+    assert (tmp_path / f"two-{number}.out").read_text().startswith("batch on node-")
+    tasks = [(tmp_path / f"two-{number}-{t}.out").read_text().split() for t in range(4)]
+    assert [t[:4] for t in tasks] == [["0", "0", "0", "4"], ["1", "0", "1", "4"], ["2", "1", "0", "4"], ["3", "1", "1", "4"]]
+    assert {t[4] for t in tasks[:2]} != {t[4] for t in tasks[2:]}  # two nodes
+    nodelist = slurm("sacct", "-j", number, "-o", "NodeList", "-P", "-n").stdout.strip()
+    assert nodelist == "node-[1-2]"
+
+
 def test_unsupported_options_are_refused_by_name(login: dict[str, str], tmp_path: Path) -> None:
     script = tmp_path / "mail.sh"
     script.write_text("#!/bin/bash\n#SBATCH --mail-user=me@example.com\necho hi\n")
@@ -143,7 +162,7 @@ def test_unsupported_options_are_refused_by_name(login: dict[str, str], tmp_path
     assert refused.returncode == 1 and "--mail-user" in refused.stderr, refused.stderr
     plain = tmp_path / "plain.sh"
     plain.write_text("#!/bin/bash\necho hi\n")
-    assert "--nodes" in slurm("sbatch", "--nodes=2", str(plain)).stderr
+    assert "--exclusive" in slurm("sbatch", "--exclusive", str(plain)).stderr
     assert "%Z" in slurm("squeue", "-o", "%Z").stderr
 
 
@@ -186,14 +205,15 @@ def test_submitit_checkpoint_and_requeue_before_the_time_limit(login: dict[str, 
     import submitit  # type: ignore[import-not-found]
 
     executor = submitit.AutoExecutor(folder=tmp_path / "submitit", cluster="slurm")
-    # --time=1 minute with --signal=USR2@50: the signal 10 s into each run, the kill at 60 s.
-    executor.update_parameters(timeout_min=1, slurm_signal_delay_s=50, slurm_gres="gpu:1",
+    # --time=1 minute with --signal=USR2@40: the signal 20 s into each run, the kill at 60 s;
+    # 25 one-second steps take more than one run, and fewer than submitit's 3 requeues allow.
+    executor.update_parameters(timeout_min=1, slurm_signal_delay_s=40, slurm_gres="gpu:1",
                                slurm_additional_parameters={"account": "demo"})
-    job = executor.submit(slurm_helpers.Counter(), 16)
+    job = executor.submit(slurm_helpers.Counter(), 25)
     done, restarts = job.result()
     log = job.stdout() or ""
     print(f"submitit checkpointed job {job.job_id}: counted {done}, SLURM_RESTART_COUNT {restarts}")
-    assert done == 16
+    assert done == 25
     assert int(restarts) >= 1, log
     assert f"Requeued job {job.job_id}" in log, log
 

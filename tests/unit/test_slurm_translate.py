@@ -61,6 +61,11 @@ def test_job_file_of_a_submitit_script(tmp_path: Path) -> None:
     assert "".join(command[command.index("--") + 1:]) == "#!/bin/bash\necho hi\n"
 
 
+def test_several_nodes_are_a_gang(tmp_path: Path) -> None:
+    mapping = translate.job_file(directives.Options({"nodes": "2", "gres": "gpu:4"}), "#!/bin/sh\n", "x.sh", tmp_path)
+    assert (mapping["nodes"], mapping["gpus_per_node"]) == (2, 4) and "gpus" not in mapping
+
+
 def test_a_long_script_travels_in_chunks(tmp_path: Path) -> None:
     text = "#!/bin/bash\n" + "echo 0123456789\n" * 2000
     command = translate.job_file(directives.Options(), text, "x.sh", tmp_path)["command"]
@@ -69,7 +74,7 @@ def test_a_long_script_travels_in_chunks(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("values", "field"), [
-    ({"nodes": "2"}, "--nodes"), ({"gres": "mps:1"}, "--gres"), ({"time": "1:2:3:4"}, "--time"),
+    ({"nodes": "0"}, "--nodes"), ({"gres": "mps:1"}, "--gres"), ({"time": "1:2:3:4"}, "--time"),
     ({"dependency": "afterok:1?afterok:2"}, "--dependency"), ({"dependency": "singleton"}, "--dependency"),
     ({"signal": "NOPE@10"}, "--signal"), ({"export": "ALL"}, "--export"), ({"open-mode": "x"}, "--open-mode"),
 ])

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rota.slurm import ids, spool
+from rota.slurm import ids, relay, spool
 from rota.slurm.patterns import expand
 from rota.slurm.translate import seconds_of_time, signal_of
 
@@ -97,8 +97,7 @@ def _open(pattern: str, env: dict[str, str], default: str) -> int:
     return os.open(path, flags, 0o644)
 
 
-def start(args: argparse.Namespace, folder: Path, restarts: int) -> Run:
-    env = {**os.environ, **slurm_environment(args, restarts)}
+def start(args: argparse.Namespace, folder: Path, env: dict[str, str]) -> Run:
     script = folder / "script"
     script.write_text("".join(args.chunks))
     script.chmod(0o700)
@@ -178,6 +177,11 @@ def finish(run: Run, code: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    job_role = relay.role()
+    if job_role == "idle":
+        return 0  # another GPU slot of a multi-node job: node rank 0's script and `srun` run the tasks
+    if job_role == "serve":
+        return relay.serve({**os.environ, **slurm_environment(args, 0)})
     folder = spool.job_folder(Path(args.spool), os.environ["ROTA_JOB_ID"])
     folder.mkdir(parents=True, exist_ok=True)
     ended = spool.read_final(folder)
@@ -188,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     restarts = int(restarts_file.read_text()) + 1 if restarts_file.exists() else 0
     restarts_file.write_text(str(restarts))
     (folder / "requeue").unlink(missing_ok=True)
-    run = start(args, folder, restarts)
+    env = {**os.environ, **slurm_environment(args, restarts)}
+    run = start(args, folder, env)
     stop = {"term": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(term=True))  # Rota's cancel or a lost placement
     while (code := run.process.poll()) is None:
@@ -196,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             terminate(run)
         tick(run)
         time.sleep(POLL_S)
+    relay.end(env)
     if stop["term"]:  # cancelled, or stopped by the agent at the job file's time_limit
         if run.limit_s is not None and time.monotonic() - run.started >= run.limit_s - LIMIT_SLACK_S:
             (folder / "final").write_text(f"TIMEOUT {TIMEOUT_EXIT}\n")

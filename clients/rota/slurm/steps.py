@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from rota.slurm import directives, spool
+from rota.slurm import directives, relay, spool
 from rota.slurm.patterns import expand
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT, signal.SIGCONT, signal.SIGHUP)
@@ -53,12 +53,16 @@ def parse(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     return options, list(argv[index:])
 
 
-def _tasks(options: dict[str, str], env: dict[str, str]) -> int:
-    nodes = int(options.get("nodes", env.get("SLURM_JOB_NUM_NODES", "1")).split("-")[0])
-    if nodes != 1 or env.get("SLURM_JOB_NUM_NODES", "1") != "1":
-        raise StepError("--nodes: steps on more than one node are not supported yet by Rota's srun")
+def tasks_per_node(options: dict[str, str], env: dict[str, str]) -> int:
+    """Each node's tasks: a step runs on every node of the job (Slurm's default)."""
+    nodes = int(env.get("SLURM_JOB_NUM_NODES", "1"))
+    if int(options.get("nodes", str(nodes)).split("-")[0]) != nodes:
+        raise StepError(f"--nodes: a step runs on all {nodes} nodes of the job in Rota's srun")
     if "ntasks" in options:
-        return int(options["ntasks"])
+        total = int(options["ntasks"])
+        if total % nodes:
+            raise StepError(f"--ntasks: {total} tasks do not divide evenly over {nodes} nodes")
+        return total // nodes
     return int(options.get("ntasks-per-node", env.get("SLURM_NTASKS_PER_NODE", "1")))
 
 
@@ -72,7 +76,7 @@ def _stream(pattern: str, env: dict[str, str], task: int) -> int | None:
 
 
 def launch(options: dict[str, str], command: list[str], env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
-    count = _tasks(options, env)
+    count = tasks_per_node(options, env)
     node = int(env.get("SLURM_NODEID", "0"))
     step = env.get("SLURM_STEP_ID", "0")
     processes = []
@@ -80,7 +84,7 @@ def launch(options: dict[str, str], command: list[str], env: dict[str, str]) -> 
         task_env = {**env, "SLURM_PROCID": str(node * count + local), "SLURM_LOCALID": str(local),
                     "SLURM_STEP_ID": step, "SLURM_STEPID": step, "SLURM_STEP_NUM_TASKS": str(count)}
         if "ntasks" in options:
-            task_env["SLURM_NTASKS"] = str(count)
+            task_env["SLURM_NTASKS"] = options["ntasks"]
         out = _stream(options.get("output", ""), task_env, node * count + local)
         err = _stream(options.get("error", ""), task_env, node * count + local) if options.get("error") else out
         processes.append(subprocess.Popen(command, env=task_env, stdout=out, stderr=err))
@@ -110,8 +114,10 @@ def srun(argv: list[str]) -> int:
     for number in FORWARDED:
         signal.signal(number, forward)
     try:
+        request = relay.ask_other_nodes(options, command, env)
         processes += launch(options, command, env)
         codes = [p.wait() for p in processes]
+        codes += relay.wait_other_nodes(request, env)
     finally:
         mine.unlink(missing_ok=True)
     return max((c if c >= 0 else 128 - c for c in codes), default=0)

@@ -142,8 +142,8 @@ def launcher_command(options: Options, text: str, spool: Path, script: str, task
 def job_file(options: Options, text: str, script: str, spool: Path) -> dict[str, Any]:
     """The Rota job file for this sbatch submission. DirectiveError for what cannot be honoured."""
     nodes = _number(options.get("nodes", "1"), "--nodes", options.get("nodes"))
-    if nodes != 1:
-        raise DirectiveError(f"--nodes: {nodes} nodes are not supported yet by Rota's sbatch (one node per job)")
+    if nodes < 1:
+        raise DirectiveError("--nodes: must be at least 1")
     gpus, gpu_type = gpus_of(options)
     tasks = tasks_per_node(options, nodes)
     mapping: dict[str, Any] = {
@@ -154,9 +154,10 @@ def job_file(options: Options, text: str, script: str, spool: Path) -> dict[str,
         "restart": "never" if options.has("no-requeue") else "on-failure",
         "max_retries": 0 if options.has("no-requeue") else MAX_REQUEUES,
     }
-    types = [t for t in (options.get("partition").split(",") if options.has("partition") else [gpu_type]) if t]
-    if types:
-        mapping["gpu_types"] = types
+    if nodes > 1:  # a gang of whole nodes: `gpus` is nodes x gpus_per_node
+        del mapping["gpus"]
+        mapping.update(nodes=nodes, gpus_per_node=max(gpus, 1))
+    _placement(options, gpu_type, mapping)
     if options.has("account"):
         mapping["tenant"] = options.get("account")
     if options.has("time"):
@@ -168,12 +169,24 @@ def job_file(options: Options, text: str, script: str, spool: Path) -> dict[str,
         mapping["array"] = options.get("array")
     if options.has("dependency"):
         mapping["depends_on"] = dependencies_of(options.get("dependency"))
+    _check_launcher_options(options)
+    mapping["env"] = exports_of(options.get("export", "NONE"))
+    return mapping
+
+
+def _placement(options: Options, gpu_type: str, mapping: dict[str, Any]) -> None:
+    """--partition (or the type in --gres) -> `gpu_types`."""
+    types = [t for t in (options.get("partition").split(",") if options.has("partition") else [gpu_type]) if t]
+    if types:
+        mapping["gpu_types"] = types
+
+
+def _check_launcher_options(options: Options) -> None:
+    """What rota.slurm.batch reads on the node, checked here so a bad value fails at submission."""
     if options.has("signal"):
         signal_of(options.get("signal"))
     if options.get("open-mode", "append") not in {"append", "truncate"}:
         raise DirectiveError(f"--open-mode: {options.get('open-mode')!r}: append or truncate")
-    mapping["env"] = exports_of(options.get("export", "NONE"))
-    return mapping
 
 
 def _limits(options: Options, mapping: dict[str, Any], tasks: int) -> None:
