@@ -155,6 +155,22 @@ def test_a_two_node_job_runs_its_steps_on_both_nodes(login: dict[str, str], tmp_
     assert nodelist == "node-[1-2]"
 
 
+def test_the_time_limit_signals_the_batch_shell_then_ends_the_job_timeout(login: dict[str, str], tmp_path: Path) -> None:
+    script = tmp_path / "late.sh"
+    script.write_text(textwrap.dedent("""\
+        #!/bin/bash
+        #SBATCH --time=0:20 --signal=B:USR1@10 --output=late-%j.out
+        trap 'echo caught USR1 at $SECONDS' USR1
+        sleep 100 & wait
+        sleep 100 & wait
+        echo never
+        """))
+    number = slurm("sbatch", "--parsable", str(script), cwd=tmp_path).stdout.strip()
+    wait_until(lambda: sacct_state(number) == "TIMEOUT", 90, f"job {number} TIMEOUT")
+    output = (tmp_path / f"late-{number}.out").read_text()
+    assert "caught USR1" in output and "never" not in output, output
+
+
 def test_unsupported_options_are_refused_by_name(login: dict[str, str], tmp_path: Path) -> None:
     script = tmp_path / "mail.sh"
     script.write_text("#!/bin/bash\n#SBATCH --mail-user=me@example.com\necho hi\n")
