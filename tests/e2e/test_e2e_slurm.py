@@ -98,8 +98,9 @@ def login(cluster: RunningCluster, site: Path, shims: Path,
                 os.environ[key] = value
 
 
-def slurm(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, cwd=cwd)
+def slurm(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """A Slurm command as a user types it; a job's default output lands in `cwd` (never the checkout)."""
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, cwd=cwd or Path.home())
 
 
 def sacct_state(number: str) -> str:
@@ -185,7 +186,7 @@ def test_unsupported_options_are_refused_by_name(login: dict[str, str], tmp_path
 def test_squeue_scancel_and_a_cancelled_job(login: dict[str, str], tmp_path: Path) -> None:
     script = tmp_path / "long.sh"
     script.write_text("#!/bin/bash\n#SBATCH -J long\nsleep 120\n")
-    number = slurm("sbatch", "--parsable", str(script)).stdout.strip()
+    number = slurm("sbatch", "--parsable", str(script), cwd=tmp_path).stdout.strip()
     wait_until(lambda: sacct_state(number) == "RUNNING", 60, "RUNNING")
     rows = slurm("squeue", "--me", "-h", "-o", "%i %j %T").stdout.splitlines()
     assert f"{number} long RUNNING" in rows
@@ -205,7 +206,8 @@ def test_submitit_runs_unchanged(login: dict[str, str], tmp_path: Path) -> None:
     product, job_id, task = job.result()
     print(f"submitit function job {job.job_id}: result {product}, SLURM_JOB_ID {job_id}")
     assert (product, job_id, task) == (42, job.job_id, None)
-    assert job.get_info(mode="force")["State"] == "COMPLETED"
+    # The result file comes first; the job ends once its process has exited (Slurm's COMPLETING).
+    wait_until(lambda: job.get_info(mode="force").get("State") == "COMPLETED", 30, "COMPLETED")
 
     jobs = executor.map_array(slurm_helpers.multiply, [1, 2, 3, 4], [10, 10, 10, 10])
     results = [j.result() for j in jobs]
