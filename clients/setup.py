@@ -14,7 +14,7 @@ from setuptools import setup
 HERE = Path(__file__).resolve().parent
 # (source root relative to this folder, the top packages under its rota/ taken from it)
 ROOTS = (
-    (".", ("client", "cli", "runtime", "jobfiles", "imageformat")),
+    (".", ("client", "cli", "runtime", "jobfiles", "imageformat", "slurm")),
     ("../protos", ("v1",)),
     ("../core", ("core",)),
     ("../jobkit", ("jobkit",)),

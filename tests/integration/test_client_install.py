@@ -163,6 +163,16 @@ def test_cli_help_lists_the_commands(client_venv: ClientVenv) -> None:
         assert command in done.stdout
 
 
+def test_slurm_commands_install_in_bin(client_venv: ClientVenv) -> None:
+    """rota.slurm's commands come with the client: `rota-sbatch` ... in the environment's bin/."""
+    for name in ("sbatch", "squeue", "sacct", "scancel", "srun", "scontrol"):
+        assert (client_venv.root / "bin" / f"rota-{name}").exists(), name
+    done = client_venv.run(str(client_venv.root / "bin" / "rota-sacct"), "--help")
+    assert done.returncode == 0 and "--parsable2" in done.stdout, done.stderr
+    refused = client_venv.run(str(client_venv.root / "bin" / "rota-sbatch"), "--mail-user=x", "job.sh")
+    assert refused.returncode == 1 and "--mail-user" in refused.stderr and "Traceback" not in refused.stderr
+
+
 class FakeApi(api_pb2_grpc.JobServiceServicer, api_pb2_grpc.TenantServiceServicer):
     """Just enough of the api service for `rota jobs` and `rota tenants list`."""
 

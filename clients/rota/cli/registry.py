@@ -227,6 +227,8 @@ COMMANDS: tuple[Command, ...] = (
             "rota.cli.deploy_commands:certs_arguments", server=False),
     Command("probe", "health check of one service or agent (exit 0 when SERVING)", "rota.cli.probe:run",
             "rota.cli.probe:add_arguments", server=False),
+    Command("slurm-shims", "put Slurm's command names (sbatch, squeue, ...) in DIR, running Rota's",
+            "rota.cli.slurm_shims:write", "rota.cli.slurm_shims:arguments", server=False),
     Command("tenants", "tenants with their quotas: guaranteed / limit / in use / borrowed", _C + "tenants",
             dest="tenants_command", optional_sub=True, subcommands=(
         Command("add", "create a tenant (admin) and print its token; --guaranteed G --limit L", arguments=_tenant_add),
