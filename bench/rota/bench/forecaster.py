@@ -135,8 +135,8 @@ def estimates(s: Scenario, forecaster: Forecaster, rng: random.Random, quantile:
                 syn = training_job(rng, j.gpus, true_s)
                 promise, fc = syn.declared_s, forecaster.predict(kind, to_mapping(syn.features), j.gpus)  # type: ignore[arg-type]
             elif kind == "quantization":
-                syn = quant_job(rng, true_s, j.gpus)
-                promise = declared(true_s, rng)
+                syn = quant_job(rng, true_s, j.gpus)  # noisy features, as training_job draws them
+                promise = syn.declared_s
                 fc = forecaster.predict(kind, quant_mapping(syn.features), j.gpus)  # type: ignore[arg-type]
             else:
                 raise ValueError("no features for this kind")
