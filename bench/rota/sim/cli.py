@@ -1,7 +1,7 @@
 """`rota sim`: replay a trace under several policies, or build the semi-real Philly trace.
 
     rota sim --trace JOBS.csv --tenants TENANTS.csv --gpus N [--gpus-per-node 8]
-             [--policy fifo,sjf,las,drf,ftf,fair] [--json] [--lease-s 1800]
+             [--policy fifo,sjf,las,drf,ftf,fair,easy] [--json] [--lease-s 1800]
              [--checkpoint-s 5] [--resume-s 20] [--renew-s 0] [--starvation-s 14400]
              [--delay-s 300] [--render DIR] [--gpu-types a100:8,h100:8] [--switches N]
              [--durations oracle|forecast|declared|none] [--seed 0]

@@ -1,4 +1,4 @@
-"""The six policies `rota sim` compares, each as an ordering of one round's candidates.
+"""The seven policies `rota sim` compares, each as an ordering of one round's candidates.
 
 - fifo: strict arrival order, no preemption; the queue head blocks everyone behind it
   (docs/design.md §3's FIFO baseline: start times never decrease along the queue).
