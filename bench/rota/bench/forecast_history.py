@@ -50,8 +50,8 @@ class LogJob:
     gpus: int
     hour: float
 
-    def past(self) -> Past:
-        return Past(self.submit_s, self.finish_s, self.seconds, self.gpus, self.hour)
+    def past(self, declared: float | None = None) -> Past:
+        return Past(self.submit_s, self.finish_s, self.seconds, self.gpus, self.hour, declared)
 
 
 def philly_logs(src: Path | None = None) -> dict[str, list[LogJob]]:
@@ -110,16 +110,17 @@ class Scored:
 
 
 def forecast_log(name: str, jobs: list[LogJob], seed: int, cfg: HistoryConfig | None = None) -> Scored:
-    preds = replay((j.past() for j in jobs), cfg)
-    glob, gpus = running_medians(jobs)
     rng = random.Random(f"{name}:{seed}")
+    declared = [declared_limit(j.seconds, rng) for j in jobs]
+    preds = replay((j.past(d) for j, d in zip(jobs, declared, strict=True)), cfg)
+    glob, gpus = running_medians(jobs)
     scored = np.array([p is not None for p in preds])
     nan = math.nan
     p50 = {
         "model": np.array([p.p50_seconds if p else nan for p in preds]),
         "median": np.array([v if v is not None else nan for v in glob]),
         "median_by_gpus": np.array([v if v is not None else nan for v in gpus]),
-        "declared": np.array([declared_limit(j.seconds, rng) for j in jobs]),
+        "declared": np.array(declared),
     }
     return Scored(name, jobs, p50, np.array([p.p90_seconds if p else nan for p in preds]), scored)
 

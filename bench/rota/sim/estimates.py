@@ -1,7 +1,8 @@
 """What the planner knows of each job's duration: `rota sim --durations oracle|forecast|declared|none`.
 
 - oracle:   the true duration (what `rota sim` always planned on before);
-- forecast: the history model's P50 (rota.core.forecasting.history) from the jobs of the
+- forecast: the history model's P50 (rota.core.forecasting.history, given the job's
+  declared limit as users set them, below) from the jobs of the
   trace that had finished by the job's submission, a job counting as finished at
   submit + duration (the trace holds no real finish times; queueing would only delay
   them, so this is the most the model could know); the declared limit while fewer than
@@ -49,7 +50,8 @@ def declared_limits(jobs: Sequence[Job], seed: int) -> list[float]:
 
 
 def forecasts(jobs: Sequence[Job], declared: Sequence[float], cfg: HistoryConfig | None = None) -> list[float]:
-    past = (Past(j.submit_s, j.submit_s + j.duration_s, j.duration_s, j.gpus, (j.submit_s / HOUR) % 24) for j in jobs)
+    past = (Past(j.submit_s, j.submit_s + j.duration_s, j.duration_s, j.gpus, (j.submit_s / HOUR) % 24, d)
+            for j, d in zip(jobs, declared, strict=True))
     return [p.p50_seconds if p is not None else d for p, d in zip(replay(past, cfg), declared, strict=True)]
 
 

@@ -50,3 +50,17 @@ def test_replay_uses_only_jobs_finished_before_each_submission() -> None:
 def test_a_bad_completion_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="seconds"):
         DurationHistory().add(Finished(math.nan, 8, 0))
+
+
+def test_a_declared_limit_moves_the_forecast_by_how_loose_past_limits_were() -> None:
+    # Past jobs ran 100 s or 10,000 s, equally often; each declared 4x its run. A job declaring
+    # 400 s is then a 100 s job, one declaring 40,000 s a 10,000 s job; without a limit, either.
+    h = DurationHistory(HistoryConfig(half_life=1e9, hour_weight=0.0, min_jobs=10, min_declared=10))
+    for _ in range(20):
+        h.add(Finished(100.0, 8, 0, declared=400.0))
+        h.add(Finished(10000.0, 8, 0, declared=40000.0))
+    short, long_ = h.predict(8, 0, declared=400.0), h.predict(8, 0, declared=40000.0)
+    assert short is not None and long_ is not None
+    assert short.p50_seconds == pytest.approx(100.0) and long_.p50_seconds == pytest.approx(10000.0)
+    blind = h.predict(8, 0)
+    assert blind is not None and blind.p90_seconds / blind.p10_seconds > 50  # both kinds stay possible

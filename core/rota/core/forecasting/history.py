@@ -10,7 +10,15 @@ distribution of recent completions' durations, each completion weighted by
   (jobs submitted at night run longer in Philly: unattended sweeps and long trainings).
 
 P50, P90 and the other QUANTILES are weighted quantiles of the log durations, so the
-interval is as wide as what recently finished. Below `min_jobs` completions there is no
+interval is as wide as what recently finished.
+
+Where the job declares a duration (a time limit), the declaration is evidence too, but
+users' limits are loose (often several times the run, sometimes the queue's maximum):
+how loose is learned from the completions that declared one. Their log ratios
+declared/actual give a density (a histogram smoothed by a Gaussian of `bandwidth`), and
+each past completion's weight is multiplied by how likely a job of its duration was to
+declare what this one declares: a Bayesian update of the history by the limit, with the
+limit's looseness measured rather than assumed. Below `min_jobs` completions there is no
 forecast (None): the caller uses its prior or the declared duration.
 
 The constants are ours, set on the first half of the Philly multi-GPU trace
@@ -34,6 +42,8 @@ class HistoryConfig:
     other_gpus: float = 0.3
     hour_weight: float = 0.5
     min_jobs: int = 20
+    bandwidth: float = 0.5  # log-seconds, of the declared/actual density
+    min_declared: int = 20  # completions with a declared duration before it counts
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,20 @@ class Finished:
     seconds: float
     gpus: int
     hour: float  # hour of the day it was submitted, 0 <= hour < 24
+    declared: float | None = None  # its declared duration (time limit), if any
+
+
+RATIO_BINS = np.linspace(-2.0, 12.0, 141)  # log(declared / actual), 0.1 wide
+
+
+def ratio_density(ratios: np.ndarray, bandwidth: float) -> np.ndarray:
+    """Density of log(declared/actual) at the centres of RATIO_BINS (a smoothed histogram)."""
+    counts, _ = np.histogram(np.clip(ratios, RATIO_BINS[0], RATIO_BINS[-1]), RATIO_BINS)
+    width = RATIO_BINS[1] - RATIO_BINS[0]
+    offsets = np.arange(-4 * bandwidth, 4 * bandwidth + width / 2, width)
+    kernel = np.exp(-0.5 * (offsets / bandwidth) ** 2)
+    smooth = np.convolve(counts.astype(float), kernel / kernel.sum(), mode="same")
+    return smooth / max(smooth.sum() * width, 1e-12)
 
 
 def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: Iterable[float]) -> np.ndarray:
@@ -61,6 +85,7 @@ class DurationHistory:
         self._logs: list[float] = []
         self._gpus: list[int] = []
         self._hours: list[float] = []
+        self._ratios: list[float] = []  # log(declared / actual) of those that declared
 
     def __len__(self) -> int:
         return len(self._logs)
@@ -71,6 +96,8 @@ class DurationHistory:
         self._logs.append(math.log(job.seconds))
         self._gpus.append(job.gpus)
         self._hours.append(job.hour % 24)
+        if job.declared is not None and job.declared > 0:
+            self._ratios.append(math.log(job.declared / job.seconds))
 
     def weights(self, gpus: int, hour: float) -> np.ndarray:
         c = self.cfg
@@ -81,10 +108,22 @@ class DurationHistory:
         delta = 2 * math.pi * (np.asarray(self._hours) - hour % 24) / 24
         return np.asarray(w * (1 - c.hour_weight * (1 - np.cos(delta)) / 2))
 
-    def predict(self, gpus: int, hour: float) -> Prediction | None:
+    def likelihood(self, declared: float) -> np.ndarray | None:
+        """How likely each past completion's duration was to declare `declared` (None: too few declared)."""
+        if len(self._ratios) < self.cfg.min_declared:
+            return None
+        density = ratio_density(np.asarray(self._ratios), self.cfg.bandwidth)
+        centres = (RATIO_BINS[:-1] + RATIO_BINS[1:]) / 2
+        return np.asarray(np.interp(math.log(declared) - np.asarray(self._logs), centres, density, left=0.0, right=0.0))
+
+    def predict(self, gpus: int, hour: float, declared: float | None = None) -> Prediction | None:
         if len(self._logs) < self.cfg.min_jobs:
             return None
-        qs = weighted_quantiles(np.asarray(self._logs), self.weights(gpus, hour), QUANTILES)
+        w = self.weights(gpus, hour)
+        like = self.likelihood(declared) if declared is not None and declared > 0 else None
+        if like is not None and float((w * like).sum()) > 0:
+            w = w * like
+        qs = weighted_quantiles(np.asarray(self._logs), w, QUANTILES)
         mid = QUANTILES.index(0.5)
         offsets = tuple(float(q - qs[mid]) for q in qs)
         return Prediction("history", math.exp(float(qs[mid])), offsets, None, len(self._logs))
@@ -99,6 +138,7 @@ class Past:
     seconds: float
     gpus: int
     hour: float  # hour of the day it was submitted
+    declared: float | None = None
 
 
 def replay(jobs: Iterable[Past], cfg: HistoryConfig | None = None) -> list[Prediction | None]:
@@ -111,7 +151,7 @@ def replay(jobs: Iterable[Past], cfg: HistoryConfig | None = None) -> list[Predi
     for i in sorted(range(len(items)), key=lambda i: (items[i].submit_s, i)):
         while k < len(by_finish) and items[by_finish[k]].finish_s <= items[i].submit_s:
             done = items[by_finish[k]]
-            history.add(Finished(done.seconds, done.gpus, done.hour))
+            history.add(Finished(done.seconds, done.gpus, done.hour, done.declared))
             k += 1
-        out[i] = history.predict(items[i].gpus, items[i].hour)
+        out[i] = history.predict(items[i].gpus, items[i].hour, items[i].declared)
     return out
