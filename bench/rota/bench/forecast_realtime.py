@@ -4,9 +4,10 @@ Each virtual cluster with demand in at least 90% of its hours is one app; its de
 the hour's mean running + pending GPUs (real). Both scalers hold whole GPUs and change
 at most `MAX_SWAP` GPUs an hour (ours: one 8-GPU node):
 
-- forecast: at every midnight the realtime model (`rota.core.forecasting.realtime.fit`,
-  every hour before as history) forecasts the day; the GPUs held are its P50 in GPUs,
-  raised early ahead of each rise (`to_gpus`), as the allocator's realtime plan is;
+- forecast: every hour the realtime model (`rota.core.forecasting.realtime.fit`, every
+  hour before as history) forecasts the next `HORIZON` hours; the GPUs held are its P50
+  in GPUs, raised early ahead of each rise (`to_gpus`), as the allocator's realtime plan
+  re-made at every step is;
 - reactive: each hour, the GPUs held move toward the demand of the hour before (what
   a scaler sees now), by at most the same cap.
 
@@ -26,16 +27,19 @@ from rota.core.forecasting import realtime
 
 MAX_SWAP = 8
 DAYS = 7
+HORIZON = 6  # hours the plan looks ahead (so a rise is met early)
 
 
 def _forecast_plan(y: np.ndarray, start_hour: int, first: int) -> list[int]:
+    """Re-planned every hour, as the allocator re-plans every step: the curve of the next
+    HORIZON hours from every hour before, its first step held (within the cap of the last)."""
+    held = math.ceil(np.nan_to_num(y[first - 1]))
     plan: list[int] = []
-    for cut in range(first, len(y) - 23, 24):
-        curve = realtime.fit(y[max(0, cut - realtime.HISTORY_HOURS) : cut], start_hour + cut, 24)
-        day = realtime.to_gpus(curve.values, 1.0, MAX_SWAP)
-        if plan:  # the cap holds across midnight too
-            day[0] = min(max(day[0], plan[-1] - MAX_SWAP), plan[-1] + MAX_SWAP)
-        plan += day
+    for t in range(first, first + 24 * DAYS):
+        curve = realtime.fit(y[max(0, t - realtime.HISTORY_HOURS) : t], start_hour + t, HORIZON)
+        want = realtime.to_gpus(curve.values, 1.0, MAX_SWAP)[0]
+        held += max(-MAX_SWAP, min(MAX_SWAP, want - held))
+        plan.append(held)
     return plan
 
 
