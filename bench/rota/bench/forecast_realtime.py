@@ -54,7 +54,8 @@ def _reactive_plan(y: np.ndarray, first: int) -> list[int]:
     return plan
 
 
-def realtime_vs_reactive(src: Path | None = None, min_share: float = 0.9) -> dict[str, dict[str, float]]:
+def realtime_vs_reactive(src: Path | None = None, min_share: float = 0.9) -> tuple[dict[str, dict[str, float]], int]:
+    """({arm: {unmet_gpu_steps, gpu_hours}}, how many apps)."""
     traffic = helios_hourly(src)
     out = {"forecast": {"unmet_gpu_steps": 0.0, "gpu_hours": 0.0}, "reactive": {"unmet_gpu_steps": 0.0, "gpu_hours": 0.0}}
     apps = [vc for vc, v in sorted(traffic.series.items()) if np.mean(v[~np.isnan(v)] > 0) >= min_share]
@@ -69,6 +70,4 @@ def realtime_vs_reactive(src: Path | None = None, min_share: float = 0.9) -> dic
                     continue
                 out[arm]["unmet_gpu_steps"] += max(0, math.ceil(d - 1e-9) - held)
                 out[arm]["gpu_hours"] += held
-    for v in out.values():
-        v["apps"] = len(apps)
-    return out
+    return out, len(apps)

@@ -35,7 +35,7 @@ def test_the_json_has_the_three_parts_of_each_model_and_the_planning_arms(capsys
         assert 0 < t["p90_coverage"] < 1
     assert set(out["realtime_vs_reactive"]) == {"forecast", "reactive"}
     for arm in out["realtime_vs_reactive"].values():
-        assert {"unmet_gpu_steps", "gpu_hours"} <= set(arm) and arm["gpu_hours"] > 0
+        assert set(arm) == {"unmet_gpu_steps", "gpu_hours"} and arm["gpu_hours"] > 0
     assert set(out["training"]) == set(out["quantization"]) == {"model", "prior", "declared"}
     assert set(out["realtime"]) == {"profile", "last_day", "last_week"}
     for part in ("training", "quantization", "realtime", "planning"):
