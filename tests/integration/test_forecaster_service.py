@@ -23,6 +23,7 @@ from rota.client._wire import spec_to_proto  # Observe is a raw RPC the SDK does
 from rota.client.forecast import TrafficSample
 from rota.cluster import submissions
 from rota.cluster.job_lifecycle import Events
+from rota.common import convert
 from rota.common.auth import hash_token
 from rota.common.bootstrap import TokenAuthenticator
 from rota.common.db import Database
@@ -192,3 +193,27 @@ def test_tenant_tokens_may_forecast(db: Database, endpoint: str) -> None:
         with pytest.raises(InvalidArgumentError) as err:
             c.forecast(spec=spec(kind="realtime", features={}))
         assert err.value.field == "kind"
+
+
+def test_a_job_that_ran_before_is_forecast_from_its_own_runs(db: Database, endpoint: str) -> None:
+    # Two runs of one job file (7 s each, recorded from the cluster's jobs as the collector
+    # does): the next submission of it is forecast from them, not from its 2-minute promise.
+    token = "t_" + secrets.token_hex(12)
+    tenant = "t-" + secrets.token_hex(4)
+    db.run(lambda s: api.create_tenant(s, tenant, 1.0, hash_token(token)))
+    job_file = {"name": "train-small", "kind": "training", "gpus": 1, "priority": 5, "workdir": "/tmp",
+                "command": ["python", "train.py"], "duration": "2m"}
+    mine = job_spec_from_mapping(job_file)
+    stored = convert.spec_from_proto(spec_to_proto(mine))  # as the api receives and stores it
+    stored.tenant = tenant
+    data = validate(stored, max_gpus_per_node=0)
+    for _ in range(2):
+        job, _ = db.run(lambda s: submissions.submit_job(s, data, "", Events()))
+        assert observe(endpoint, forecaster_pb2.ObserveRequest(job_id=job.id, duration_seconds=7.0)) is True
+    with Client.connect(endpoint, token=token, timeout=timedelta(seconds=20)) as c:
+        f = c.forecast(spec=mine)
+        assert f.model == "own-runs" and f.p50_seconds == pytest.approx(7.0)
+        assert 7.0 < f.p90_seconds < 2.5 * 7.0  # two runs: wide, but seconds, not minutes
+        assert c.forecast(spec=job_spec_from_mapping({**job_file, "name": "never-ran"})).model != "own-runs"
+    with Client.connect(endpoint, token=tenant_token(db), timeout=timedelta(seconds=20)) as c:
+        assert c.forecast(spec=mine).model != "own-runs"  # another tenant's job of the same name

@@ -176,8 +176,16 @@ def true_quant_seconds(f: QuantFeatures) -> float:
     return 200.0 + 2.0 * billions / 1.0 + work
 
 
-def quant_job(rng: random.Random, target_s: float | None = None, gpus: int | None = None) -> Synthetic:
-    """A random quantization job; with a target, the drawn one whose true time is nearest."""
+def quant_job(rng: random.Random, actual_s: float | None = None, gpus: int | None = None) -> Synthetic:
+    """A random quantization job; given `actual_s`, one that actually ran that long.
+
+    Like `training_job`, the noise is drawn first and the features are those whose
+    noise-free time is nearest `actual_s / noise`: choosing the features nearest the
+    actual duration itself would hand the forecaster a job without noise (the leak the
+    planning comparison once had).
+    """
+    factor = noise(rng, NOISE_SIGMA["quantization"])
+    target_s = None if actual_s is None else actual_s / factor
     best: tuple[float, QuantFeatures] | None = None
     for _ in range(1 if target_s is None else 60):
         gpu_type = _pick(rng, GPU_MIX)
@@ -192,7 +200,8 @@ def quant_job(rng: random.Random, target_s: float | None = None, gpus: int | Non
         if best is None or miss < best[0]:
             best = (miss, f)
     if best is None:
-        return quant_job(rng, target_s, None)
+        return quant_job(rng, actual_s, None)
     f = best[1]
     expected = true_quant_seconds(f)
-    return Synthetic("quantization", f, expected, expected * noise(rng, NOISE_SIGMA["quantization"]), declared(expected, rng))
+    return Synthetic("quantization", f, expected, actual_s if actual_s is not None else expected * factor,
+                     declared(expected, rng))

@@ -13,6 +13,10 @@
   whose naive references are missing, are not scored (percentage errors need a base).
 - planning: the allocator scenarios executed with the `fast` policy on forecast,
   declared and true durations (`planning.execute`), measured on the true durations.
+- traces: durations from history on two real Philly logs (`forecast_history`), each
+  planned by `rota sim`'s engine on oracle, forecast, declared and no durations
+  (`forecast_planning`; the JSON's `planning` is sjf's); realtime scaling on forecasts
+  against a reactive scaler on Helios (`forecast_realtime`).
 
 Ratios are predicted / actual: `p50_ratio` and `p90_ratio` are the median and the 90th
 percentile of that ratio over jobs (hours), `mape` the mean of |ratio - 1|, and
@@ -33,6 +37,9 @@ from typing import Any
 
 import numpy as np
 
+from rota.bench.forecast_history import accuracy, forecast_log, philly_logs
+from rota.bench.forecast_planning import GPUS, PLANNING_POLICIES, PlanFigures, planning, recovered
+from rota.bench.forecast_realtime import realtime_vs_reactive
 from rota.bench.forecast_traces import helios_hourly, quant_history, run_sampler, training_history
 from rota.bench.forecast_workload import Synthetic, declared, quant_job, training_job
 from rota.core.forecasting import realtime
@@ -135,8 +142,8 @@ def estimates(s: Scenario, forecaster: Forecaster, rng: random.Random, quantile:
                 syn = training_job(rng, j.gpus, true_s)
                 promise, fc = syn.declared_s, forecaster.predict(kind, to_mapping(syn.features), j.gpus)  # type: ignore[arg-type]
             elif kind == "quantization":
-                syn = quant_job(rng, true_s, j.gpus)
-                promise = declared(true_s, rng)
+                syn = quant_job(rng, true_s, j.gpus)  # noisy features, as training_job draws them
+                promise = syn.declared_s
                 fc = forecaster.predict(kind, quant_mapping(syn.features), j.gpus)  # type: ignore[arg-type]
             else:
                 raise ValueError("no features for this kind")
@@ -180,6 +187,20 @@ def bench_planning(scenarios: list[Scenario], forecaster: Forecaster, seed: int,
     return out
 
 
+def bench_traces(src: Path | None, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the issue's `traces` entries, per-log figures for the tables: accuracy and every policy's plans)."""
+    entries, extra = [], []
+    for name, jobs in philly_logs(src).items():
+        scored = forecast_log(name, jobs, seed)
+        acc = accuracy(scored)
+        plans = planning(scored)
+        primary = plans[PLANNING_POLICIES[0]]
+        entries.append({"name": name, "mape": acc["mape"], "p90_coverage": acc["p90_coverage"],
+                        "planning": {arm: {"avg_jct_s": round(f.avg_jct_s, 1)} for arm, f in primary.items()}})
+        extra.append({**acc, "plans": plans})
+    return entries, extra
+
+
 def run(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the JSON of the issue, extra figures for the text report)."""
     jobs = training_history(args.jobs, args.seed, args.traces)
@@ -187,12 +208,14 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     (t_train, t_test), (q_train, q_test) = split(jobs), split(quant)
     forecaster = Forecaster(completions(t_train + q_train))
     scenarios = [load(p) for p in args.scenario]
-    result = {
+    result: dict[str, Any] = {
         "training": bench_jobs(t_train, t_test, forecaster),
         "quantization": bench_jobs(q_train, q_test, forecaster),
         "realtime": bench_realtime(args.traces),
         "planning": bench_planning(scenarios, forecaster, args.seed, args.quantile, args.repeats),
     }
+    result["traces"], logs = bench_traces(args.traces, args.seed)
+    result["realtime_vs_reactive"], apps = realtime_vs_reactive(args.traces)
     sampler, rng = run_sampler(args.traces), random.Random(args.seed)
     real = [sampler.draw(rng, 600.0)[1] for _ in range(20000)]
     extra = {
@@ -200,6 +223,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
                       + [float(np.mean([j.actual_s for j in jobs]))],
                       "real": [float(np.percentile(real, q)) for q in (10, 50, 90)] + [float(np.mean(real))]},
         "curve": learning_curve(t_train, t_test, [n for n in (20, 50, 100, 300) if n < len(t_train)] + [len(t_train)]),
+        "logs": logs,
+        "realtime_apps": apps,
         "tiers": QuantModel([(j.features, j.actual_s) for j in q_train]).table(),  # type: ignore[misc]
     }
     return result, extra
@@ -212,6 +237,31 @@ def _row(name: str, d: dict[str, Any]) -> str:
 
 def _hours(s: float) -> str:
     return f"{s / 3600:.2f} h"
+
+
+def _plan_cell(f: PlanFigures) -> str:
+    return f"{f.avg_jct_s / 3600:9.1f} {f.avg_queue_s / 3600:9.1f} {100 * f.utilization:6.1f}%"
+
+
+def traces_table(result: dict[str, Any], logs: list[dict[str, Any]], apps: int) -> list[str]:
+    lines = ["\ndurations from history (real Philly logs; `declared` is drawn): predicted / actual at submission"]
+    lines.append(f"  {'log':15} {'scored':>6} {'arm':15} {'MAPE':>8} {'med ratio':>9} {'|log| err':>9}")
+    for g in logs:
+        for arm, mape in g["mape"].items():
+            lines.append(f"  {g['name']:15} {g['scored']:6d} {arm:15} {100 * mape:7.0f}% {g['median_ratio'][arm]:9.3f} "
+                         f"{g['log_mae'][arm]:9.3f}")
+        lines.append(f"  {g['name']:15} model P90 coverage {100 * g['p90_coverage']:.1f}%")
+    lines.append(f"planning on {GPUS} GPUs, one tenant (avg JCT h, avg queue h, utilisation); rota sim's engine")
+    for g in logs:
+        for policy, arms in g["plans"].items():
+            share = recovered(arms)
+            lines.append(f"  {g['name']:15} {policy:5} " + " | ".join(f"{a} {_plan_cell(f)}" for a, f in arms.items())
+                         + (f" | forecast recovers {100 * share:.0f}% of declared->oracle" if share is not None else ""))
+    rt = result["realtime_vs_reactive"]
+    lines.append(f"realtime vs reactive (Helios Earth, last week of May 2020, {apps} VCs): "
+                 + ", ".join(f"{a}: unmet {v['unmet_gpu_steps']:.0f} GPU-steps, {v['gpu_hours']:.0f} GPU-hours"
+                             for a, v in rt.items()))
+    return lines
 
 
 def table(result: dict[str, Any], extra: dict[str, Any]) -> str:
@@ -241,6 +291,7 @@ def table(result: dict[str, Any], extra: dict[str, Any]) -> str:
                                          for a in p))
     lines.append("  value vs true durations: " + ", ".join(f"{a} {100 * p[a]['value_vs_true']:.1f}%" for a in p)
                  + "; planned-duration MAPE: " + ", ".join(f"{a} {100 * p[a]['mape']:.1f}%" for a in p))
+    lines += traces_table(result, extra["logs"], extra["realtime_apps"])
     return "\n".join(lines)
 
 

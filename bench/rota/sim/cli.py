@@ -1,9 +1,10 @@
 """`rota sim`: replay a trace under several policies, or build the semi-real Philly trace.
 
     rota sim --trace JOBS.csv --tenants TENANTS.csv --gpus N [--gpus-per-node 8]
-             [--policy fifo,sjf,las,drf,ftf,fair] [--json] [--lease-s 1800]
+             [--policy fifo,sjf,las,drf,ftf,fair,easy] [--json] [--lease-s 1800]
              [--checkpoint-s 5] [--resume-s 20] [--renew-s 0] [--starvation-s 14400]
              [--delay-s 300] [--render DIR] [--gpu-types a100:8,h100:8] [--switches N]
+             [--durations oracle|forecast|declared|none] [--seed 0]
     rota sim make-trace --out DIR [--seed 0] [--jobs N] [--traces-dir DIR]
              [--gpu-types a100:8,h100:8 --typed-fraction F [--gpus-per-node 8]]
 
@@ -15,6 +16,8 @@ accept one type only, drawn in proportion to its nodes among the types that can 
 
 The JSON is {"gpus", "gpus_per_node", "config", "policies": {name: {summary figures...,
 "runtime_s", "jobs": [{"id", "tenant", "gpus", "submit_s", "end_s", "intervals"}]}}}.
+`--durations` sets what the planner believes of each job's duration (rota.sim.estimates;
+sjf and easy read it, the others never do); every job still runs its true duration.
 Without --json a table of the summary figures is printed. `--render DIR` also writes PNGs
 of per-tenant fairness over time per policy, max F / min F over time and the JCT CDFs
 (`rota.sim.render`; matplotlib is loaded only then), naming the files on stderr. Run it as
@@ -32,6 +35,7 @@ from typing import Any, NoReturn
 
 from rota.core.fairness.ltgf import FairnessConfig
 from rota.sim.engine import SimConfig, Simulator
+from rota.sim.estimates import DURATIONS, with_durations
 from rota.sim.metrics import JobRecord, summarize
 from rota.sim.orderings import POLICIES
 from rota.sim.quotas import QuotaSimulator, quota_figures, quota_line, read_quotas
@@ -85,6 +89,9 @@ def _run_parser() -> _Parser:
     p.add_argument("--switches", type=int, default=None, metavar="N", help="nodes per switch (consecutive ones)")
     p.add_argument("--quotas", type=Path, default=None, metavar="QUOTAS.csv",
                    help="tenant,guaranteed,limit[,parent]: limits and guarantees on top of each policy (rota.sim.quotas)")
+    p.add_argument("--durations", choices=DURATIONS, default="oracle",
+                   help="what the planner knows of durations (sjf and easy plan on it); jobs run their true ones")
+    p.add_argument("--seed", type=int, default=0, help="seed of the drawn declared limits (--durations declared|forecast)")
     return p
 
 
@@ -121,7 +128,7 @@ def simulate(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(
             f"--policy: unknown {','.join(unknown) or '(none)'}; choose from {','.join(POLICIES)}"
         )
-    jobs, shares = read_jobs(args.trace), read_tenants(args.tenants)
+    jobs, shares = with_durations(read_jobs(args.trace), args.durations, args.seed), read_tenants(args.tenants)
     fcfg = FairnessConfig(lease_s=args.lease_s, starvation_s=args.starvation_s, delay_s=args.delay_s)
     types, switches = _placement(args)
     cfg = SimConfig(args.gpus, args.gpus_per_node, fcfg, args.checkpoint_s, args.resume_s, args.renew_s,
@@ -136,6 +143,7 @@ def simulate(args: argparse.Namespace) -> dict[str, Any]:
             "renew_s": cfg.renew_s,
             **({"gpu_types": args.gpu_types} if types else {}),
             **({"nodes_per_switch": args.switches} if switches else {}),
+            "durations": args.durations,
         },
         "policies": {},
     }

@@ -1,8 +1,10 @@
-"""The six policies `rota sim` compares, each as an ordering of one round's candidates.
+"""The seven policies `rota sim` compares, each as an ordering of one round's candidates.
 
 - fifo: strict arrival order, no preemption; the queue head blocks everyone behind it
   (docs/design.md §3's FIFO baseline: start times never decrease along the queue).
-- sjf:  shortest job first on oracle durations, no preemption, smaller jobs backfill.
+- sjf:  shortest job first on the planned durations (`--durations`; oracle by default),
+  no preemption, smaller jobs backfill.
+- easy: FIFO with EASY backfilling on the planned durations (rota.sim.backfill).
 - las:  Tiresias-style two-dimensional least attained service: jobs sit in queues by
   GPU-seconds received (GPUs × time; thresholds 1, 10, 100, 1000 GPU-hours, Tiresias's
   discretisation, which stops two near-equal jobs from swapping at every lease), FIFO
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rota.core.fairness.twostage import JobView, TenantState, fair_job_key, fair_tenant_key, tenant_walk
+from rota.sim.backfill import Easy
 from rota.sim.engine import PENDING, Run, Simulator, TryPlace
 
 Done = Callable[[], bool]
@@ -78,7 +81,7 @@ class Sjf:
 
     def walk(self, sim: Simulator, now: float, cands: list[Run], try_place: TryPlace, done: Done) -> None:
         _greedy(
-            sorted(_fitting(sim, cands), key=lambda r: (r.job.duration_s, r.job.submit_s, r.idx)),
+            sorted(_fitting(sim, cands), key=lambda r: (r.job.planned, r.job.submit_s, r.idx)),
             try_place,
             done,
         )
@@ -219,11 +222,12 @@ def _fair_key(sim: Simulator, r: Run, now: float, starving: set[int]) -> tuple[i
     return k
 
 
-POLICIES: dict[str, Callable[[], Fifo | Sjf | Las | Ftf | Drf | Fair]] = {
+POLICIES: dict[str, Callable[[], Fifo | Sjf | Las | Ftf | Drf | Fair | Easy]] = {
     "fifo": Fifo,
     "sjf": Sjf,
     "las": Las,
     "drf": Drf,
     "ftf": Ftf,
     "fair": Fair,
+    "easy": Easy,
 }

@@ -30,6 +30,13 @@ class Job:
     priority: int = 1
     gpu_types: frozenset[str] = field(default=frozenset())
     same_switch: bool = False
+    # The duration the planner believes (`rota sim --durations`, rota.sim.estimates);
+    # None: the true one. The job always runs `duration_s`.
+    planned_s: float | None = None
+
+    @property
+    def planned(self) -> float:
+        return self.duration_s if self.planned_s is None else self.planned_s
 
 
 class TraceError(ValueError):

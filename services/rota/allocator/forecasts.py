@@ -21,6 +21,7 @@ import grpc
 
 from rota.common import convert
 from rota.common.tls import TLSFiles, open_aio_channel
+from rota.core.forecasting.own_runs import run_key
 from rota.core.jobspec import JobSpecData
 from rota.core.planning.liveplan import Horizon, LiveJob
 from rota.v1 import forecaster_pb2, forecaster_pb2_grpc
@@ -33,9 +34,11 @@ SHARED_FOR_S = 60.0  # a signature's forecast serves new jobs this long (the mod
 
 
 def _signature(spec: dict[str, Any]) -> tuple[Any, ...]:
-    """What a forecast depends on: the spec's kind, features, GPUs and declared duration."""
+    """What a forecast depends on: the spec's kind, features, GPUs and declared duration, and the
+    job's identity across submissions (its own earlier runs answer first)."""
     features = json.dumps(spec.get("features") or {}, sort_keys=True, default=str)
-    return spec.get("kind") or "training", features, spec.get("gpus") or 1, spec.get("duration_seconds")
+    own = run_key(str(spec.get("tenant") or ""), spec)
+    return spec.get("kind") or "training", features, spec.get("gpus") or 1, spec.get("duration_seconds"), own
 
 
 @dataclass(frozen=True)

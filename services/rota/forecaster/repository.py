@@ -10,6 +10,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from rota.common.read_models import cluster_jobs as jobs
+from rota.core.forecasting.own_runs import run_key
 from rota.core.forecasting.predict import Completion
 from rota.forecaster.models import CompletionRow, TrafficRow
 
@@ -38,8 +39,16 @@ def last_completion_id(session: Session) -> int:
 
 
 def completions_after(session: Session, after_id: int) -> list[tuple[int, Completion]]:
-    rows = session.scalars(select(CompletionRow).where(CompletionRow.id > after_id).order_by(CompletionRow.id)).all()
-    return [(r.id, Completion(r.kind, r.features, r.gpus, r.duration_seconds, r.declared_seconds)) for r in rows]
+    """Completions past `after_id`, each with its job's run key (tenant, name, spec) while the job
+    is still in the cluster's read model; an imported completion has none."""
+    rows = session.execute(
+        select(CompletionRow, jobs.c.tenant, jobs.c.spec)
+        .join(jobs, jobs.c.job_id == CompletionRow.job_id, isouter=True)
+        .where(CompletionRow.id > after_id).order_by(CompletionRow.id)
+    ).all()
+    return [(r.id, Completion(r.kind, r.features, r.gpus, r.duration_seconds, r.declared_seconds,
+                              run_key(tenant or "", dict(spec)) if spec is not None else None))
+            for r, tenant, spec in rows]
 
 
 def hourly_traffic(session: Session, app: str, since_hour: int, until_hour: int) -> dict[int, float]:

@@ -21,6 +21,7 @@ from rota.common.auth import current_identity
 from rota.common.db import Database
 from rota.core.errors import InvalidArgument, NotFound
 from rota.core.forecasting import realtime
+from rota.core.forecasting.own_runs import run_key
 from rota.core.forecasting.predict import Completion, Forecaster
 from rota.forecaster import repository
 from rota.v1 import forecaster_pb2, forecaster_pb2_grpc
@@ -83,13 +84,14 @@ class ForecasterService(forecaster_pb2_grpc.ForecasterServiceServicer):
         return await asyncio.to_thread(self.db.run, fn)
 
     async def PredictJob(self, request: forecaster_pb2.PredictJobRequest, context: grpc.aio.ServicerContext) -> forecaster_pb2.PredictJobResponse:
-        current_identity()
+        identity = current_identity()
         quantile = request.quantile or 0.5
         if not 0 < quantile < 1:
             raise InvalidArgument("quantile", f"must be between 0 and 1 (got {quantile})")
         spec = convert.spec_from_proto(request.spec)
         forecaster = await self.models.current()
-        fc = forecaster.predict(spec.kind or "training", spec.features, spec.gpus or 1, spec.duration_seconds)
+        key = run_key(spec.tenant or identity.tenant, spec.to_dict())  # the job's own runs, if it has run
+        fc = forecaster.predict(spec.kind or "training", spec.features, spec.gpus or 1, spec.duration_seconds, key)
         p = fc.prediction
         return forecaster_pb2.PredictJobResponse(
             duration_p50_seconds=p.p50_seconds, duration_p90_seconds=p.p90_seconds,

@@ -13,13 +13,17 @@ BASE: dict[str, Any] = {"name": "a", "tenant": "t", "kind": "training", "gpus": 
 
 
 @pytest.mark.parametrize("change,shared", [
-    ({"name": "b", "command": ["python", "other.py"], "tenant": "u"}, True),
+    ({"priority": 9, "duration_seconds": 600.0}, True),
+    ({"name": "b"}, False),
+    ({"command": ["python", "other.py"]}, False),
+    ({"tenant": "u"}, False),
     ({"features": {"tokens": 1e9, "model": "7b"}}, True),
     ({"features": {"model": "13b", "tokens": 1e9}}, False),
     ({"gpus": 4}, False),
     ({"kind": "batch_inference"}, False),
     ({"duration_seconds": None}, False),
-], ids=["names, commands and tenants do not matter", "feature order does not matter", "a feature value does",
+], ids=["priority does not matter", "the name does (own runs)", "the command does (own runs)",
+        "the tenant does (own runs)", "feature order does not matter", "a feature value does",
         "the GPU count does", "the kind does", "a declared duration does"])
 def test_jobs_share_a_forecast_when_the_forecaster_inputs_match(change: dict[str, Any], shared: bool) -> None:
     assert (_signature(BASE) == _signature({**BASE, **change})) is shared

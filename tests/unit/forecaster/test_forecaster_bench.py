@@ -25,7 +25,17 @@ def test_ratio_figures_worked_by_hand() -> None:
 def test_the_json_has_the_three_parts_of_each_model_and_the_planning_arms(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--json", "--jobs", "300", "--quant-jobs", "200", "--repeats", "1", "--scenario", str(SCENARIO)]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"training", "quantization", "realtime", "planning"}
+    assert set(out) == {"training", "quantization", "realtime", "planning", "traces", "realtime_vs_reactive"}
+    assert [t["name"] for t in out["traces"]] == ["philly-sep-oct", "philly-nov-dec"]
+    for t in out["traces"]:
+        assert set(t) == {"name", "mape", "p90_coverage", "planning"}
+        assert set(t["mape"]) == {"model", "median", "median_by_gpus", "declared"}
+        assert set(t["planning"]) == {"oracle", "forecast", "declared", "none"}
+        assert all(set(arm) == {"avg_jct_s"} and arm["avg_jct_s"] > 0 for arm in t["planning"].values())
+        assert 0 < t["p90_coverage"] < 1
+    assert set(out["realtime_vs_reactive"]) == {"forecast", "reactive"}
+    for arm in out["realtime_vs_reactive"].values():
+        assert set(arm) == {"unmet_gpu_steps", "gpu_hours"} and arm["gpu_hours"] > 0
     assert set(out["training"]) == set(out["quantization"]) == {"model", "prior", "declared"}
     assert set(out["realtime"]) == {"profile", "last_day", "last_week"}
     for part in ("training", "quantization", "realtime", "planning"):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import random
+import statistics
 
 import pytest
 
@@ -51,5 +53,15 @@ def test_generation_is_reproducible_by_seed() -> None:
 
 
 def test_a_quantization_job_drawn_for_a_target_fits_its_gpus() -> None:
-    job = quant_job(random.Random(2), target_s=3 * 3600, gpus=2)
+    job = quant_job(random.Random(2), actual_s=3 * 3600, gpus=2)
     assert job.gpus == 2 and job.kind == "quantization"
+
+
+def test_a_quantization_job_drawn_for_an_actual_duration_carries_the_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The features' noise-free time must be the actual duration over the drawn noise, as a
+    # training job's is; features chosen nearest the actual itself would leak it.
+    monkeypatch.setattr(generator, "noise", lambda rng, sigma: 2.0)
+    rng = random.Random(11)
+    jobs = [quant_job(rng, actual_s=3 * 3600, gpus=8) for _ in range(100)]
+    assert all(j.actual_s == 3 * 3600 for j in jobs)
+    assert statistics.median(math.log(j.expected_s / j.actual_s) for j in jobs) < -0.4  # about -log 2

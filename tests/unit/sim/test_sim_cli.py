@@ -52,6 +52,7 @@ def test_table_by_default(trace: tuple[Path, Path], capsys: pytest.CaptureFixtur
         "drf",
         "ftf",
         "fair",
+        "easy",
     ]
 
 

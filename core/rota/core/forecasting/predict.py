@@ -1,5 +1,7 @@
 """One entry point for job forecasts: kind + features + declared duration -> a Prediction (pure).
 
+- a job that has run before (same tenant, name and spec: `own_runs.run_key`): its own
+  runs, from the first one on (`own_runs.from_own_runs`);
 - training and trial jobs with features: the prior corrected by the learned model;
 - quantization jobs with features: the calibrated tiers;
 - anything else with a declared duration (batch inference, or a job without features):
@@ -20,6 +22,7 @@ import numpy as np
 
 from rota.core.errors import InvalidArgument
 from rota.core.forecasting.features import QuantFeatures, TrainingFeatures, parse_quantization, parse_training
+from rota.core.forecasting.own_runs import from_own_runs, run_key
 from rota.core.forecasting.quantization import DEFAULT_MARGIN, QuantModel, plan_gpu_hours
 from rota.core.forecasting.training import (
     COLD_SIGMA,
@@ -42,6 +45,7 @@ class Completion:
     gpus: int
     seconds: float
     declared_seconds: float | None = None
+    run_key: str | None = None  # own_runs.run_key of the job, when known
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,10 @@ class Forecaster:
         training: list[tuple[TrainingFeatures, float]] = []
         quant: list[tuple[QuantFeatures, float]] = []
         self.skipped = 0
+        self.runs: dict[str, list[float]] = {}
         for c in completions:
+            if c.run_key and c.seconds > 0:
+                self.runs.setdefault(c.run_key, []).append(c.seconds)
             if not c.features or c.seconds <= 0:
                 continue
             try:
@@ -100,12 +107,18 @@ class Forecaster:
         return Prediction("declared-calibrated", declared * math.exp(float(np.median(arr))), empirical_offsets(arr),
                           None, len(logs))
 
-    def predict(self, kind: str, features: Mapping[str, Any], gpus: int, declared: float | None = None) -> JobForecast:
-        """Raises InvalidArgument naming the field when there is nothing to forecast from."""
+    def predict(self, kind: str, features: Mapping[str, Any], gpus: int, declared: float | None = None,
+                key: str | None = None) -> JobForecast:
+        """Raises InvalidArgument naming the field when there is nothing to forecast from.
+
+        `key` (own_runs.run_key) names the job across submissions: once it has run, its
+        own runs answer, whatever its kind and features."""
         if kind == "realtime":
             raise InvalidArgument("kind", "a realtime app has a demand curve, not a duration (use DemandCurve)")
         if gpus < 1:
             raise InvalidArgument("gpus", f"must be at least 1 (got {gpus})")
+        if key and key in self.runs:
+            return JobForecast(kind, gpus, from_own_runs(self.runs[key]))
         if features and kind in TRAINING_KINDS:
             return JobForecast(kind, gpus, self.training.predict(parse_training(features, gpus)))
         if features and kind == "quantization":
@@ -123,7 +136,8 @@ class Forecaster:
         """From a job spec as a mapping (`JobSpecData.to_dict()` or job-file fields)."""
         declared = spec.get("duration_seconds")
         return self.predict(str(spec.get("kind") or "training"), spec.get("features") or {},
-                            int(spec.get("gpus") or 1), float(declared) if declared else None)
+                            int(spec.get("gpus") or 1), float(declared) if declared else None,
+                            run_key(str(spec.get("tenant") or ""), spec))
 
 
 def duration_for_plan(spec: Mapping[str, Any], quantile: float = 0.5, forecaster: Forecaster | None = None) -> float | None:
