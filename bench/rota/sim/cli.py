@@ -13,7 +13,7 @@ that names gpu_types (or same_switch) in the trace then takes only the blocks th
 planner would give it. `make-trace --typed-fraction F` makes that fraction of the jobs
 accept one type only, drawn in proportion to its nodes among the types that can hold it.
 
-The JSON is {"gpus", "gpus_per_node", "config", "policies": {name: {summary figures...,
+The JSON is {"gpus", "gpus_per_node", "shares", "config", "policies": {name: {summary figures...,
 "runtime_s", "jobs": [{"id", "tenant", "gpus", "submit_s", "end_s", "intervals"}]}}}.
 Without --json a table of the summary figures is printed. `--render DIR` also writes PNGs
 of per-tenant fairness over time per policy, max F / min F over time and the JCT CDFs
@@ -126,6 +126,7 @@ def simulate(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "gpus": cfg.gpus,
         "gpus_per_node": cfg.gpus_per_node,
+        "shares": shares,  # with the jobs' intervals, all a reader needs to recompute every figure
         "config": {
             **fcfg.__dict__,
             "checkpoint_s": cfg.checkpoint_s,
@@ -168,8 +169,8 @@ def _fmt(v: object, spec: str) -> str:
 
 def table(result: dict[str, Any]) -> str:
     head = (
-        f"{'policy':<6} {'avg JCT h':>10} {'util':>6} {'tenant maxF/minF':>17} {'tenant Jain':>11} "
-        f"{'jobs F±5%':>9} {'job Jain':>8} {'preempt':>8} {'sim s':>7}"
+        f"{'policy':<6} {'avg JCT h':>10} {'util':>6} {'tenant maxF/minF':>17} {'min F':>6} {'tenant Jain':>11} "
+        f"{'wf maxF/minF':>12} {'wf |F-1|':>8} {'jobs F±5%':>9} {'job Jain':>8} {'preempt':>8} {'sim s':>7}"
     )
     config = result.get("config", {})
     extra = "".join([f", types {config['gpu_types']}" if "gpu_types" in config else "",
@@ -178,7 +179,8 @@ def table(result: dict[str, Any]) -> str:
     for name, p in result["policies"].items():
         lines.append(
             f"{name:<6} {p['avg_jct_s'] / 3600:>10.2f} {p['utilization']:>6.3f} {_fmt(p['tenant_f_max_min'], '.3f'):>17} "
-            f"{p['tenant_jain']:>11.4f} {p['job_f_in_band']:>9.3f} {p['job_jain']:>8.4f} {p['preemptions']:>8} "
+            f"{_fmt(p['tenant_f_min'], '.3f'):>6} {p['tenant_jain']:>11.4f} {_fmt(p['tenant_waterfill_max_min'], '.3f'):>12} "
+            f"{_fmt(p['tenant_waterfill_mean_dev'], '.3f'):>8} {p['job_f_in_band']:>9.3f} {p['job_jain']:>8.4f} {p['preemptions']:>8} "
             f"{p['runtime_s']:>7.1f}"
         )
     return "\n".join(lines)
