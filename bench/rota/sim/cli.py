@@ -4,7 +4,7 @@
              [--policy fifo,sjf,las,drf,ftf,fair] [--json] [--lease-s 1800]
              [--checkpoint-s 5] [--resume-s 20] [--renew-s 0] [--starvation-s 14400]
              [--delay-s 300] [--render DIR] [--gpu-types a100:8,h100:8] [--switches N]
-    rota sim make-trace --out DIR [--seed 0] [--jobs N] [--traces-dir DIR]
+    rota sim make-trace --out DIR [--source philly|helios-earth] [--days 7] [--seed 0] [--jobs N] [--traces-dir DIR]
              [--gpu-types a100:8,h100:8 --typed-fraction F [--gpus-per-node 8]]
 
 `--gpu-types` gives the nodes' GPU types in node order (TYPE:NODES, adding up to gpus /
@@ -90,6 +90,9 @@ def _trace_parser() -> _Parser:
         prog="rota sim make-trace", description="Build the semi-real Philly trace (JOBS.csv, TENANTS.csv)."
     )
     p.add_argument("--out", required=True, type=Path, help="folder for JOBS.csv and TENANTS.csv")
+    p.add_argument("--source", choices=("philly", "helios-earth"), default="philly",
+                   help="philly (rota.sim.traces) or helios-earth (rota.sim.helios)")
+    p.add_argument("--days", type=float, default=7.0, help="helios-earth: the first N days of May 2020")
     p.add_argument("--seed", type=int, default=0, help="seed of the drawn durations")
     p.add_argument("--jobs", type=int, default=None, help="keep only the first N arrivals")
     p.add_argument(
@@ -196,7 +199,8 @@ def main(argv: list[str]) -> int:
                 raise ValueError(f"--typed-fraction must be in [0, 1], got {a.typed_fraction}")
             types = parse_gpu_types(a.gpu_types) if a.gpu_types else ()
             jobs_csv, tenants_csv = make_trace(a.out, a.traces_dir, a.seed, a.jobs, types=types,
-                                               typed_fraction=a.typed_fraction, gpus_per_node=a.gpus_per_node)
+                                               typed_fraction=a.typed_fraction, gpus_per_node=a.gpus_per_node,
+                                               source=a.source, days=a.days)
             print(f"wrote {jobs_csv} and {tenants_csv}")
             return 0
         args = _run_parser().parse_args(argv)
