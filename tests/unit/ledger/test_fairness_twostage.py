@@ -50,14 +50,16 @@ def test_otherwise_the_lowest_used_over_entitled_goes_first() -> None:
     assert fair_tenant_key(a, CFG) < fair_tenant_key(b, CFG)  # 0.6 < 0.75
 
 
-def test_starving_jobs_go_first_oldest_first_then_ascending_job_fairness() -> None:
+def test_starving_jobs_still_owed_go_first_oldest_first_then_ascending_job_fairness() -> None:
     now = 10 * 3600.0
     jobs = [
         job("fresh-underserved", used=0.0, pending_since=now - 60),
-        job("starving-young", used=500.0, pending_since=now - 5 * 3600),
-        job("starving-old", used=900.0, pending_since=now - 6 * 3600),
+        job("starving-young", used=50.0, pending_since=now - 5 * 3600),
+        job("starving-old", used=90.0, pending_since=now - 6 * 3600),
         job("running-served", used=100.0, pending_since=None),
         job("running-overserved", used=300.0, pending_since=None),
+        # Waited longest, but has had its due (F_j = 5): not starving, it waits by its F_j.
+        job("waited-but-served", used=500.0, pending_since=now - 7 * 3600),
     ]
     order = [j.id for j in sorted(jobs, key=lambda j: fair_job_key(j, now, CFG))]
     assert order == [
@@ -66,6 +68,7 @@ def test_starving_jobs_go_first_oldest_first_then_ascending_job_fairness() -> No
         "fresh-underserved",
         "running-served",
         "running-overserved",
+        "waited-but-served",
     ]
 
 

@@ -204,7 +204,7 @@ class _Yields:
 
     def take(self, job: JobView) -> bool:
         holding, quota = self.holding, self.quota
-        starving = job.pending_since is not None and self.now - job.pending_since >= self.cfg.starvation_s
+        starving = fair_job_key(job, self.now, self.cfg)[0] == 0  # waited long and still owed (F_j < 1)
         if holding.get(job.tenant, 0) + job.gpus > quota.get(job.tenant, 0) and not starving:
             return False
         picked = self.victims_for(job)
