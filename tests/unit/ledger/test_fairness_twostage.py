@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rota.core.fairness.ltgf import FairnessConfig
-from rota.core.fairness.twostage import JobView, TenantState, fair_job_key, fair_tenant_key, tenant_walk
+from rota.core.fairness.twostage import (
+    JobView,
+    TenantState,
+    fair_job_key,
+    fair_tenant_key,
+    may_displace,
+    tenant_walk,
+)
 
 CFG = FairnessConfig()
 
@@ -48,6 +55,12 @@ def test_otherwise_the_lowest_used_over_entitled_goes_first() -> None:
     a = tenant("a", quota=10, allocated=5, used=600.0, entitled=1000.0)
     b = tenant("b", quota=4, allocated=4, used=300.0, entitled=400.0)
     assert fair_tenant_key(a, CFG) < fair_tenant_key(b, CFG)  # 0.6 < 0.75
+
+
+def test_a_job_may_displace_within_quota_or_when_wider_than_an_empty_tenants_quota() -> None:
+    assert may_displace(holding=2, quota=4, gpus=2) and not may_displace(holding=3, quota=4, gpus=2)
+    assert may_displace(holding=0, quota=1, gpus=2)  # could never fit within its quota
+    assert not may_displace(holding=1, quota=1, gpus=2)  # holds GPUs already: no second exception
 
 
 def test_starving_jobs_still_owed_go_first_oldest_first_then_ascending_job_fairness() -> None:

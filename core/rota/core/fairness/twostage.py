@@ -69,6 +69,15 @@ def fair_job_key(j: JobView, now: float, cfg: FairnessConfig) -> tuple[int, floa
     return (1, j.fairness, j.submit_s)
 
 
+def may_displace(holding: int, quota: int, gpus: int) -> bool:
+    """Whether a tenant's job may take a borrower's GPUs at lease expiry (a starving job
+    always may): when it keeps the tenant within its quota, or when the tenant holds
+    nothing and the job is wider than its whole quota, which could otherwise never
+    displace anyone and would wait for the starvation threshold. A tenant that took one
+    such job holds GPUs, so it cannot take a second the same way."""
+    return holding + gpus <= quota or (holding == 0 and gpus > quota)
+
+
 class HasTenant(Protocol):
     @property
     def tenant(self) -> str: ...
