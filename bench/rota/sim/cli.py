@@ -5,7 +5,7 @@
              [--checkpoint-s 5] [--resume-s 20] [--renew-s 0] [--starvation-s 14400]
              [--delay-s 300] [--render DIR] [--gpu-types a100:8,h100:8] [--switches N]
              [--durations oracle|forecast|declared|none] [--seed 0]
-    rota sim make-trace --out DIR [--seed 0] [--jobs N] [--traces-dir DIR]
+    rota sim make-trace --out DIR [--source philly|helios-earth] [--days 7] [--seed 0] [--jobs N] [--traces-dir DIR]
              [--gpu-types a100:8,h100:8 --typed-fraction F [--gpus-per-node 8]]
 
 `--gpu-types` gives the nodes' GPU types in node order (TYPE:NODES, adding up to gpus /
@@ -14,7 +14,7 @@ that names gpu_types (or same_switch) in the trace then takes only the blocks th
 planner would give it. `make-trace --typed-fraction F` makes that fraction of the jobs
 accept one type only, drawn in proportion to its nodes among the types that can hold it.
 
-The JSON is {"gpus", "gpus_per_node", "config", "policies": {name: {summary figures...,
+The JSON is {"gpus", "gpus_per_node", "shares", "config", "policies": {name: {summary figures...,
 "runtime_s", "jobs": [{"id", "tenant", "gpus", "submit_s", "end_s", "intervals"}]}}}.
 `--durations` sets what the planner believes of each job's duration (rota.sim.estimates;
 sjf and easy read it, the others never do); every job still runs its true duration.
@@ -100,6 +100,9 @@ def _trace_parser() -> _Parser:
         prog="rota sim make-trace", description="Build the semi-real Philly trace (JOBS.csv, TENANTS.csv)."
     )
     p.add_argument("--out", required=True, type=Path, help="folder for JOBS.csv and TENANTS.csv")
+    p.add_argument("--source", choices=("philly", "helios-earth"), default="philly",
+                   help="philly (rota.sim.traces) or helios-earth (rota.sim.helios)")
+    p.add_argument("--days", type=float, default=7.0, help="helios-earth: the first N days of May 2020")
     p.add_argument("--seed", type=int, default=0, help="seed of the drawn durations")
     p.add_argument("--jobs", type=int, default=None, help="keep only the first N arrivals")
     p.add_argument(
@@ -136,6 +139,7 @@ def simulate(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "gpus": cfg.gpus,
         "gpus_per_node": cfg.gpus_per_node,
+        "shares": shares,  # with the jobs' intervals, all a reader needs to recompute every figure
         "config": {
             **fcfg.__dict__,
             "checkpoint_s": cfg.checkpoint_s,
@@ -183,8 +187,8 @@ def _fmt(v: object, spec: str) -> str:
 
 def table(result: dict[str, Any]) -> str:
     head = (
-        f"{'policy':<6} {'avg JCT h':>10} {'util':>6} {'tenant maxF/minF':>17} {'tenant Jain':>11} "
-        f"{'jobs F±5%':>9} {'job Jain':>8} {'preempt':>8} {'sim s':>7}"
+        f"{'policy':<6} {'avg JCT h':>10} {'util':>6} {'tenant maxF/minF':>17} {'min F':>6} {'tenant Jain':>11} "
+        f"{'wf maxF/minF':>12} {'wf |F-1|':>8} {'jobs F±5%':>9} {'job Jain':>8} {'preempt':>8} {'sim s':>7}"
     )
     config = result.get("config", {})
     extra = "".join([f", types {config['gpu_types']}" if "gpu_types" in config else "",
@@ -193,7 +197,8 @@ def table(result: dict[str, Any]) -> str:
     for name, p in result["policies"].items():
         lines.append(
             f"{name:<6} {p['avg_jct_s'] / 3600:>10.2f} {p['utilization']:>6.3f} {_fmt(p['tenant_f_max_min'], '.3f'):>17} "
-            f"{p['tenant_jain']:>11.4f} {p['job_f_in_band']:>9.3f} {p['job_jain']:>8.4f} {p['preemptions']:>8} "
+            f"{_fmt(p['tenant_f_min'], '.3f'):>6} {p['tenant_jain']:>11.4f} {_fmt(p['tenant_waterfill_max_min'], '.3f'):>12} "
+            f"{_fmt(p['tenant_waterfill_mean_dev'], '.3f'):>8} {p['job_f_in_band']:>9.3f} {p['job_jain']:>8.4f} {p['preemptions']:>8} "
             f"{p['runtime_s']:>7.1f}"
         )
     lines += [quota_line(name, p) for name, p in result["policies"].items() if "reclaims" in p]
@@ -210,7 +215,8 @@ def main(argv: list[str]) -> int:
                 raise ValueError(f"--typed-fraction must be in [0, 1], got {a.typed_fraction}")
             types = parse_gpu_types(a.gpu_types) if a.gpu_types else ()
             jobs_csv, tenants_csv = make_trace(a.out, a.traces_dir, a.seed, a.jobs, types=types,
-                                               typed_fraction=a.typed_fraction, gpus_per_node=a.gpus_per_node)
+                                               typed_fraction=a.typed_fraction, gpus_per_node=a.gpus_per_node,
+                                               source=a.source, days=a.days)
             print(f"wrote {jobs_csv} and {tenants_csv}")
             return 0
         args = _run_parser().parse_args(argv)

@@ -25,7 +25,14 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rota.core.fairness.twostage import JobView, TenantState, fair_job_key, fair_tenant_key, tenant_walk
+from rota.core.fairness.twostage import (
+    JobView,
+    TenantState,
+    fair_job_key,
+    fair_tenant_key,
+    may_displace,
+    tenant_walk,
+)
 from rota.sim.backfill import Easy
 from rota.sim.engine import PENDING, Run, Simulator, TryPlace
 
@@ -173,7 +180,7 @@ class Fair:
             t = tenants[r.tenant]
             # Displacing only what keeps the taker within its quota stops ping-pong: a
             # taker that went over quota would itself be displaced at its next expiry.
-            return try_place(r, displace=t.allocated + r.gpus <= t.quota or r.idx in starving)
+            return try_place(r, displace=may_displace(t.allocated, t.quota, r.gpus) or r.idx in starving)
 
         # 3. The two-stage walk over the rest.
         tenant_walk(tenants, jobs_of, lambda t: fair_tenant_key(t, cfg), place, cfg.lease_s, done)

@@ -144,8 +144,15 @@ def add_types(
 def make_trace(
     out: Path, src: Path | None = None, seed: int = 0, max_jobs: int | None = None,
     types: tuple[str, ...] = (), typed_fraction: float = 0.0, gpus_per_node: int = 8,
+    source: str = "philly", days: float = 7.0,
 ) -> tuple[Path, Path]:
-    jobs, shares = build(src, seed, max_jobs)
+    if source == "helios-earth":
+        from rota.sim.helios import build_helios
+
+        jobs, shares = build_helios(src or traces_dir(), seed, days)
+        jobs = jobs[:max_jobs] if max_jobs is not None else jobs
+    else:
+        jobs, shares = build(src, seed, max_jobs)
     jobs = add_types(jobs, types, gpus_per_node, typed_fraction, seed)
     out.mkdir(parents=True, exist_ok=True)
     write_jobs(out / "JOBS.csv", jobs)

@@ -153,6 +153,7 @@ def waiting(id: str, tenant: str, gpus: int = 1, since: float = NOW - 60) -> Job
 
 
 OVER = {"hog": tenant("hog", 2, allocated=4), "poor": tenant("poor", 2, allocated=0)}
+HOLDS_ONE = {"hog": tenant("hog", 2, allocated=4), "poor": tenant("poor", 2, allocated=1)}
 
 
 @pytest.mark.parametrize(
@@ -181,10 +182,12 @@ OVER = {"hog": tenant("hog", 2, allocated=4), "poor": tenant("poor", 2, allocate
                      id="a tenant within its quota does not yield"),
         pytest.param([lease("h1", "hog")], [waiting("p1", "poor")], OVER, 1, [],
                      id="free GPUs serve the waiting job before anyone yields"),
-        pytest.param([lease("h1", "hog", 4)], [waiting("p1", "poor", 4)], OVER, 0, [],
+        pytest.param([lease("h1", "hog", 4)], [waiting("p1", "poor", 4)], HOLDS_ONE, 0, [],
                      id="a waiting job that would take its tenant over quota takes nothing"),
-        pytest.param([lease("h1", "hog", 4)], [waiting("p1", "poor", 4, since=NOW - CFG.starvation_s)], OVER, 0,
-                     ["h1"], id="unless it is starving"),
+        pytest.param([lease("h1", "hog", 4)], [waiting("p1", "poor", 4, since=NOW - CFG.starvation_s)], HOLDS_ONE,
+                     0, ["h1"], id="unless it is starving"),
+        pytest.param([lease("h1", "hog", 4)], [waiting("p1", "poor", 4)], OVER, 0, ["h1"],
+                     id="or wider than the whole quota of a tenant that holds nothing"),
         pytest.param([lease("h1", "hog"), lease("h2", "hog")], [waiting("p1", "poor"), waiting("p2", "poor")],
                      {"hog": tenant("hog", 2, allocated=3), "poor": tenant("poor", 2)}, 0, ["h1"],
                      id="yields stop once the over-quota tenant is back at its quota"),

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rota.core.fairness.ltgf import FairnessConfig
-from rota.core.fairness.twostage import JobView, TenantState, fair_job_key, fair_tenant_key, tenant_walk
+from rota.core.fairness.twostage import (
+    JobView,
+    TenantState,
+    fair_job_key,
+    fair_tenant_key,
+    may_displace,
+    tenant_walk,
+)
 
 CFG = FairnessConfig()
 
@@ -50,14 +57,22 @@ def test_otherwise_the_lowest_used_over_entitled_goes_first() -> None:
     assert fair_tenant_key(a, CFG) < fair_tenant_key(b, CFG)  # 0.6 < 0.75
 
 
-def test_starving_jobs_go_first_oldest_first_then_ascending_job_fairness() -> None:
+def test_a_job_may_displace_within_quota_or_when_wider_than_an_empty_tenants_quota() -> None:
+    assert may_displace(holding=2, quota=4, gpus=2) and not may_displace(holding=3, quota=4, gpus=2)
+    assert may_displace(holding=0, quota=1, gpus=2)  # could never fit within its quota
+    assert not may_displace(holding=1, quota=1, gpus=2)  # holds GPUs already: no second exception
+
+
+def test_starving_jobs_still_owed_go_first_oldest_first_then_ascending_job_fairness() -> None:
     now = 10 * 3600.0
     jobs = [
         job("fresh-underserved", used=0.0, pending_since=now - 60),
-        job("starving-young", used=500.0, pending_since=now - 5 * 3600),
-        job("starving-old", used=900.0, pending_since=now - 6 * 3600),
+        job("starving-young", used=50.0, pending_since=now - 5 * 3600),
+        job("starving-old", used=90.0, pending_since=now - 6 * 3600),
         job("running-served", used=100.0, pending_since=None),
         job("running-overserved", used=300.0, pending_since=None),
+        # Waited longest, but has had its due (F_j = 5): not starving, it waits by its F_j.
+        job("waited-but-served", used=500.0, pending_since=now - 7 * 3600),
     ]
     order = [j.id for j in sorted(jobs, key=lambda j: fair_job_key(j, now, CFG))]
     assert order == [
@@ -66,6 +81,7 @@ def test_starving_jobs_go_first_oldest_first_then_ascending_job_fairness() -> No
         "fresh-underserved",
         "running-served",
         "running-overserved",
+        "waited-but-served",
     ]
 
 

@@ -48,6 +48,16 @@ def test_fair_makes_a_borrower_yield_at_lease_expiry_with_checkpoint_and_resume_
     }
 
 
+def test_fair_lets_a_job_wider_than_its_tenants_whole_quota_displace_a_borrower() -> None:
+    # 4 GPUs, shares 3:1: Q_a = 3, Q_b = 1. a borrows all four; b's 2-GPU job can never fit
+    # within b's quota, and b holds nothing, so at a's lease expiry it takes two of a's GPUs
+    # instead of waiting for the starvation threshold (4 h, past the end of this run).
+    jobs = [Job(f"a{k}", "a", 0, 5000, 1) for k in range(4)] + [Job("b1", "b", 100, 1000, 2)]
+    got = run(jobs, {"a": 3, "b": 1}, "fair", gpus=4, gpn=4)
+    assert got["b1"] == [[1805, 2805]]
+    assert sum(len(v) - 1 for v in got.values()) == 2  # two of a's jobs paused, once each
+
+
 def test_fair_never_preempts_a_tenant_within_its_quota() -> None:
     jobs = [Job("a1", "a", 0, 10000, 1), Job("b1", "b", 0, 10000, 1), Job("b2", "b", 100, 1000, 1)]
     got = run(jobs, {"a": 1, "b": 1}, "fair", gpus=2, gpn=2)

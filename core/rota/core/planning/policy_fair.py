@@ -19,7 +19,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rota.core.fairness.ltgf import FairnessConfig, quotas
-from rota.core.fairness.twostage import JobView, TenantState, fair_job_key, fair_tenant_key, tenant_walk
+from rota.core.fairness.twostage import (
+    JobView,
+    TenantState,
+    fair_job_key,
+    fair_tenant_key,
+    may_displace,
+    tenant_walk,
+)
 from rota.core.planning.constraints import StartMasks
 from rota.core.planning.grid import Board, Plan, pinned_board
 from rota.core.planning.policy_fast import earliest_block, place_realtime
@@ -204,8 +211,8 @@ class _Yields:
 
     def take(self, job: JobView) -> bool:
         holding, quota = self.holding, self.quota
-        starving = job.pending_since is not None and self.now - job.pending_since >= self.cfg.starvation_s
-        if holding.get(job.tenant, 0) + job.gpus > quota.get(job.tenant, 0) and not starving:
+        starving = fair_job_key(job, self.now, self.cfg)[0] == 0  # waited long and still owed (F_j < 1)
+        if not may_displace(holding.get(job.tenant, 0), quota.get(job.tenant, 0), job.gpus) and not starving:
             return False
         picked = self.victims_for(job)
         if picked is None:
