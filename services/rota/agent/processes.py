@@ -19,6 +19,7 @@ from pathlib import Path
 from rota.agent import launcher as launcher_module
 from rota.agent import rankgroup as rankgroup_module
 from rota.agent import replicaset as replicaset_module
+from rota.agent.warm_runtime import WarmPool
 from rota.core.errors import FailedPrecondition
 
 ERROR_TAIL_LINES = 20
@@ -134,6 +135,14 @@ class ProcessTable:
         self.jobs: dict[str, LocalJob] = {}
         self.max_epoch = 0
         (home / "jobs").mkdir(parents=True, exist_ok=True)
+        self.warm: WarmPool | None = None  # a pre-started interpreter handed the next job
+
+    def start_warm_runtime(self) -> WarmPool:
+        """Keeps a warm runtime ready for the next job (rota.agent.warm_runtime)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
+        self.warm = WarmPool(env)
+        self.warm.start()
+        return self.warm
 
     # 1. Adoption after a restart.
     def lease_expired(self) -> bool:
@@ -193,11 +202,14 @@ class ProcessTable:
             "--lease-file", str(self.lease_file), "--lease-timeout", str(self.lease_timeout_s),
             *(["--sched", "idle"] if guest_of else []), "--", *command,
         ]
-        with (folder / "log").open("ab") as log:
-            popen = subprocess.Popen(
-                launcher, cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            )
+        popen = self.warm.launch(launcher[len(LAUNCHER):], command, full_env, cwd, folder / "log") \
+            if self.warm is not None and gang is None and not replicas else None
+        if popen is None:
+            with (folder / "log").open("ab") as log:
+                popen = subprocess.Popen(
+                    launcher, cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                )
         job = LocalJob(job_id, epoch, gpus, popen.pid, folder, popen, started_at=time.monotonic(), replicas=replicas,
                        guest_of=guest_of)
         meta = {"job_id": job_id, "epoch": epoch, "gpus": gpus, "pgid": popen.pid, **({"replicas": True} if replicas else {}),
