@@ -162,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         pass
     for module in preload:
         importlib.import_module(module)
-    os.write(1, b"ready\n")  # WarmPool.wait_ready; the job's log replaces this pipe
+    try:
+        os.write(1, b"ready\n")  # WarmPool.wait_ready; the job's log replaces this pipe
+    except BrokenPipeError:
+        pass  # handed a job before it was ready: the agent no longer listens
     line = sys.stdin.buffer.readline()
     if not line:
         return 0  # the agent closed it unused
