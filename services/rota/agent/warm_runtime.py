@@ -84,6 +84,7 @@ class WarmPool:
         popen, self.ready = self.ready, None
         assert popen is not None and popen.stdin is not None and popen.stdout is not None
         popen.stdout.close()
+        log.touch()  # there from the launch on, as a cold launch's
         spec = {"launcher": launcher_argv, "env": dict(env), "cwd": cwd, "log": str(log)}
         try:
             popen.stdin.write(json.dumps(spec).encode() + b"\n")
