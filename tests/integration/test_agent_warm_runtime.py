@@ -24,7 +24,7 @@ STEPS = 40  # the training job's last step
 
 # A tiny regression trained with Adam on data that depends only on the step: the weights
 # after STEPS steps are the same however often the job was paused and restored.
-TRAIN = """
+TRAIN = f"""
 import json, os, sys, time
 import torch
 import rota.runtime
@@ -35,9 +35,9 @@ opt = torch.optim.Adam(model.parameters(), lr=0.05)
 ckpt = rota.runtime.Checkpointer(model=model, optimizer=opt)
 step = ckpt.restore()
 restored_at = step
-while step < {steps}:
+while step < {STEPS}:
     step += 1
-    x = torch.linspace(-1, 1, 64).reshape(8, 8) * step / {steps}
+    x = torch.linspace(-1, 1, 64).reshape(8, 8) * step / {STEPS}
     loss = ((model(x).squeeze(1) - x.sum(1)) ** 2).mean()
     opt.zero_grad()
     loss.backward()
@@ -48,7 +48,7 @@ while step < {steps}:
 out = {{"weights": [float(v) for v in model.weight.flatten().tolist()] + [float(model.bias.item())],
        "restored_at": restored_at, "warm": "torch" in sys.modules and sys.argv[0].endswith("train.py")}}
 open(sys.argv[1], "w").write(json.dumps(out))
-""".format(steps=STEPS)
+"""
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 120.0) -> bool:

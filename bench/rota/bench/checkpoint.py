@@ -39,6 +39,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -413,6 +414,8 @@ def main(argv: list[str]) -> int:
         from rota.bench.checkpoint_chunks import main as sweep
 
         return sweep(json_out=args.json)
+    # A stopped bench (timeout, Ctrl-C) still stops its jobs and warm runtimes (Runner.close).
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
     began = time.perf_counter()
     base = Path(args.dir) if args.dir else Path(tempfile.gettempdir())
     base.mkdir(parents=True, exist_ok=True)
