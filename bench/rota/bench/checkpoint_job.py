@@ -29,6 +29,7 @@ is the first step done.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import socket
@@ -45,6 +46,7 @@ import torch.multiprocessing as mp  # noqa: E402
 from torch import nn  # noqa: E402
 
 import rota.runtime  # noqa: E402
+from rota.agent.warm_runtime import DEFAULT_PRELOAD  # noqa: E402
 
 # DCP and safetensors are imported where a mode uses them: every other launch (Rota's
 # restores and the torch.load baselines alike) pays only for the imports above, which a
@@ -251,7 +253,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def wait_for(path: Path) -> None:
-    """A pre-started loader: up, imports done, waiting for the file it will load."""
+    """A pre-started loader: up, with what a warm runtime imports ahead (no less, so the two
+    start level), waiting for the file it will load."""
+    for module in DEFAULT_PRELOAD:
+        importlib.import_module(module)
     Path(f"{path}.ready").touch()
     while not path.exists():
         time.sleep(0.002)
