@@ -429,8 +429,9 @@ def main(argv: list[str]) -> int:
             continue
         asyncio.run(run_case(case, repeats, int(args.chunk_mb * MIB), base, args.fsync, warm=not args.cold))
         out.append(case.to_dict())
-        print(f"done: {case.state_mb:g} MB x {case.ranks} ranks ({time.perf_counter() - began:.0f} s)",
-              file=sys.stderr, flush=True)
+        # The case's figures as soon as it is done: a run stopped later keeps them.
+        print(f"done: {case.state_mb:g} MB x {case.ranks} ranks ({time.perf_counter() - began:.0f} s): "
+              f"{json.dumps(out[-1])}", file=sys.stderr, flush=True)
     wall = round(time.perf_counter() - began, 1)
     policy = {"page_cache": "warm: every file read right after it was written, on both sides", "fsync": args.fsync,
               "warm_runtime": not args.cold}
