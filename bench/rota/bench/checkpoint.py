@@ -1,38 +1,33 @@
-"""`rota bench checkpoint`: pause, restore and migration latency and bytes stored, beside
-plain torch.save / torch.load of the same state, measured in the same run.
+"""`rota bench checkpoint`: pause, restore and migration of a training job's state through
+Rota's checkpoint path, beside framework checkpoints of the same state (torch.save and
+torch.load, torch.load(mmap=True), a pre-started loader, safetensors, dcp.async_save:
+rota.bench.checkpoint_baselines), measured in the same run, arms interleaved per repeat.
 
-    rota bench checkpoint [--json] [--quick] [--sizes 50,500,2048] [--ranks 1,4] [--repeats 3]
+    rota bench checkpoint [--json] [--quick] [--sizes 500,2048] [--ranks 1,4] [--repeats 3] [--fsync] [--cold]
     rota bench checkpoint --chunk-sweep [--json]     the measurement behind the default chunk size
     rota bench checkpoint --gpu [--sizes ..] [--json] a CUDA model's state against torch.save/load
 
 Per case (state size: parameters plus Adam's two moments; data-parallel ranks, whose
-state is replicated), with two agents' real code (process tables, checkpoint managers)
-on a temporary home and a fresh chunk store:
+state is replicated), with three agents' real code (process tables, checkpoint managers)
+on a temporary home and a fresh chunk store. Nodes A and C keep a warm runtime
+(rota.agent.warm_runtime: an interpreter with torch imported, handed the next job);
+`--cold` starts every job cold instead. Node B runs the baselines' loaders.
 
-- pause_s: the pause request to every rank process gone (their devices free): the time
-  the job is blocked, to compare with dcp.async_save's blocking time;
-- durable_s: the pause request to the image complete in the store and restorable (the
-  hash and write after the ranks exit included), to compare with torch.save and dcp.save;
-- restore_s: launching the job with the image to its first step done, and
-  restore_breakdown: where it went (process start and imports until restore() is
-  called; state transfer: waiting there for the agent's image; rebuild: reading and
-  applying the state; first step);
-- migrate_s: the pause request on node A to the first step done on node B, with a warm
-  target: B's process is launched with the pause request and takes the staged copy
-  (hard links: one host) while A's agent writes it to the store;
-- migrate_stream_s: the same with node C, which shares no staging folder with A (as on
-  another machine): C's agent streams the staged copy from A's AgentService over gRPC
-  (rota.agent.streaming; loopback here), taking what the write has already stored from the
-  store, while the write goes on;
+- pause_s: the pause request to every rank process gone (the job blocked);
+- durable_s: the pause request to the image complete in the store and restorable;
+- restore_s: launching the job with the image on A to its first step done, and
+  restore_breakdown: where it went (process start: the launch until restore() is called;
+  state transfer: waiting there for the agent's image; rebuild: mapping and applying it;
+  first step);
+- migrate_s: the pause request on A to the first step done on C, C's job launched once
+  A's ranks are gone (nothing of the target overlaps the pause) into C's warm runtime; C's
+  agent streams the staged copy from A's AgentService over gRPC (rota.agent.streaming,
+  loopback here) while A's agent writes it to the store;
 - stored_bytes: what the first image added to an empty store (ranks deduplicated);
-- baseline: rank 0 writes the state with torch.save and every rank exits (save_s, the
-  same start and end as pause_s); a new launch torch.loads it to its first step done
-  (load_s, as restore_s); bytes: the file;
-- dcp: torch.distributed.checkpoint of the same state on the same ranks: dcp.save to
-  every rank gone (save_s), how long dcp.async_save blocks the ranks (async_block_s), a
-  new launch from dcp.load to its first step done (load_s).
+- baseline, dcp: see rota.bench.checkpoint_baselines. The restore and migrate ratios are
+  against the best baseline of the case: the fastest loader (restore), the fastest save
+  plus load of one format (migrate).
 
-Both sides write to the page cache (torch.save does not fsync); `--fsync` syncs both.
 Every time is a median over the repeats; `spread` holds [min, max] of each.
 """
 
@@ -44,6 +39,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -56,16 +52,25 @@ from rota.agent.checkpoints import AgentCheckpoints, ImageRecord
 from rota.agent.processes import LocalJob, ProcessTable
 from rota.agent.streaming import StagedStreams
 from rota.bench.agent_server import AgentServer
+from rota.bench.checkpoint_baselines import dcp_baseline, safetensors_baseline, torch_baselines
 from rota.imagestore.chunks import DEFAULT_CHUNK_SIZE, MIB
 from rota.imagestore.settings import CheckpointSettings, default_staging_root
 from rota.jobfiles import control
 
-FULL_SIZES = (50.0, 500.0, 2048.0)
+FULL_SIZES = (500.0, 2048.0)
 QUICK_SIZES = (8.0,)
+REPEATS = 3  # a median with its min and max
 STEP_TIMEOUT_S = 600.0
+WARM_WAIT_S = 120.0
 # A restore's time: the process start and imports until restore() is called, waiting there
 # for the agent's image (state transfer), reading and applying it (rebuild), the first step.
 BREAKDOWN = ("process_start_s", "state_transfer_s", "rebuild_s", "first_step_s")
+RESTORE_BASELINES = {"torch.load": "load_s", "torch.load(mmap)": "load_mmap_s",
+                     "pre-started torch.load(mmap)": "load_prestarted_s", "safetensors": "safetensors_load_s"}
+MIGRATE_BASELINES = {"torch.save + torch.load": ("save_s", "load_s"),
+                     "torch.save + torch.load(mmap)": ("save_s", "load_mmap_s"),
+                     "torch.save + pre-started torch.load(mmap)": ("save_s", "load_prestarted_s"),
+                     "safetensors": ("safetensors_save_s", "safetensors_load_s")}
 
 
 @dataclass
@@ -81,33 +86,55 @@ class Case:
     pause: list[float] = field(default_factory=list)
     restore: list[float] = field(default_factory=list)
     migrate: list[float] = field(default_factory=list)
-    migrate_stream: list[float] = field(default_factory=list)
+    durable: list[float] = field(default_factory=list)
     save: list[float] = field(default_factory=list)
     load: list[float] = field(default_factory=list)
-    durable: list[float] = field(default_factory=list)
-    dcp_save: list[float] = field(default_factory=list)
+    load_mmap: list[float] = field(default_factory=list)
+    load_prestarted: list[float] = field(default_factory=list)
+    st_save: list[float] = field(default_factory=list)
+    st_load: list[float] = field(default_factory=list)
     dcp_async_block: list[float] = field(default_factory=list)
-    dcp_load: list[float] = field(default_factory=list)
     breakdown: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in BREAKDOWN})
     stored_bytes: int = 0
     baseline_bytes: int = 0
 
+    def timed(self) -> dict[str, list[float]]:
+        return {"pause_s": self.pause, "durable_s": self.durable, "restore_s": self.restore, "migrate_s": self.migrate,
+                "save_s": self.save, "load_s": self.load, "load_mmap_s": self.load_mmap,
+                "load_prestarted_s": self.load_prestarted, "safetensors_save_s": self.st_save,
+                "safetensors_load_s": self.st_load, "dcp_async_block_s": self.dcp_async_block}
+
     def to_dict(self) -> dict[str, Any]:
-        timed = {"pause_s": self.pause, "durable_s": self.durable, "restore_s": self.restore,
-                 "migrate_s": self.migrate, "migrate_stream_s": self.migrate_stream, "save_s": self.save, "load_s": self.load, "dcp_save_s": self.dcp_save,
-                 "dcp_async_block_s": self.dcp_async_block, "dcp_load_s": self.dcp_load}
+        m = {k: _median(v) for k, v in self.timed().items()}
+        baseline: dict[str, Any] = {k: m[k] for k in ("save_s", "load_s", "load_mmap_s", "load_prestarted_s",
+                                                       "safetensors_save_s", "safetensors_load_s")}
+        baseline["bytes"] = self.baseline_bytes
+        restore_name, restore_best = best({n: m[k] for n, k in RESTORE_BASELINES.items()})
+        migrate_name, migrate_best = best({n: m[a] + m[b] for n, (a, b) in MIGRATE_BASELINES.items()})
         return {
-            "state_mb": self.state_mb, "ranks": self.ranks, "pause_s": _median(self.pause),
-            "restore_s": _median(self.restore), "migrate_s": _median(self.migrate),
-            "migrate_stream_s": _median(self.migrate_stream), "stored_bytes": self.stored_bytes,
-            "baseline": {"save_s": _median(self.save), "load_s": _median(self.load), "bytes": self.baseline_bytes},
-            "durable_s": _median(self.durable),
-            "dcp": {"save_s": _median(self.dcp_save), "async_block_s": _median(self.dcp_async_block),
-                    "load_s": _median(self.dcp_load)},
+            "state_mb": self.state_mb, "ranks": self.ranks, "pause_s": m["pause_s"], "durable_s": m["durable_s"],
+            "restore_s": m["restore_s"], "migrate_s": m["migrate_s"], "stored_bytes": self.stored_bytes,
+            "baseline": baseline, "dcp": {"async_block_s": m["dcp_async_block_s"]},
+            "best_baseline": {"restore": restore_name, "restore_s": _round(restore_best),
+                              "migrate": migrate_name, "migrate_s": _round(migrate_best)},
+            "restore_x": _ratio(restore_best, m["restore_s"]), "migrate_x": _ratio(migrate_best, m["migrate_s"]),
             "restore_breakdown": {k: _median(v) for k, v in self.breakdown.items()},
             "repeats": len(self.pause),
-            "spread": {k: [_round(min(v)), _round(max(v))] for k, v in timed.items() if v},
+            "spread": {k: [_round(min(v)), _round(max(v))] for k, v in self.timed().items() if v},
         }
+
+
+def best(times: dict[str, float]) -> tuple[str, float]:
+    """The fastest measured baseline (0.0: not measured) and its time."""
+    measured = {k: v for k, v in times.items() if v > 0}
+    if not measured:
+        return "", 0.0
+    name = min(measured, key=lambda k: measured[k])
+    return name, measured[name]
+
+
+def _ratio(baseline: float, ours: float) -> float:
+    return round(baseline / ours, 2) if ours > 0 and baseline > 0 else 0.0
 
 
 def _round(value: float) -> float:
@@ -118,45 +145,56 @@ def _median(values: list[float]) -> float:
     return _round(statistics.median(values)) if values else 0.0
 
 
-def _node(name: str, home: Path, settings: CheckpointSettings, streams: StagedStreams | None = None) -> Node:
+def _node(name: str, home: Path, settings: CheckpointSettings, warm: bool,
+          streams: StagedStreams | None = None) -> Node:
     home.mkdir(parents=True, exist_ok=True)
     (home / "lease").touch()
     table = ProcessTable(name, home, home / "lease", 1e9)  # the bench keeps no lease: no fencing
+    if warm:
+        table.start_warm_runtime()
     return Node(table, AgentCheckpoints(name, table, home, settings, streams))
 
 
 class Runner:
-    def __init__(self, work: Path, chunk_size: int, fsync: bool) -> None:
+    """Nodes A (the job, its restores; warm), B (the baselines' loaders; cold) and C (the
+    migrations' target, streaming from A's AgentService; warm), on one host."""
+
+    def __init__(self, work: Path, chunk_size: int, fsync: bool, warm: bool) -> None:
         staging = default_staging_root("bench").parent / f"bench-{os.getpid()}"
         self.staging = staging
         self.settings = CheckpointSettings(store_dir=work / "chunks", chunk_size=chunk_size, staging_root=staging,
                                            fsync=fsync)
-        self.a = _node("bench-a", work / "a", self.settings)
-        self.b = _node("bench-b", work / "b", self.settings)
+        self.a = _node("bench-a", work / "a", self.settings, warm)
+        self.b = _node("bench-b", work / "b", self.settings, False)
         # Node C: staging of its own (so no hard links from A's), streaming from A's AgentService.
         token = secrets.token_hex(16)
         self.c_staging = staging.parent / f"bench-{os.getpid()}-c"
-        self.c = _node("bench-c", work / "c", replace(self.settings, staging_root=self.c_staging / "c"),
+        self.c = _node("bench-c", work / "c", replace(self.settings, staging_root=self.c_staging / "c"), warm,
                        StagedStreams(token))
         self.source = AgentServer(self.a.checkpoints, token)
         self.work = work
         self.epoch = 0
         self.launched_unix = 0.0
+        self.image = ""  # the case's latest complete image: the baselines' savers start from it
 
     def launch(self, node: Node, command: list[str], image: str = "", wait_s: float = 0.0,
-               source: str = "") -> tuple[LocalJob, float]:
+               source: str = "", job_id: str = "bench") -> LocalJob:
         self.epoch += 1
-        restore = node.checkpoints.restore_dir("bench", self.epoch) if image else None
-        started = time.perf_counter()
+        restore = node.checkpoints.restore_dir(job_id, self.epoch) if image else None
         self.launched_unix = time.time()
-        job = node.table.launch("bench", self.epoch, [0], command, str(Path.cwd()), {}, True, restore)
+        job = node.table.launch(job_id, self.epoch, [], command, str(Path.cwd()), {}, True, restore)
         if restore is not None:
             node.checkpoints.start_restore(restore, image, wait_s, source)
-        return job, started
+        return job
+
+    @staticmethod
+    async def warm(node: Node) -> None:
+        """The node's warm runtime has its imports done (as the pre-started loader has)."""
+        if node.table.warm is not None:
+            await asyncio.to_thread(node.table.warm.wait_ready, WARM_WAIT_S)
 
     async def pause(self, node: Node, job: LocalJob) -> ImageRecord:
-        image = image_of(job)
-        record = await node.checkpoints.checkpoint("bench", job.epoch, image, True, 300, False)
+        record = await node.checkpoints.checkpoint(job.job_id, job.epoch, f"img-bench-{job.epoch}", True, 300, False)
         assert record is not None
         return record
 
@@ -171,32 +209,37 @@ class Runner:
                 return record
             await asyncio.sleep(0.005)
 
-    async def migrate(self, job: LocalJob, target: Node, command: list[str], source: str = "") -> tuple[float, str]:
-        """A migration from A with a warm target: the target's process starts (imports,
-        builds its model) while A's ranks copy their state, and takes it as soon as it is
-        there (hard links on one host, or streamed from `source`), the durable write going
-        on meanwhile. Its seconds to the first step on the target, and the image."""
+    async def migrate(self, job: LocalJob, command: list[str]) -> float:
+        """A migration from A to C: the pause; once A's ranks are gone, C's job launched into
+        C's warm runtime, streaming the staged copy from A while A writes it. Its seconds to
+        the first step on C."""
+        await self.warm(self.c)
         started = time.perf_counter()
-        moved, _ = self.launch(target, command, image_of(job), wait_s=STEP_TIMEOUT_S, source=source)
         record = await self.pause(self.a, job)
-        await first_step(moved, record.step)
+        moved = self.launch(self.c, command, record.image_id, wait_s=STEP_TIMEOUT_S, source=self.source.address)
+        await self.first_step(moved, record.step)
         seconds = time.perf_counter() - started
         await self.written(self.a, record.image_id)
-        target.table.stop("bench", moved.epoch, "measured", 5)
-        return seconds, record.image_id
+        self.c.table.stop("bench", moved.epoch, "measured", 5)
+        return seconds
+
+    @staticmethod
+    async def first_step(job: LocalJob, after: int) -> int:
+        return await first_step(job, after)
+
+    @staticmethod
+    async def gone(job: LocalJob) -> None:
+        await wait_gone(job)
 
     def close(self) -> None:
         self.source.stop()
         for node in (self.a, self.b, self.c):
             node.table.stop_all("bench done", 5)
+            if node.table.warm is not None:
+                node.table.warm.close()
             node.checkpoints.close()
         shutil.rmtree(self.staging, ignore_errors=True)
         shutil.rmtree(self.c_staging, ignore_errors=True)
-
-
-def image_of(job: LocalJob) -> str:
-    """The image id the bench pauses a launch into: known before the pause (a warm target's)."""
-    return f"img-bench-{job.epoch}"
 
 
 async def first_step(job: LocalJob, after: int) -> int:
@@ -233,57 +276,42 @@ def _state(pid: int) -> str:
         return "Z"
 
 
-async def run_case(case: Case, repeats: int, chunk_size: int, base: Path, fsync: bool) -> None:
+async def run_case(case: Case, repeats: int, chunk_size: int, base: Path, fsync: bool, warm: bool = True) -> None:
     work = Path(tempfile.mkdtemp(prefix="rota-bench-ckpt-", dir=base))
-    runner = Runner(work, chunk_size, fsync)
+    runner = Runner(work, chunk_size, fsync, warm)
     command = [sys.executable, "-m", "rota.bench.checkpoint_job", "--state-mb", str(case.state_mb),
                "--ranks", str(case.ranks), *(["--fsync"] if fsync else [])]
     try:
         for repeat in range(repeats):
-            job, _ = runner.launch(runner.a, command)
-            step = await first_step(job, 0)
-            started = time.perf_counter()
-            record = await runner.pause(runner.a, job)
-            case.pause.append(record.pause_s)
-            written = await runner.written(runner.a, record.image_id)
-            case.durable.append(time.perf_counter() - started)
-            if repeat == 0:
-                case.stored_bytes = written.written_bytes  # an empty store: ranks deduplicated only
-            job, started = runner.launch(runner.a, command, record.image_id)
-            launched = runner.launched_unix
-            report = await first_report(job, record.step)
-            case.restore.append(time.perf_counter() - started)
-            step = int(report["step"])
-            add_breakdown(case, report, launched)
-            seconds, image = await runner.migrate(job, runner.b, command)
-            case.migrate.append(seconds)
-            # The same to node C, streamed node to node, from a job on A again.
-            job, _ = runner.launch(runner.a, command, image)
-            await first_step(job, 0)
-            seconds, _ = await runner.migrate(job, runner.c, command, source=runner.source.address)
-            case.migrate_stream.append(seconds)
-            await baseline(runner, case, command, step)
-            await dcp_baseline(runner, case, command, fsync)
+            await rota_arms(runner, case, command, first=repeat == 0)
+            await torch_baselines(runner, case, command)
+            await safetensors_baseline(runner, case, command)
+            await dcp_baseline(runner, case, command)
     finally:
         runner.close()
         shutil.rmtree(work, ignore_errors=True)
 
 
-async def baseline(runner: Runner, case: Case, command: list[str], after: int) -> None:
-    path = runner.work / "state.pt"
-    job, _ = runner.launch(runner.a, [*command, "--save", str(path)])
+async def rota_arms(runner: Runner, case: Case, command: list[str], first: bool) -> None:
+    """Pause and durable write, a restore on A, a migration from A to C."""
+    job = runner.launch(runner.a, command)
     await first_step(job, 0)
     started = time.perf_counter()
-    Path(f"{path}.go").touch()
-    await wait_gone(job)
-    case.save.append(time.perf_counter() - started)
-    case.baseline_bytes = path.stat().st_size
-    job, started = runner.launch(runner.b, [*command, "--load", str(path)])
-    await first_step(job, 0)
-    case.load.append(time.perf_counter() - started)
-    runner.b.table.stop("bench", job.epoch, "measured", 5)
-    path.unlink()
-    Path(f"{path}.go").unlink()
+    record = await runner.pause(runner.a, job)
+    case.pause.append(record.pause_s)
+    written = await runner.written(runner.a, record.image_id)
+    case.durable.append(time.perf_counter() - started)
+    runner.image = record.image_id
+    if first:
+        case.stored_bytes = written.written_bytes  # an empty store: ranks deduplicated only
+    await runner.warm(runner.a)
+    started = time.perf_counter()
+    job = runner.launch(runner.a, command, record.image_id)
+    launched = runner.launched_unix
+    report = await first_report(job, record.step)
+    case.restore.append(time.perf_counter() - started)
+    add_breakdown(case, report, launched)
+    case.migrate.append(await runner.migrate(job, command))
 
 
 def add_breakdown(case: Case, report: dict[str, Any], launched_unix: float) -> None:
@@ -293,31 +321,6 @@ def add_breakdown(case: Case, report: dict[str, Any], launched_unix: float) -> N
         return
     for name, (a, b) in zip(BREAKDOWN, zip(marks, marks[1:], strict=False), strict=True):
         case.breakdown[name].append(max(0.0, b - a))
-
-
-async def dcp_baseline(runner: Runner, case: Case, command: list[str], fsync: bool) -> None:
-    """torch.distributed.checkpoint of the same state on the same ranks: dcp.save (to
-    every rank gone, as save_s), dcp.async_save's blocking time, dcp.load (as load_s)."""
-    for mode in ("--dcp-save", "--dcp-async"):
-        path = runner.work / f"dcp{mode}"
-        job, _ = runner.launch(runner.a, [*command, mode, str(path)])
-        await first_step(job, 0)
-        started = time.perf_counter()
-        Path(f"{path}.go").touch()
-        await wait_gone(job)
-        if mode == "--dcp-save":
-            case.dcp_save.append(time.perf_counter() - started)
-        else:
-            case.dcp_async_block.append(float(Path(f"{path}.block").read_text()))
-    job, started = runner.launch(runner.b, [*command, "--dcp-load", str(runner.work / "dcp--dcp-async")])
-    await first_step(job, 0)
-    case.dcp_load.append(time.perf_counter() - started)
-    runner.b.table.stop("bench", job.epoch, "measured", 5)
-    for mode in ("--dcp-save", "--dcp-async"):
-        path = runner.work / f"dcp{mode}"
-        shutil.rmtree(path, ignore_errors=True)
-        for suffix in (".go", ".block"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 def available_bytes() -> int:
@@ -333,32 +336,32 @@ def fits(state_mb: float, ranks: int) -> bool:
 
 
 def render(cases: list[dict[str, Any]]) -> str:
-    """Medians with [min-max] beside each; x: the baseline's time over ours (higher is better)."""
+    """Medians with [min-max] beside each; x: the best baseline's time over ours (higher is better)."""
     def t(c: dict[str, Any], key: str, value: float) -> str:
         lo, hi = c.get("spread", {}).get(key, [value, value])
         return f"{value:.3f}s [{lo:.3f}-{hi:.3f}]"
 
-    head = ("STATE", "RANKS", "PAUSE", "DCP.ASYNC", "x", "DURABLE", "SAVE", "x", "DCP.SAVE", "x", "RESTORE", "LOAD", "x",
-            "DCP.LOAD", "x", "MIGRATE", "SAVE+LOAD", "x", "STREAMED", "x", "STORED", "TORCH.SAVE")
+    head = ("STATE", "RANKS", "PAUSE", "DCP.ASYNC", "DURABLE", "TORCH.SAVE", "RESTORE", "LOAD", "LOAD.MMAP",
+            "LOAD.PRE", "ST.LOAD", "x", "MIGRATE", "BEST SAVE+LOAD", "x", "STORED", "FILE")
     rows = []
     for c in cases:
-        b, d = c["baseline"], c["dcp"]
-        both = b["save_s"] + b["load_s"]
+        b, bb = c["baseline"], c["best_baseline"]
         rows.append((
             f"{c['state_mb']:g} MB", c["ranks"], t(c, "pause_s", c["pause_s"]),
-            t(c, "dcp_async_block_s", d["async_block_s"]), _x(d["async_block_s"], c["pause_s"]),
-            t(c, "durable_s", c["durable_s"]), t(c, "save_s", b["save_s"]), _x(b["save_s"], c["durable_s"]),
-            t(c, "dcp_save_s", d["save_s"]), _x(d["save_s"], c["durable_s"]),
-            t(c, "restore_s", c["restore_s"]), t(c, "load_s", b["load_s"]), _x(b["load_s"], c["restore_s"]),
-            t(c, "dcp_load_s", d["load_s"]), _x(d["load_s"], c["restore_s"]),
-            t(c, "migrate_s", c["migrate_s"]), f"{both:.3f}s", _x(both, c["migrate_s"]),
-            t(c, "migrate_stream_s", c.get("migrate_stream_s", 0.0)), _x(both, c.get("migrate_stream_s", 0.0)),
+            t(c, "dcp_async_block_s", c["dcp"]["async_block_s"]), t(c, "durable_s", c["durable_s"]),
+            t(c, "save_s", b["save_s"]), t(c, "restore_s", c["restore_s"]), t(c, "load_s", b["load_s"]),
+            t(c, "load_mmap_s", b["load_mmap_s"]), t(c, "load_prestarted_s", b["load_prestarted_s"]),
+            t(c, "safetensors_load_s", b["safetensors_load_s"]), f"{c['restore_x']:.2f}",
+            t(c, "migrate_s", c["migrate_s"]), f"{bb['migrate_s']:.3f}s", f"{c['migrate_x']:.2f}",
             f"{c['stored_bytes'] / MIB:.1f} MiB", f"{b['bytes'] / MIB:.1f} MiB",
         ))
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
     lines = ["  ".join(str(x).rjust(w) for x, w in zip(r, widths, strict=True)) for r in (head, *rows)]
-    lines.append("(medians [min-max] over the repeats; x: the baseline's time over ours, higher is better: "
-                 "PAUSE against dcp.async_save's blocking, DURABLE against torch.save and dcp.save)")
+    lines.append("(medians [min-max] over the repeats; x: the best baseline's time over ours, higher is better: "
+                 "RESTORE against the fastest loader, MIGRATE against the fastest save + load)")
+    lines.append("best baselines: " + "; ".join(
+        f"{c['state_mb']:g} MB x {c['ranks']}: restore {c['best_baseline']['restore']}, "
+        f"migrate {c['best_baseline']['migrate']}" for c in cases))
     lines.append("restore breakdown (medians): " + "; ".join(
         f"{c['state_mb']:g} MB x {c['ranks']}: " + ", ".join(
             f"{k.removesuffix('_s').replace('_', ' ')} {v:.3f}s" for k, v in c["restore_breakdown"].items())
@@ -366,25 +369,39 @@ def render(cases: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _x(baseline: float, ours: float) -> str:
-    return f"{baseline / ours:.1f}" if ours > 0 else "-"
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="rota bench checkpoint", description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--json", action="store_true", help="print the cases as JSON")
-    p.add_argument("--quick", action="store_true", help="a small state, one repeat (CI)")
-    p.add_argument("--sizes", default=None, help="state sizes in MB, comma-separated (default 50,500,2048)")
+    p.add_argument("--quick", action="store_true", help="an 8 MB state, one rank count's repeat (CI)")
+    p.add_argument("--sizes", default=None, help="state sizes in MB, comma-separated (default 500,2048)")
     p.add_argument("--ranks", default="1,4", help="data-parallel ranks, comma-separated (default 1,4)")
     p.add_argument("--repeats", type=int, default=None,
-                   help="repeats per case (default 5, 3 from 2 GB up: medians with their min and max)")
+                   help=f"repeats per case (default {REPEATS}, --quick 1): medians with their min and max")
     p.add_argument("--chunk-mb", type=float, default=DEFAULT_CHUNK_SIZE / MIB)
-    p.add_argument("--dir", default=None, help="where the store and the baseline's file go (default: a temp dir)")
+    p.add_argument("--dir", default=None, help="where the store and the baselines' files go (default: a temp dir)")
     p.add_argument("--fsync", action="store_true",
-                   help="sync to disk on both sides (the store's fsync, os.fsync after torch.save); default: neither")
+                   help="sync to disk on both sides (the store's fsync, os.fsync after each baseline's save)")
+    p.add_argument("--cold", action="store_true", help="no warm runtime: Rota's jobs start cold, as the baselines'")
     p.add_argument("--chunk-sweep", action="store_true", help="measure chunk sizes instead (rota.bench.checkpoint_chunks)")
     p.add_argument("--gpu", action="store_true", help="a CUDA model's state instead (rota.bench.checkpoint_gpu)")
     return p.parse_args(argv)
+
+
+def cases_of(args: argparse.Namespace) -> list[Case]:
+    try:
+        sizes = QUICK_SIZES if args.quick and not args.sizes else tuple(
+            float(s) for s in (args.sizes or ",".join(f"{x:g}" for x in FULL_SIZES)).split(","))
+    except ValueError:
+        raise SystemExit(f"--sizes: not a list of numbers: {args.sizes!r}") from None
+    try:
+        ranks = tuple(int(r) for r in args.ranks.split(","))
+    except ValueError:
+        raise SystemExit(f"--ranks: not a list of integers: {args.ranks!r}") from None
+    if args.repeats is not None and args.repeats < 1:
+        raise SystemExit("--repeats: must be at least 1")
+    if any(s <= 0 for s in sizes) or any(r < 1 for r in ranks):
+        raise SystemExit("--sizes and --ranks: must be positive")
+    return [Case(size, r) for size in sizes for r in ranks]
 
 
 def main(argv: list[str]) -> int:
@@ -397,27 +414,31 @@ def main(argv: list[str]) -> int:
         from rota.bench.checkpoint_chunks import main as sweep
 
         return sweep(json_out=args.json)
-    sizes = QUICK_SIZES if args.quick and not args.sizes else tuple(float(s) for s in (args.sizes or "50,500,2048").split(","))
-    ranks = tuple(int(r) for r in args.ranks.split(","))
-    if args.repeats is not None and args.repeats < 1:
-        raise SystemExit("--repeats: must be at least 1")
+    # A stopped bench (timeout, Ctrl-C) still stops its jobs and warm runtimes (Runner.close).
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
+    began = time.perf_counter()
     base = Path(args.dir) if args.dir else Path(tempfile.gettempdir())
     base.mkdir(parents=True, exist_ok=True)
+    repeats = args.repeats or (1 if args.quick else REPEATS)
     out: list[dict[str, Any]] = []
-    for size in sizes:
-        for r in ranks:
-            if not fits(size, r):
-                print(f"skipped {size:g} MB x {r} ranks: needs about {r * size * 2.3 / 1024:.1f} GiB of memory, "
-                      f"{available_bytes() / (1 << 30):.1f} GiB available", file=sys.stderr)
-                continue
-            case = Case(size, r)
-            repeats = 1 if args.quick else args.repeats or (3 if size >= 2048 else 5)
-            asyncio.run(run_case(case, repeats, int(args.chunk_mb * MIB), base, args.fsync))
-            out.append(case.to_dict())
-            if not args.json:
-                print(f"done: {size:g} MB x {r} ranks", file=sys.stderr, flush=True)
+    for case in cases_of(args):
+        if not fits(case.state_mb, case.ranks):
+            print(f"skipped {case.state_mb:g} MB x {case.ranks} ranks: needs about "
+                  f"{case.ranks * case.state_mb * 2.3 / 1024:.1f} GiB of memory, "
+                  f"{available_bytes() / (1 << 30):.1f} GiB available", file=sys.stderr)
+            continue
+        asyncio.run(run_case(case, repeats, int(args.chunk_mb * MIB), base, args.fsync, warm=not args.cold))
+        out.append(case.to_dict())
+        # The case's figures as soon as it is done: a run stopped later keeps them.
+        print(f"done: {case.state_mb:g} MB x {case.ranks} ranks ({time.perf_counter() - began:.0f} s): "
+              f"{json.dumps(out[-1])}", file=sys.stderr, flush=True)
+    wall = round(time.perf_counter() - began, 1)
+    policy = {"page_cache": "warm: every file read right after it was written, on both sides", "fsync": args.fsync,
+              "warm_runtime": not args.cold}
     if args.json:
-        print(json.dumps({"cases": out}, indent=2))
+        print(json.dumps({"cases": out, "wall_s": wall, "repeats": repeats, "policy": policy}, indent=2))
     else:
         print(render(out))
+        print(f"wall: {wall:.0f} s; page cache: {policy['page_cache']}; fsync: {'both' if args.fsync else 'neither'}; "
+              f"warm runtime: {'on (A, C)' if not args.cold else 'off'}")
     return 0

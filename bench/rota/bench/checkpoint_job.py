@@ -3,14 +3,22 @@ one or more data-parallel ranks (gloo), checkpointed through rota.runtime, or sa
 loaded with plain torch.save / torch.load as the baseline.
 
     python -m rota.bench.checkpoint_job --state-mb 500 --ranks 4 [--save PATH | --load PATH]
+        [--load-mmap PATH] [--st-save PATH | --st-load PATH] [--dcp-async PATH] [--wait-for FILE]
 
 Each step changes one small slice of the state and reports `step` (rank 0), so the bench
 sees "first step done" in the progress file. `--save PATH` waits for the file PATH.go,
 then rank 0 writes the state with torch.save (the others wait, as data-parallel
-frameworks do) and all exit; `--load PATH` starts from torch.load instead of an image.
-`--dcp-save PATH` / `--dcp-async PATH` / `--dcp-load PATH` do the same with
-torch.distributed.checkpoint (every rank takes part; replicated tensors are written once);
-an async save writes how long it blocked the ranks (the slowest) to PATH.block.
+frameworks do) and all exit; `--load PATH` starts from torch.load instead of an image,
+`--load-mmap PATH` from torch.load(mmap=True) with the tensors assigned in place (no copy).
+`--st-save PATH` / `--st-load PATH` do the same with safetensors (rank 0 writes one flat
+file; a load assigns the tensors). `--dcp-save PATH` / `--dcp-async PATH` / `--dcp-load
+PATH` use torch.distributed.checkpoint (every rank takes part; replicated tensors are
+written once); an async save writes how long it blocked the ranks (the slowest) to PATH.block.
+`--wait-for FILE`: a pre-started loader: the interpreter up and its imports done, it writes
+FILE.ready and waits for FILE before it starts its ranks and loads.
+
+The ranks are forked from the job's process after its imports (both sides alike), so a
+job started by a warm runtime (rota.agent.warm_runtime) starts its ranks warm too.
 
 A restored job's first report carries where its restore's time went (unix times): the
 process start (`t_start`: before its imports), `t_restore` (restore() called), `t_ready`
@@ -21,6 +29,8 @@ is the first step done.
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import os
 import socket
 import sys
@@ -32,12 +42,15 @@ T_START = time.time()  # before the imports: a restore's breakdown starts here
 
 import torch  # noqa: E402 - timed from the process start
 import torch.distributed as dist  # noqa: E402
-import torch.distributed.checkpoint as dcp  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # noqa: E402
 
 import rota.runtime  # noqa: E402
+from rota.agent.warm_runtime import DEFAULT_PRELOAD  # noqa: E402
+
+# DCP and safetensors are imported where a mode uses them: every other launch (Rota's
+# restores and the torch.load baselines alike) pays only for the imports above, which a
+# warm runtime (rota.agent.warm_runtime) and the pre-started loader have done already.
 
 TENSOR_MB = 64  # the parameters come as tensors of at most this size, like a model's layers
 
@@ -49,6 +62,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--save", type=Path, default=None)
     p.add_argument("--load", type=Path, default=None)
+    p.add_argument("--load-mmap", type=Path, default=None, help="start from torch.load(PATH, mmap=True), assigned")
+    p.add_argument("--st-save", type=Path, default=None, help="safetensors: save_file at PATH.go")
+    p.add_argument("--st-load", type=Path, default=None, help="start from safetensors' load_file of PATH")
+    p.add_argument("--wait-for", type=Path, default=None, help="pre-started: write FILE.ready, wait for FILE")
     p.add_argument("--dcp-save", type=Path, default=None, help="torch.distributed.checkpoint: dcp.save at PATH.go")
     p.add_argument("--dcp-async", type=Path, default=None, help="dcp.async_save at PATH.go (its blocking time: PATH.block)")
     p.add_argument("--dcp-load", type=Path, default=None, help="start from dcp.load of PATH")
@@ -72,11 +89,12 @@ def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
     torch.set_num_threads(1)
     if args.ranks > 1:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.ranks)
-    restoring = bool(os.environ.get("ROTA_RESTORE_DIR")) or args.load is not None or args.dcp_load is not None
+    loads = (args.load, args.load_mmap, args.st_load, args.dcp_load)
+    restoring = bool(os.environ.get("ROTA_RESTORE_DIR")) or any(x is not None for x in loads)
     params = make_params(args.state_mb, fill=not restoring, seed=args.seed)
     opt = torch.optim.Adam(params, lr=1e-3, foreach=False)
     timings: dict[str, float] = {}
-    start = _load_framework_checkpoint(args, params, opt)
+    params, opt, start = _load_framework_checkpoint(args, params, opt)
     ckpt = rota.runtime.Checkpointer(params=params, optimizer=opt, replicated=("params", "optimizer"))
     if os.environ.get("ROTA_RESTORE_DIR"):
         timings = {"t_start": T_START, "t_restore": time.time()}
@@ -102,24 +120,63 @@ def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
         time.sleep(0.01)
 
 
-def _load_framework_checkpoint(args: argparse.Namespace, params: nn.ParameterList,
-                               opt: torch.optim.Optimizer) -> int:
-    """The state from --load (torch.save) or --dcp-load (DCP), if given; the step to go on from."""
-    if args.load is not None:
-        saved = torch.load(args.load)
-        params.load_state_dict(saved["params"])
+def _load_framework_checkpoint(args: argparse.Namespace, params: nn.ParameterList, opt: torch.optim.Adam,
+                               ) -> tuple[nn.ParameterList, torch.optim.Adam, int]:
+    """The state from a framework checkpoint, if one is given; the step to go on from."""
+    if args.load is not None or args.load_mmap is not None:
+        mapped = args.load_mmap is not None
+        saved = torch.load(args.load_mmap if mapped else args.load, mmap=mapped)
+        params.load_state_dict(saved["params"], assign=mapped)  # mapped: the file's pages, no copy
+        opt = torch.optim.Adam(params, lr=1e-3, foreach=False)  # over the assigned parameters
         opt.load_state_dict(saved["optimizer"])
-        return int(saved["step"])
+        return params, opt, int(saved["step"])
+    if args.st_load is not None:
+        return _load_safetensors(args.st_load, params)
     if args.dcp_load is not None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
         model_state, optim_state = get_state_dict(params, opt)  # fills Adam's moments to load into
         both: dict[str, Any] = {"params": model_state, "optimizer": optim_state, "step": 0}
         dcp.load(both, checkpoint_id=str(args.dcp_load))
         set_state_dict(params, opt, model_state_dict=both["params"], optim_state_dict=both["optimizer"])
-        return int(both["step"])
-    return 0
+        return params, opt, int(both["step"])
+    return params, opt, 0
 
 
-def _save_if_asked(args: argparse.Namespace, rank: int, params: nn.ParameterList, opt: torch.optim.Optimizer,
+def _save_safetensors(params: nn.ParameterList, opt: torch.optim.Adam, step: int, path: Path) -> None:
+    """One flat file: the parameters, Adam's moments and step counts; the groups as metadata."""
+    from safetensors.torch import save_file
+
+    state = opt.state_dict()
+    flat = {f"params.{k}": v.detach() for k, v in params.state_dict().items()}
+    for index, entry in state["state"].items():
+        flat |= {f"state.{index}.{name}": value.reshape(-1) if name == "step" else value
+                 for name, value in entry.items()}
+    meta = {"param_groups": json.dumps(state["param_groups"]), "step": str(step)}
+    save_file(flat, str(path), metadata=meta)
+
+
+def _load_safetensors(path: Path, params: nn.ParameterList) -> tuple[nn.ParameterList, torch.optim.Adam, int]:
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    flat = load_file(str(path))
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata()
+    params.load_state_dict({k.removeprefix("params."): v for k, v in flat.items() if k.startswith("params.")},
+                           assign=True)
+    opt = torch.optim.Adam(params, lr=1e-3, foreach=False)
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in flat.items():
+        if key.startswith("state."):
+            _, index, name = key.split(".", 2)
+            state.setdefault(int(index), {})[name] = value.reshape(()) if name == "step" else value
+    opt.load_state_dict({"state": state, "param_groups": json.loads(meta["param_groups"])})
+    return params, opt, int(meta["step"])
+
+
+def _save_if_asked(args: argparse.Namespace, rank: int, params: nn.ParameterList, opt: torch.optim.Adam,
                    step: int) -> None:
     """When the bench's `.go` file appears: the framework checkpoint a user would take, then exit."""
     dcp_path = args.dcp_save or args.dcp_async
@@ -127,11 +184,15 @@ def _save_if_asked(args: argparse.Namespace, rank: int, params: nn.ParameterList
         save_dcp(params, opt, step, dcp_path, asynchronous=args.dcp_async is not None, fsync=args.fsync,
                  rank=rank, ranks=args.ranks)
         os._exit(0)
-    if args.save is not None and _agreed(Path(f"{args.save}.go").exists(), args.ranks):
+    path = args.save or args.st_save
+    if path is not None and _agreed(Path(f"{path}.go").exists(), args.ranks):
         if rank == 0:
-            torch.save({"params": params.state_dict(), "optimizer": opt.state_dict(), "step": step}, args.save)
+            if args.save is not None:
+                torch.save({"params": params.state_dict(), "optimizer": opt.state_dict(), "step": step}, path)
+            else:
+                _save_safetensors(params, opt, step, path)
             if args.fsync:
-                with open(args.save, "rb") as f:
+                with open(path, "rb") as f:
                     os.fsync(f.fileno())
         if args.ranks > 1:
             dist.barrier()
@@ -142,6 +203,9 @@ def save_dcp(params: nn.ParameterList, opt: torch.optim.Optimizer, step: int, pa
              fsync: bool, rank: int, ranks: int) -> None:
     """The framework checkpoint a user would pick instead: every rank calls dcp.save (or
     async_save, whose blocking time is what the job pays) of the same state."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
     model_state, optim_state = get_state_dict(params, opt)
     both = {"params": model_state, "optimizer": optim_state, "step": step}
     if asynchronous:
@@ -179,11 +243,23 @@ def free_port() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.wait_for is not None:
+        wait_for(args.wait_for)
     if args.ranks == 1:
         rank_main(0, args, 0)
-    else:
-        mp.spawn(rank_main, args=(args, free_port()), nprocs=args.ranks, join=True)
+    else:  # forked after the imports, which the ranks share
+        mp.start_processes(rank_main, args=(args, free_port()), nprocs=args.ranks, join=True, start_method="fork")
     return 0
+
+
+def wait_for(path: Path) -> None:
+    """A pre-started loader: up, with what a warm runtime imports ahead (no less, so the two
+    start level), waiting for the file it will load."""
+    for module in DEFAULT_PRELOAD:
+        importlib.import_module(module)
+    Path(f"{path}.ready").touch()
+    while not path.exists():
+        time.sleep(0.002)
 
 
 if __name__ == "__main__":

@@ -101,6 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rota: cannot start {args.command[0]!r}: {exc}", file=sys.stderr, flush=True)
         write_exit(args.exit_file, 127, str(exc))
         return 127
+    return supervise(args, pid)
+
+
+def supervise(args: Args, pid: int) -> int:
+    """Waits for the job `pid` (a child of this process), fencing it when the lease lapses,
+    and records its exit. Also what a warm runtime runs once it forked the job
+    (rota.agent.warm_runtime)."""
     wait = _exit_waiter(pid)
     poll_s = max(0.05, min(POLL_S, POLL_FRACTION * args.lease_timeout))
     while (code := wait(poll_s)) is None:

@@ -245,7 +245,24 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", default=None, help="state folder (default: ROTA_HOME/agents/NAME)")
     parser.add_argument("--metrics-listen", default=None,
                         help="host:port for Prometheus /metrics (default: ROTA_METRICS_LISTEN; none if empty)")
+    parser.add_argument("--warm-runtime", action="store_true", default=os.environ.get("ROTA_AGENT_WARM_RUNTIME") == "1",
+                        help="keep a pre-started interpreter with torch imported for the next job "
+                             "(rota.agent.warm_runtime; default: ROTA_AGENT_WARM_RUNTIME=1)")
     declared.add_arguments(parser)
+
+
+def process_table(args: argparse.Namespace, home: Path, lease_timeout_s: float,
+                  cgroups: cgroups_module.NodeCgroups | str) -> ProcessTable:
+    """The node's jobs, adopted from a previous agent (fenced if its lease lapsed meanwhile)."""
+    table = ProcessTable(args.name, home, home / "lease", lease_timeout_s, cgroups=cgroups)
+    lapsed = table.lease_expired()
+    table.lease_file.touch()
+    table.adopt(fence=lapsed)
+    if not isinstance(table.cgroups, str):  # what a previous agent process left behind
+        table.cgroups.sweep({f"{j.job_id}-{j.epoch}" for j in table.jobs.values() if j.cgroup is not None})
+    if getattr(args, "warm_runtime", False):
+        table.start_warm_runtime()
+    return table
 
 
 async def serve(settings: Settings, args: argparse.Namespace) -> None:
@@ -265,13 +282,8 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
     devices = discover(args.name, args.gpus, gpu_type)
     # A job fences itself strictly before the control plane can call its node dead and
     # start it elsewhere, so a frozen or partitioned node never leaves two running copies.
-    table = ProcessTable(args.name, home, home / "lease", LEASE_FRACTION * settings.node_timeout_s,
-                         cgroups=_cgroups(cgroups_module.agent_name(args.name, str(home.resolve())), settings))
-    lapsed = table.lease_expired()
-    table.lease_file.touch()
-    table.adopt(fence=lapsed)
-    if not isinstance(table.cgroups, str):  # what a previous agent process left behind
-        table.cgroups.sweep({f"{j.job_id}-{j.epoch}" for j in table.jobs.values() if j.cgroup is not None})
+    table = process_table(args, home, LEASE_FRACTION * settings.node_timeout_s,
+                          _cgroups(cgroups_module.agent_name(args.name, str(home.resolve())), settings))
     streams = StagedStreams(settings.admin_token, tls_files(settings), settings.checkpoint.streams)
     checkpoints = AgentCheckpoints(args.name, table, home, settings.checkpoint, streams)
     checkpoints.adopt()
@@ -300,6 +312,8 @@ async def serve(settings: Settings, args: argparse.Namespace) -> None:
             await asyncio.to_thread(table.remove_cgroups)
         await heartbeats.close()
         checkpoints.close()
+        if table.warm is not None:
+            table.warm.close()
         shutdown_tracing()
 
     await run_server(

@@ -20,6 +20,7 @@ from rota.agent import cgroups as cgroups_module
 from rota.agent import launcher as launcher_module
 from rota.agent import rankgroup as rankgroup_module
 from rota.agent import replicaset as replicaset_module
+from rota.agent.warm_runtime import WarmPool
 from rota.core.errors import FailedPrecondition
 from rota.core.quantities import format_limit
 
@@ -147,6 +148,14 @@ class ProcessTable:
         self.jobs: dict[str, LocalJob] = {}
         self.max_epoch = 0
         (home / "jobs").mkdir(parents=True, exist_ok=True)
+        self.warm: WarmPool | None = None  # a pre-started interpreter handed the next job
+
+    def start_warm_runtime(self) -> WarmPool:
+        """Keeps a warm runtime ready for the next job (rota.agent.warm_runtime)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
+        self.warm = WarmPool(env)
+        self.warm.start()
+        return self.warm
 
     # 1. Adoption after a restart.
     def lease_expired(self) -> bool:
@@ -216,11 +225,16 @@ class ProcessTable:
         if refusal:  # never started: the exit says so, as a launcher's would
             launcher_module.write_exit(str(folder / "exit"), launcher_module.CGROUP_EXIT, "refused")
             launcher = ["true"]
-        with (folder / "log").open("ab") as log:
-            popen = subprocess.Popen(
-                launcher, cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            )
+        # The warm runtime takes plain jobs; a gang, replicas or a job in its own cgroup start cold.
+        warm = self.warm is not None and gang is None and not replicas and cgroup is None and not refusal
+        popen = self.warm.launch(launcher[len(LAUNCHER):], command, full_env, cwd, folder / "log") \
+            if warm and self.warm is not None else None
+        if popen is None:
+            with (folder / "log").open("ab") as log:
+                popen = subprocess.Popen(
+                    launcher, cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                )
         job = LocalJob(job_id, epoch, gpus, popen.pid, folder, popen, started_at=time.monotonic(), replicas=replicas,
                        guest_of=guest_of, stopped_reason=refusal, cgroup=cgroup, time_limit_s=time_limit_s,
                        started_wall=time.time())
