@@ -121,8 +121,28 @@ class _Injector:
             self.throttle.close()
 
 
+def _follow(proc: subprocess.Popen[bytes], tail: _Tail, inject: _Injector,
+            on_line: Callable[[float, dict[str, Any]], None] | None, deadline: float) -> None:
+    """Reads the job's lines as they come, injecting the fault, until the job ends (or a
+    killed stage's silence has been watched long enough)."""
+    while True:
+        now = time.monotonic()
+        for line in tail.read():
+            inject.rec.lines.append((now, line))
+            if on_line is not None:
+                on_line(now, line)
+            if "iteration" in line:
+                inject.on_iteration(int(line["iteration"]), now)
+        if proc.poll() is not None or inject.done(now):
+            inject.rec.end_s = now
+            return
+        if now > deadline:
+            raise TimeoutError("the job ran past its time limit")
+        time.sleep(0.02)
+
+
 def run_job(fault: RealFault, *, seed: int, iterations: int, fraction: float = 1.0,
-            layers: str = "2,2,2,2", timeout_s: float = 600,
+            layers: str = "2,2,2,2", timeout_s: float = 1500,
             on_line: Callable[[float, dict[str, Any]], None] | None = None,
             on_start: Callable[[Path], None] | None = None) -> Recording:
     """One real run of the job under `fault`; every cgroup made is removed, every process ended."""
@@ -138,27 +158,11 @@ def run_job(fault: RealFault, *, seed: int, iterations: int, fraction: float = 1
         proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         if on_start is not None:
             on_start(work)  # where the stages write their pids
-        inject = _Injector(fault, work, fraction, f"{os.getpid()}-{seed}-{fault.kind}", rec)
-        tail = _Tail(work / "iterations.jsonl")
-        deadline = time.monotonic() + timeout_s
+        inject = _Injector(fault, work, fraction, f"{os.getpid()}-{seed}-{fault.kind}-{layers.replace(',', '')}", rec)
         try:
-            while True:
-                now = time.monotonic()
-                for line in tail.read():
-                    rec.lines.append((now, line))
-                    if on_line is not None:
-                        on_line(now, line)
-                    if "iteration" in line:
-                        inject.on_iteration(int(line["iteration"]), now)
-                if proc.poll() is not None or inject.done(now):
-                    break
-                if now > deadline:
-                    raise TimeoutError(f"the job ran past {timeout_s}s; see {log.name}")
-                time.sleep(0.02)
-            rec.end_s = time.monotonic()
-            if proc.returncode not in (None, 0):
-                if fault.kind != "stop":
-                    raise RuntimeError(f"the job failed ({proc.returncode}): {(work / 'job.log').read_text()[-2000:]}")
+            _follow(proc, _Tail(work / "iterations.jsonl"), inject, on_line, time.monotonic() + timeout_s)
+            if proc.returncode not in (None, 0) and fault.kind != "stop":
+                raise RuntimeError(f"the job failed ({proc.returncode}): {(work / 'job.log').read_text()[-2000:]}")
         finally:
             inject.close()
             if proc.poll() is None:
@@ -180,14 +184,14 @@ def busy_ratio(rec: Recording, rank: int, first: int, last: int) -> float:
     return statistics.median(out) if out else float("nan")
 
 
-def calibrate(factors: tuple[float, ...], *, rank: int = 1, fractions: tuple[float, ...] = (0.7, 0.5, 0.35),
+def calibrate(factors: tuple[float, ...], *, rank: int = 1, fractions: tuple[float, ...] = (0.5, 0.35, 0.25),
               block: int = 12, log: Callable[[str], None] = print) -> dict[str, Any]:
     """The CPU fraction that slows a stage by each factor: one run stepping through `fractions`
     in blocks of `block` iterations (after an unthrottled block), the slowdown measured as the
     rank's busy time over its peers', against the unthrottled block; interpolated."""
     steps = [1.0, *fractions]
     iterations = 10 + block * len(steps)
-    state: dict[str, Any] = {"throttle": None}
+    state: dict[str, CpuThrottle | None] = {"throttle": None}
     pids: dict[str, Path] = {}
 
     def on_line(_: float, line: dict[str, Any]) -> None:
@@ -197,18 +201,19 @@ def calibrate(factors: tuple[float, ...], *, rank: int = 1, fractions: tuple[flo
         k = (it - 10) // block + 1
         if k >= len(steps):
             return
-        if state["throttle"] is None:
-            pid = int((pids["dir"] / f"rank{rank}.pid").read_text())
-            state["throttle"] = CpuThrottle.create(f"{os.getpid()}-calibrate")
-            state["throttle"].add(pid)
-        state["throttle"].limit(steps[k])
+        throttle = state["throttle"]
+        if throttle is None:
+            throttle = state["throttle"] = CpuThrottle.create(f"{os.getpid()}-calibrate")
+            throttle.add(int((pids["dir"] / f"rank{rank}.pid").read_text()))
+        throttle.limit(steps[k])
 
     try:
         rec = run_job(RealFault("none"), seed=99, iterations=iterations, on_line=on_line,
                       on_start=lambda work: pids.__setitem__("dir", work))
     finally:
-        if state["throttle"] is not None:
-            state["throttle"].close()
+        made = state["throttle"]
+        if made is not None:
+            made.close()
     base = busy_ratio(rec, rank, 10 + 2, 10 + block)
     measured = [(f, busy_ratio(rec, rank, 10 + k * block + 2, 10 + (k + 1) * block) / base)
                 for k, f in enumerate(steps) if k > 0]
