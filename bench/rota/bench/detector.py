@@ -1,6 +1,7 @@
 """`rota bench detector`: normalised fail-slow detection against the raw-time baseline.
 
     rota bench detector --config FILE [--json]
+    rota bench detector --real [--runs N] [--json]   (the real pipeline job under real faults)
     python -m rota.bench.detector ...   (the same, without the CLI)
 
 The generator (`rota.bench.detector_workload`) plays the config's iterations, with its faults,
@@ -119,7 +120,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
     }
     for name, index in (("normalized", 0), ("raw", 1)):
         runs = [t[index] for t in trials]
-        result[name] = {**score(runs, cfg.faults, cfg.iterations, grace), "verdicts": _listing(runs)}
+        result[name] = {**score(runs, cfg.scored_faults(), cfg.iterations, grace), "verdicts": _listing(runs)}
     result["replan"] = replans(cfg, trials[0][0])
     result["seconds"] = round(time.perf_counter() - started, 2)
     return result
@@ -146,22 +147,40 @@ def _print(result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rota bench detector", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--config", required=True, type=Path, help="the benchmark's JSON config")
+    parser.add_argument("--config", type=Path, help="the benchmark's JSON config (generated runs)")
+    parser.add_argument("--real", action="store_true",
+                        help="run the real pipeline job (examples/pipeline_failslow.py) under real faults")
+    parser.add_argument("--runs", type=int, default=3, help="--real: seeds per fault (default 3)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
-    try:
-        cfg = parse_config(json.loads(args.config.read_text()))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--config: {args.config} is not JSON: {exc}") from None
-    except InvalidArgument as exc:
-        raise ValueError(f"--config: {exc}") from None
-    result = run(cfg)
+    if args.config is None and not args.real:
+        parser.error("give --config FILE, --real, or both")
+    if args.runs < 1:
+        parser.error(f"--runs: must be at least 1 (got {args.runs})")
+    result = _generated(args.config) if args.config is not None else {}
+    if args.real:
+        from rota.bench.detector_real_bench import print_real, run_real  # torch, cgroups: only here
+
+        result["real"] = run_real(args.runs, log=lambda line: print(line, file=sys.stderr, flush=True))
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()
-    else:
+        return 0
+    if args.config is not None:
         _print(result)
+    if args.real:
+        print_real(result["real"])
     return 0
+
+
+def _generated(path: Path) -> dict[str, Any]:
+    try:
+        cfg = parse_config(json.loads(path.read_text()))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--config: {path} is not JSON: {exc}") from None
+    except InvalidArgument as exc:
+        raise ValueError(f"--config: {exc}") from None
+    return run(cfg)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,13 @@ at its slowest member; the step takes the slowest replica's 1F1B makespan plus a
 all-reduce. Faults: `slow` multiplies a rank's costs by `factor` from `from_iter` (until
 `to_iter`, if given); `stop` silences a rank from `at_iter` on, and its replica drops out
 of the step (the job runs on with the others, as elastic data parallelism would).
+
+Model mismatch (what the detector does not model; `mismatch` in the config): `jitter` σ
+gives every micro-batch a lognormal factor shared by all its stages (input stalls, a
+collective's jitter); `cubic` c adds c·β/CROSSOVER·Σ lᵢ³ (attention with a cubic tail: at
+CROSSOVER tokens the cubic term is c times the quadratic one); a `link` fault delays every
+micro-batch crossing from `stage` to the next by `seconds` (a slow link, not a slow device:
+the ranks' busy times do not change, the step does; the right verdict names the job, −1).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from rota.core.detection.failslow import SLOW, STOP, DetectorConfig
+from rota.core.detection.failslow import JOB, SLOW, STOP, DetectorConfig
 from rota.core.detection.layout import IterationReport, Layout, MicroBatch
 from rota.core.detection.pipeline import makespan
 from rota.core.errors import InvalidArgument
@@ -32,6 +39,7 @@ CROSSOVER = 8192  # tokens at which attention costs as much as the per-token wor
 LM_HEAD = 1.15  # the last stage's extra cost
 STAGE_SPREAD = 0.1  # stages differ by up to ±10% (uneven layer costs)
 ALLREDUCE_SECONDS = 0.1
+LINK = "link"
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,7 @@ class Fault:
     rank: int
     start: int
     end: int | None = None  # exclusive; None = to the end
-    factor: float = 1.0
+    factor: float = 1.0  # slow: the slowdown; link: the delay per micro-batch, seconds
 
     def active(self, iteration: int) -> bool:
         return self.start <= iteration and (self.end is None or iteration < self.end)
@@ -63,6 +71,12 @@ class BenchConfig:
     heartbeat_interval_s: float = 1.0
     layers: int = 32
     detector: DetectorConfig = DetectorConfig()
+    jitter: float = 0.0
+    cubic: float = 0.0
+
+    def scored_faults(self) -> tuple[Fault, ...]:
+        """The faults as a verdict must name them: a slow link is the job's, not a rank's."""
+        return tuple(Fault(SLOW, JOB, f.start, f.end, f.factor) if f.kind == LINK else f for f in self.faults)
 
 
 def _int(**options: Any) -> Field:
@@ -108,6 +122,9 @@ CONFIG = Schema({
     "hiccup_rate": _float(default=0.002, low=0, checks=(_below(1),)),
     "heartbeat_interval_s": _float(default=1.0, checks=(lambda x: None if x > 0 else f"must be positive (got {x})",)),
     "layers": _int(default=32),
+    "mismatch": Field(kind=dict, what="an object", default={}, schema=Schema({
+        "jitter": _float(default=0.0, low=0, checks=(_below(1),)), "cubic": _float(default=0.0, low=0),
+    })),
     # DetectorConfig's own defaults and ranges apply to what is given.
     "detector": Field(kind=dict, what="an object", default={}, schema=Schema({
         "threshold": _float(required=False), "consecutive": _int(required=False), "warmup": _int(required=False),
@@ -116,18 +133,23 @@ CONFIG = Schema({
 }, checks=(_enough_layers,))
 
 
-def _fault_schema(ranks: int) -> Callable[[Mapping[str, Any]], Schema]:
-    """A fault's fields, by its kind, in a job of `ranks` ranks."""
+def _fault_schema(ranks: int, pp: int) -> Callable[[Mapping[str, Any]], Schema]:
+    """A fault's fields, by its kind, in a job of `ranks` ranks and `pp` stages."""
     common = {"kind": Field(), "rank": _int(low=0, high=ranks - 1, range_reason=f"must be in 0..{ranks - 1} (got {{value}})")}
     slow = Schema({**common, "factor": _float(checks=(lambda x: None if x > 1 else f"must be above 1 (got {x})",)),
                    "from_iter": _int(), "to_iter": _int(default=None, nullable=True)})
     stop = Schema({**common, "at_iter": _int()})
+    link = Schema({"kind": Field(), "stage": _int(low=0, high=pp - 2, range_reason=f"must be in 0..{pp - 2}: a link "
+                                                                                     f"to the next stage (got {{value}})"),
+                   "seconds": _float(checks=(lambda x: None if x > 0 else f"must be positive (got {x})",)),
+                   "from_iter": _int(), "to_iter": _int(default=None, nullable=True)})
+    kinds = {SLOW: slow, STOP: stop, LINK: link}
 
     def by_kind(fault: Mapping[str, Any]) -> Schema:
         kind = fault.get("kind")
-        if kind in (SLOW, STOP):
-            return slow if kind == SLOW else stop
-        return Schema({}, closed=False, checks=(lambda _: [("kind", f"must be slow or stop (got {kind!r})")],))
+        if kind in kinds:
+            return kinds[kind]
+        return Schema({}, closed=False, checks=(lambda _: [("kind", f"must be slow, stop or link (got {kind!r})")],))
     return by_kind
 
 
@@ -140,7 +162,7 @@ def parse_config(data: Any) -> BenchConfig:
     cfg = validate(CONFIG, data)
     layout = Layout(**cfg["layout"])
     faults = validate(Schema({"faults": Field(items=Field(kind=dict, what="an object", type_reason="must be an object",
-                                                          schema=_fault_schema(layout.ranks)))}),
+                                                          schema=_fault_schema(layout.ranks, layout.pp)))}),
                       {"faults": cfg["faults"]})["faults"]
     try:
         detector = DetectorConfig(**cfg["detector"])
@@ -152,13 +174,15 @@ def parse_config(data: Any) -> BenchConfig:
         seq_median=seq["median"], seq_sigma=seq["sigma"], seq_max=seq["max"],
         tokens_per_microbatch=cfg["tokens_per_microbatch"], noise=cfg["noise"], faults=tuple(map(_fault, faults)),
         trials=cfg["trials"], hiccup_rate=cfg["hiccup_rate"], heartbeat_interval_s=cfg["heartbeat_interval_s"],
-        layers=cfg["layers"], detector=detector,
+        layers=cfg["layers"], detector=detector, jitter=cfg["mismatch"]["jitter"], cubic=cfg["mismatch"]["cubic"],
     )
 
 
 def _fault(f: dict[str, Any]) -> Fault:
     if f["kind"] == SLOW:
         return Fault(SLOW, f["rank"], f["from_iter"], f["to_iter"], f["factor"])
+    if f["kind"] == LINK:
+        return Fault(LINK, f["stage"], f["from_iter"], f["to_iter"], f["seconds"])
     return Fault(STOP, f["rank"], f["at_iter"])
 
 
@@ -178,6 +202,7 @@ class Generator:
         mult[-1] *= LM_HEAD
         self.alpha = MICROBATCH_SECONDS * mult / cfg.tokens_per_microbatch
         self.beta = self.alpha / CROSSOVER
+        self.gamma = cfg.cubic * self.beta / CROSSOVER
         self._lengths: list[int] = []
 
     def _length(self) -> int:
@@ -197,26 +222,42 @@ class Generator:
                 return tuple(out)
             out.append(n)
 
+    def _factors(self, it: int) -> tuple[np.ndarray, np.ndarray]:
+        """(each rank's slowdown, the delay per micro-batch arriving at each stage) at iteration `it`."""
+        c, L = self.cfg, self.cfg.layout
+        slow, link = np.ones(L.ranks), np.zeros(L.pp)
+        for f in c.faults:
+            if f.kind == SLOW and f.active(it):
+                slow[f.rank] *= f.factor
+            elif f.kind == LINK and f.active(it):
+                link[f.rank + 1] += f.factor
+        return slow, link
+
+    def _stage_cost(self, mbs: tuple[MicroBatch, ...]) -> np.ndarray:
+        """pp x m: each micro-batch's cost on each stage (with the mismatch terms, if any)."""
+        c = self.cfg
+        tokens = np.array([sum(mb) for mb in mbs], float)
+        squares = np.array([sum(n * n for n in mb) for mb in mbs], float)
+        cost = np.outer(self.alpha, tokens) + np.outer(self.beta, squares)
+        if c.cubic:
+            cost = cost + np.outer(self.gamma, np.array([sum(n ** 3 for n in mb) for mb in mbs], float))
+        if c.jitter:
+            cost = cost * np.exp(c.jitter * self.rng.standard_normal(len(mbs)))[None, :]
+        return cost
+
     def __iter__(self) -> Iterator[Step]:
         c, L = self.cfg, self.cfg.layout
         now = 0.0
         stopped: dict[int, float] = {}
         for it in range(c.iterations):
-            for f in c.faults:
-                if f.kind == STOP and f.start == it:
-                    stopped[f.rank] = now
+            stopped.update({f.rank: now for f in c.faults if f.kind == STOP and f.start == it})
             gone = {L.replica(r) for r in stopped}
-            slow = np.ones(L.ranks)
-            for f in c.faults:
-                if f.kind == SLOW and f.active(it):
-                    slow[f.rank] *= f.factor
+            slow, link = self._factors(it)
             mbs = tuple(tuple(self._micro_batch() for _ in range(c.microbatches)) for _ in range(L.dp))
             seconds: list[float | None] = [None] * L.ranks
             spans = []
             for d in range(L.dp):
-                tokens = np.array([sum(mb) for mb in mbs[d]], float)
-                squares = np.array([sum(n * n for n in mb) for mb in mbs[d]], float)
-                stage_cost = np.outer(self.alpha, tokens) + np.outer(self.beta, squares)  # pp x m
+                stage_cost = self._stage_cost(mbs[d])  # pp x m
                 noise = np.clip(1 + c.noise * self.rng.standard_normal((L.tp, L.pp, c.microbatches)), 0.2, None)
                 hiccup = np.where(self.rng.random((L.tp, L.pp)) < c.hiccup_rate, self.rng.uniform(1.2, 2.0, (L.tp, L.pp)), 1.0)
                 ranks = np.array([[L.rank(t, s, d) for s in range(L.pp)] for t in range(L.tp)])
@@ -226,7 +267,8 @@ class Generator:
                 for t in range(L.tp):
                     for s in range(L.pp):
                         seconds[ranks[t, s]] = float(per_rank[t, s].sum())
-                spans.append(makespan(per_rank.max(axis=0).tolist()))
+                # A slow link holds each micro-batch back on its way in: on the critical path, not in busy time.
+                spans.append(makespan((per_rank.max(axis=0) + link[:, None]).tolist()))
             took = max(spans, default=0.0) + ALLREDUCE_SECONDS * max(0.2, 1 + c.noise * self.rng.standard_normal())
             report = IterationReport(it, L, tuple(seconds), mbs, took)
             now += took

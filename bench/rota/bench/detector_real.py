@@ -1,0 +1,233 @@
+"""`rota bench detector --real`: the detectors on a real pipeline job with real faults.
+
+Each run starts ``examples/pipeline_failslow.py`` (4 gloo stage processes, a transformer
+on packed standard-library sources) with ``ROTA_ITERATIONS_FILE`` set, tails the file as
+the agent would (each line stamped when it is read), and injects one fault when the job
+reports iteration `at`:
+- ``slow``: the rank's process goes into a cgroup whose CPU quota makes it `factor` times
+  slower (the quota is calibrated first: `calibrate`), to the run's end;
+- ``transient``: the same for `length` iterations only (fewer than the detector's k):
+  it must not mark the device bad;
+- ``stop``: the rank's process is killed (SIGKILL); its stage's heartbeats stop, while the
+  other stages, blocked on it, keep beating;
+- ``none``: nothing, for false alarms.
+The recorded lines are then replayed through the normalised detector, the raw baseline and
+the heartbeat monitor (`rota.bench.detector_score`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rota.bench.cpu_throttle import CpuThrottle
+
+REPO = Path(__file__).resolve().parents[3]
+JOB = REPO / "examples" / "pipeline_failslow.py"
+STAGES = 4
+BEAT_S = 0.5  # each stage's heartbeat interval (the monitor's timeout is three of them)
+STOP_WATCH_S = 4.0  # after a kill, how long the other stages' beats are recorded
+
+
+@dataclass(frozen=True)
+class RealFault:
+    kind: str  # none, slow, transient, stop
+    rank: int = 0
+    at: int = 0  # the iteration the fault is injected at (once the job reports it)
+    factor: float = 1.0
+    length: int = 0  # transient: iterations it lasts
+
+
+@dataclass
+class Recording:
+    lines: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (read time, line)
+    start: int | None = None  # first iteration under the fault
+    end: int | None = None  # first iteration after it (transient)
+    end_s: float = 0.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Tail:
+    """New complete lines of a file, as they are appended."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.rest = path, 0, b""
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        self.offset += len(data)
+        *lines, self.rest = (self.rest + data).split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+@dataclass
+class _Injector:
+    """Applies one fault as the iterations arrive; `close` undoes everything it made."""
+
+    fault: RealFault
+    pid_dir: Path
+    fraction: float
+    name: str
+    rec: Recording
+    throttle: CpuThrottle | None = None
+    killed_at: float | None = None
+
+    def pid(self) -> int:
+        return int((self.pid_dir / f"rank{self.fault.rank}.pid").read_text())
+
+    def on_iteration(self, iteration: int, now: float) -> None:
+        f, rec = self.fault, self.rec
+        if f.kind == "none" or iteration < f.at - 1:
+            return
+        if rec.start is None:
+            rec.start = iteration + 1
+            if f.kind == "stop":
+                os.kill(self.pid(), signal.SIGKILL)
+                self.killed_at = now
+            else:
+                self.throttle = CpuThrottle.create(self.name)
+                self.throttle.add(self.pid())
+                self.throttle.limit(self.fraction)
+        elif f.kind == "transient" and rec.end is None and iteration + 1 >= rec.start + f.length:
+            assert self.throttle is not None
+            self.throttle.limit(None)
+            rec.end = iteration + 1
+
+    def done(self, now: float) -> bool:
+        return self.killed_at is not None and now - self.killed_at > STOP_WATCH_S
+
+    def close(self) -> None:
+        if self.throttle is not None:
+            self.throttle.close()
+
+
+def _follow(proc: subprocess.Popen[bytes], tail: _Tail, inject: _Injector,
+            on_line: Callable[[float, dict[str, Any]], None] | None, deadline: float) -> None:
+    """Reads the job's lines as they come, injecting the fault, until the job ends (or a
+    killed stage's silence has been watched long enough)."""
+    while True:
+        now = time.monotonic()
+        for line in tail.read():
+            inject.rec.lines.append((now, line))
+            if on_line is not None:
+                on_line(now, line)
+            if "iteration" in line:
+                inject.on_iteration(int(line["iteration"]), now)
+        if proc.poll() is not None or inject.done(now):
+            inject.rec.end_s = now
+            return
+        if now > deadline:
+            raise TimeoutError("the job ran past its time limit")
+        time.sleep(0.02)
+
+
+def run_job(fault: RealFault, *, seed: int, iterations: int, fraction: float = 1.0,
+            layers: str = "2,2,2,2", timeout_s: float = 1500,
+            on_line: Callable[[float, dict[str, Any]], None] | None = None,
+            on_start: Callable[[Path], None] | None = None) -> Recording:
+    """One real run of the job under `fault`; every cgroup made is removed, every process ended."""
+    rec = Recording()
+    with tempfile.TemporaryDirectory(prefix="rota-failslow-") as tmp:
+        work = Path(tmp)
+        env = {**os.environ, "ROTA_ITERATIONS_FILE": str(work / "iterations.jsonl"), "PYTHONUNBUFFERED": "1"}
+        env.pop("ROTA_LAYOUT", None)
+        argv = [sys.executable, str(JOB), "--iterations", str(iterations), "--seed", str(seed),
+                "--port", str(_free_port()), "--beat", str(BEAT_S), "--pid-dir", str(work),
+                "--layers-per-stage", layers, "--linger", str(STOP_WATCH_S + 30)]
+        log = (work / "job.log").open("wb")
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        if on_start is not None:
+            on_start(work)  # where the stages write their pids
+        inject = _Injector(fault, work, fraction, f"{os.getpid()}-{seed}-{fault.kind}-{layers.replace(',', '')}", rec)
+        try:
+            _follow(proc, _Tail(work / "iterations.jsonl"), inject, on_line, time.monotonic() + timeout_s)
+            if proc.returncode not in (None, 0) and fault.kind != "stop":
+                raise RuntimeError(f"the job failed ({proc.returncode}): {(work / 'job.log').read_text()[-2000:]}")
+        finally:
+            inject.close()
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            log.close()
+    return rec
+
+
+def busy_ratio(rec: Recording, rank: int, first: int, last: int) -> float:
+    """The rank's busy time relative to its peers' mean, median over iterations [first, last)."""
+    out = []
+    for _, line in rec.lines:
+        it = line.get("iteration")
+        if it is not None and first <= it < last:
+            times = line["rank_seconds"]
+            others = [t for r, t in enumerate(times) if r != rank]
+            out.append(times[rank] / statistics.mean(others))
+    return statistics.median(out) if out else float("nan")
+
+
+def calibrate(factors: tuple[float, ...], *, rank: int = 1, fractions: tuple[float, ...] = (0.5, 0.35, 0.25),
+              block: int = 12, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The CPU fraction that slows a stage by each factor: one run stepping through `fractions`
+    in blocks of `block` iterations (after an unthrottled block), the slowdown measured as the
+    rank's busy time over its peers', against the unthrottled block; interpolated."""
+    steps = [1.0, *fractions]
+    iterations = 10 + block * len(steps)
+    state: dict[str, CpuThrottle | None] = {"throttle": None}
+    pids: dict[str, Path] = {}
+
+    def on_line(_: float, line: dict[str, Any]) -> None:
+        it = line.get("iteration")
+        if it is None or it < 10 or (it - 10) % block != block - 1:
+            return
+        k = (it - 10) // block + 1
+        if k >= len(steps):
+            return
+        throttle = state["throttle"]
+        if throttle is None:
+            throttle = state["throttle"] = CpuThrottle.create(f"{os.getpid()}-calibrate")
+            throttle.add(int((pids["dir"] / f"rank{rank}.pid").read_text()))
+        throttle.limit(steps[k])
+
+    try:
+        rec = run_job(RealFault("none"), seed=99, iterations=iterations, on_line=on_line,
+                      on_start=lambda work: pids.__setitem__("dir", work))
+    finally:
+        made = state["throttle"]
+        if made is not None:
+            made.close()
+    base = busy_ratio(rec, rank, 10 + 2, 10 + block)
+    measured = [(f, busy_ratio(rec, rank, 10 + k * block + 2, 10 + (k + 1) * block) / base)
+                for k, f in enumerate(steps) if k > 0]
+    log(f"calibration (rank {rank}): " + ", ".join(f"{f:.2f} CPU -> {s:.2f}x" for f, s in measured))
+    return {"measured": [{"fraction": f, "slowdown": round(s, 3)} for f, s in measured],
+            "fractions": {str(x): round(_interpolate(measured, x), 3) for x in factors}}
+
+
+def _interpolate(measured: list[tuple[float, float]], factor: float) -> float:
+    """The fraction giving `factor`: linear in 1/fraction between measured points (clamped)."""
+    points = sorted([(1.0, 1.0), *measured], key=lambda p: p[1])
+    for (f0, s0), (f1, s1) in zip(points, points[1:], strict=False):
+        if s0 <= factor <= s1 and s1 > s0:
+            w = (factor - s0) / (s1 - s0)
+            return 1 / ((1 - w) / f0 + w / f1)
+    low = min(f for f, _ in points)
+    return low if factor > points[-1][1] else 1.0
