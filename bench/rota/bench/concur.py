@@ -267,10 +267,8 @@ def _run_vllm(args: argparse.Namespace, workloads: list[tuple[Workload, list[int
     python = vllm_or_reason(args.install_vllm)
     if isinstance(python, str):
         return {"engine": "vllm", "clock": "measured", "skipped": python, "workloads": []}
-    out: list[dict[str, Any]] = []
-    for w, caps in workloads:
-        ran = run_vllm_arms(python, w, caps, controller_for(w, base, w_init))
-        out.append(workload_result(w, ran["sweep"], ran["controller"], ran["wall_s"]))
+    ran = run_vllm_arms(python, [(w, caps, controller_for(w, base, w_init)) for w, caps in workloads])
+    out = [workload_result(w, r["sweep"], r["controller"], r["wall_s"]) for (w, _), r in zip(workloads, ran, strict=True)]
     return {"engine": "vllm", "clock": "measured", "workloads": out}
 
 

@@ -42,20 +42,32 @@ def _warm_up(server: VllmServer) -> None:
     LiveServer(server.base_url).complete(list(range(3, 40)), 4)
 
 
-def run_vllm_arms(python: Path, w: Workload, caps: list[int], controller: AdmissionController,
-                  log_dir: Path | None = None) -> dict[str, Any]:
+def _workload_arms(w: Workload, caps: list[int], controller: AdmissionController,
+                   server: VllmServer) -> dict[str, Any]:
     started = time.perf_counter()
+    sweep: dict[int, RunResult] = {}
+    for cap in sorted(caps, reverse=True):
+        sweep[cap] = _arm(w, server, static_gate(cap), controlled=False)
+        print(f"vllm: {w.name} cap {cap}: {sweep[cap].tokens_per_s:.1f} tok/s", file=sys.stderr, flush=True)
+    ctl = _arm(w, server, controller, controlled=True)
+    print(f"vllm: {w.name} controller: {ctl.tokens_per_s:.1f} tok/s", file=sys.stderr, flush=True)
+    return {"sweep": sweep, "controller": ctl, "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def run_vllm_arms(python: Path, runs: list[tuple[Workload, list[int], AdmissionController]],
+                  log_dir: Path | None = None) -> list[dict[str, Any]]:
+    """Every workload's arms; one server per cache size (a server takes minutes to start here)."""
     folder = Path(tempfile.mkdtemp(prefix="rota-vllm-"))
     model = write_model(folder / "model")
-    log = (log_dir or folder) / f"vllm-{w.name}.log"
-    server = VllmServer(python, model, cache_blocks=w.cache_blocks, max_num_seqs=max(8, w.agents), log_path=log)
-    print(f"vllm: starting a server for {w.name} ({w.cache_blocks} blocks; log {log})", file=sys.stderr, flush=True)
-    with server:
-        _warm_up(server)
-        sweep: dict[int, RunResult] = {}
-        for cap in sorted(caps, reverse=True):
-            sweep[cap] = _arm(w, server, static_gate(cap), controlled=False)
-            print(f"vllm: {w.name} cap {cap}: {sweep[cap].tokens_per_s:.1f} tok/s", file=sys.stderr, flush=True)
-        ctl = _arm(w, server, controller, controlled=True)
-        print(f"vllm: {w.name} controller: {ctl.tokens_per_s:.1f} tok/s", file=sys.stderr, flush=True)
-    return {"sweep": sweep, "controller": ctl, "wall_s": round(time.perf_counter() - started, 1)}
+    results: dict[int, dict[str, Any]] = {}
+    for blocks in dict.fromkeys(w.cache_blocks for w, _, _ in runs):
+        log = (log_dir or folder) / f"vllm-{blocks}-blocks.log"
+        agents = max(w.agents for w, _, _ in runs if w.cache_blocks == blocks)
+        server = VllmServer(python, model, cache_blocks=blocks, max_num_seqs=max(8, agents), log_path=log)
+        print(f"vllm: starting a server with {blocks} KV blocks (log {log})", file=sys.stderr, flush=True)
+        with server:
+            _warm_up(server)
+            for i, (w, caps, controller) in enumerate(runs):
+                if w.cache_blocks == blocks:
+                    results[i] = _workload_arms(w, caps, controller, server)
+    return [results[i] for i in range(len(runs))]

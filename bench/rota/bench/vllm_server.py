@@ -104,7 +104,7 @@ class VllmServer:
     python: Path
     model_dir: Path
     cache_blocks: int
-    max_model_len: int = 4096
+    max_model_len: int = 2048  # at most: the cache must hold one longest request (cache_blocks - 1 blocks)
     max_num_seqs: int = 64
     log_path: Path | None = None
     port: int = 0
@@ -118,8 +118,10 @@ class VllmServer:
         return [str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
                 "--served-model-name", "tiny", "--load-format", "dummy", "--skip-tokenizer-init",
                 "--enable-prefix-caching", "--block-size", str(BLOCK_TOKENS),
-                "--num-gpu-blocks-override", str(self.cache_blocks), "--max-model-len", str(self.max_model_len),
-                "--max-num-seqs", str(self.max_num_seqs), "--dtype", "bfloat16",
+                "--num-gpu-blocks-override", str(self.cache_blocks), "--max-model-len",
+                str(min(self.max_model_len, (self.cache_blocks - 1) * BLOCK_TOKENS)),
+                "--max-num-seqs", str(self.max_num_seqs), "--dtype", "bfloat16", "--enforce-eager",
+                "--gpu-memory-utilization", "0.25",
                 "--host", "127.0.0.1", "--port", str(self.port)]
 
     def start(self, timeout_s: float = 600.0) -> None:
