@@ -1,7 +1,13 @@
 """`rota bench concur`: agent-level admission control (CONCUR) against admit-all and the best static cap.
 
-    rota bench concur [--config FILE] [--json] [--render DIR]
+    rota bench concur [--engine rota|vllm] [--clock fitted|measured] [--install-vllm]
+                      [--config FILE] [--json] [--render DIR]
     python -m rota.bench.concur ...   (the same, without the CLI)
+
+``--engine vllm`` runs the same arms against a real vLLM server on the CPU in wall-clock
+time (`rota.bench.concur_vllm`; its own virtual environment, see `rota.bench.vllm_server`);
+the rest of this note is about our engine. With ``--clock fitted`` the JSON's
+``clock_fit.against_measured`` gives the fit's error against every step's measured time.
 
 Each workload runs three arms on the same engine (`rota.jobkit.inference`: a real paged-KV
 transformer on the CPU, prefix caching, LRU eviction, recompute by real prefill) and the
