@@ -63,3 +63,28 @@ def test_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert {"tokens_per_s", "active_agents", "usage", "hit_rate"} <= set(arm["series"][0])
     assert wl["arms"]["static_best"]["cap"] in (1, 3)
     assert wl["arms"]["admit_all"]["generated_tokens"] == wl["arms"]["controller"]["generated_tokens"]
+
+
+def test_vllm_runs_in_measured_time_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert concur.main(["--engine", "vllm", "--clock", "fitted", "--config", write(tmp_path, {"workloads": [TINY]})]) == 2
+    assert capsys.readouterr().err.startswith("rota: --clock: ")
+
+
+def test_vllm_without_its_environment_is_skipped_with_the_reason(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROTA_VLLM_VENV", str(tmp_path / "none"))
+    assert concur.main(["--engine", "vllm", "--json", "--config", write(tmp_path, {"workloads": [TINY]})]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["engine"] == "vllm" and out["clock"] == "measured" and out["workloads"] == []
+    assert "no vLLM virtual environment" in out["skipped"] and "skipped: no vLLM" in captured.err
+
+
+def test_ideal_prefill_leaves_each_turn_only_what_no_cache_could_hold() -> None:
+    from rota.bench.concur_live import ideal_prefill
+    from rota.jobkit.inference.agents import AgentPlan
+
+    plan = AgentPlan("a", prompt=list(range(40)), observations=[list(range(20)), list(range(20))], latencies=[0, 0])
+    # turn 0: 40 tokens; turn 1: 40 + 8 generated + 20 = 68, the previous sequence's 47 computed
+    # tokens give two full blocks of 16 (32): 36; turn 2: 96, 75 computed -> 64 cached: 32
+    assert ideal_prefill(plan, gen_tokens=8, block=16) == 40 + 36 + 32

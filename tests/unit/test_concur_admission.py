@@ -15,6 +15,11 @@ def healthy(queries: float, hits: float, usage: float = 0.5, **more: float) -> C
                        recomputed_tokens=more.get("rec", 0.0), evictions=more.get("ev", 0.0))
 
 
+def vllm(queries: float, hits: float, usage: float = 0.5, pre: float = 0.0) -> CacheSample:
+    """What vLLM exports: usage, prefix-cache counters and preemptions; no recompute count."""
+    return CacheSample(usage=usage, prefix_queries=queries, prefix_hits=hits, preemptions=pre)
+
+
 @dataclass
 class Case:
     name: str
@@ -57,6 +62,16 @@ CASES = [
          [healthy(0, 0), None, None, healthy(100, 80)], [8, 8, 8, 16], ["increase", "no_signal", "no_signal", "increase"]),
     Case("a counter reset is read as no evidence, not as congestion",
          [healthy(0, 0), healthy(500, 400, rec=5), healthy(10, 8, rec=0)], [8, 16, 32], ["increase"] * 3),
+    Case("vLLM: a falling hit rate shrinks the window at any usage, as deep as the fall",
+         [vllm(0, 0), vllm(100, 80), vllm(200, 160), vllm(300, 180)], [8, 16, 32, 22],
+         ["increase", "increase", "increase", "decrease"]),
+    Case("vLLM: a steep fall cuts down to the severity floor",
+         [vllm(0, 0), vllm(100, 90), vllm(200, 100)], [8, 16, 4], ["increase", "increase", "decrease"],
+         {"severity_floor": 0.25}),
+    Case("vLLM: a small wobble of the hit rate is no congestion",
+         [vllm(0, 0), vllm(100, 80), vllm(200, 155)], [8, 16, 32], ["increase"] * 3),
+    Case("vLLM: a preemption shrinks the window",
+         [vllm(0, 0), vllm(100, 80, pre=2)], [8, 5], ["increase", "decrease"]),
     Case("SGLang's gauges: the hit rate as given",
          [CacheSample(usage=0.95, hit_rate=0.8), CacheSample(usage=0.95, hit_rate=0.8),
           CacheSample(usage=0.95, hit_rate=0.5)], [4, 4, 2], ["hold", "hold", "decrease"]),

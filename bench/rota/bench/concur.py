@@ -1,7 +1,13 @@
 """`rota bench concur`: agent-level admission control (CONCUR) against admit-all and the best static cap.
 
-    rota bench concur [--config FILE] [--json] [--render DIR]
+    rota bench concur [--engine rota|vllm] [--clock fitted|measured] [--install-vllm]
+                      [--config FILE] [--json] [--render DIR]
     python -m rota.bench.concur ...   (the same, without the CLI)
+
+``--engine vllm`` runs the same arms against a real vLLM server on the CPU in wall-clock
+time (`rota.bench.concur_vllm`; its own virtual environment, see `rota.bench.vllm_server`);
+the rest of this note is about our engine. With ``--clock fitted`` the JSON's
+``clock_fit.against_measured`` gives the fit's error against every step's measured time.
 
 Each workload runs three arms on the same engine (`rota.jobkit.inference`: a real paged-KV
 transformer on the CPU, prefix caching, LRU eviction, recompute by real prefill) and the
@@ -37,7 +43,7 @@ from typing import Any
 
 import torch
 
-from rota.bench.fitted_clock import FittedClock, calibrate
+from rota.bench.fitted_clock import CheckedClock, FittedClock, calibrate, fit_error
 from rota.jobkit.inference.agents import RunResult, Workload, parse_workload, run_workload, static_gate
 from rota.jobkit.inference.clock import MeasuredClock, StepClock
 from rota.jobkit.inference.engine import Engine
@@ -124,13 +130,18 @@ def run_arms(w: Workload, caps: list[int], base: ControllerConfig, w_init: int |
              clock: StepClock) -> dict[str, Any]:
     started = time.perf_counter()
     sweep: dict[int, RunResult] = {cap: run_workload(w, static_gate(cap), clock=clock) for cap in caps}
+    controller = run_workload(w, controller_for(w, base, w_init), sample=in_process_sample, clock=clock)
+    return workload_result(w, sweep, controller, time.perf_counter() - started)
+
+
+def workload_result(w: Workload, sweep: dict[int, RunResult], controller: RunResult, wall_s: float) -> dict[str, Any]:
+    """One workload's arms and ratios, the same on both engines."""
     admit_all = sweep[w.agents]
     best_cap = max(sweep, key=lambda c: sweep[c].tokens_per_s)
-    controller = run_workload(w, controller_for(w, base, w_init), sample=in_process_sample, clock=clock)
     ctl = controller.as_json()
     windows = [d["window"] for d in controller.decisions]
-    ctl.update({"final_window": windows[-1] if windows else base.w_init,
-                "max_window": max(windows, default=base.w_init),
+    ctl.update({"final_window": windows[-1] if windows else None,
+                "max_window": max(windows, default=None),
                 "window_series": controller.decisions[:: max(1, len(controller.decisions) // 60)]})
     best = sweep[best_cap].as_json() | {"cap": best_cap,
                                         "sweep": {str(c): round(r.tokens_per_s, 2) for c, r in sweep.items()}}
@@ -142,7 +153,7 @@ def run_arms(w: Workload, caps: list[int], base: ControllerConfig, w_init: int |
             "controller_vs_static_best": round(controller.tokens_per_s / sweep[best_cap].tokens_per_s, 3),
             "static_best_vs_admit_all": round(sweep[best_cap].tokens_per_s / admit_all.tokens_per_s, 3),
         },
-        "wall_s": round(time.perf_counter() - started, 1),
+        "wall_s": round(wall_s, 1),
     }
 
 
@@ -204,49 +215,90 @@ def render_pictures(result: dict[str, Any], folder: Path) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="rota bench concur", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--config", type=Path, help="a JSON file of workloads (default: the three built in)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--render", type=Path, metavar="DIR", help="draw throughput over batch progress into DIR")
-    parser.add_argument("--clock", choices=("fitted", "measured"), default="fitted",
-                        help="an engine step costs a model fitted to measured steps (default; the same price for "
-                             "the same work in every arm) or its own measured CPU time")
+    parser.add_argument("--engine", choices=("rota", "vllm"), default="rota",
+                        help="rota.jobkit.inference in process (default) or a real vLLM server on the CPU, "
+                             "from the virtual environment at $ROTA_VLLM_VENV")
+    parser.add_argument("--clock", choices=("fitted", "measured"), default=None,
+                        help="rota: an engine step costs a model fitted to measured steps (default; the same price "
+                             "for the same work in every arm) or its own measured CPU time; vllm: measured wall "
+                             "time only (the default there)")
+    parser.add_argument("--install-vllm", action="store_true",
+                        help="with --engine vllm: create $ROTA_VLLM_VENV and install vLLM there if missing")
     args = parser.parse_args(argv)
+    if args.clock is None:
+        args.clock = "measured" if args.engine == "vllm" else "fitted"
+    return args
+
+
+def _load(args: argparse.Namespace) -> tuple[list[tuple[Workload, list[int]]], ControllerConfig, int | None]:
+    raw: Any = {"workloads": DEFAULT_WORKLOADS}
+    if args.engine == "vllm" and args.clock != "measured":
+        raise ValueError("--clock: vLLM runs in measured wall-clock time only")
+    if args.config is not None:
+        try:
+            raw = json.loads(args.config.read_text())
+        except OSError as exc:
+            raise ValueError(f"--config: cannot read {args.config}: {exc.strerror}") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--config: {args.config} is not JSON: {exc}") from None
+    return parse_config(raw)
+
+
+def _run_rota(args: argparse.Namespace, workloads: list[tuple[Workload, list[int]]], base: ControllerConfig,
+              w_init: int | None) -> dict[str, Any]:
+    torch.set_num_threads(1)  # the step's cost is this thread's CPU time
+    clock: StepClock
+    checked: CheckedClock | None = None
+    if args.clock == "fitted":
+        fitted: FittedClock = calibrate(ModelConfig())
+        clock = checked = CheckedClock(fitted)
+    else:
+        clock = MeasuredClock()
+    result: dict[str, Any] = {"engine": "rota", "clock": args.clock,
+                              "workloads": [run_arms(w, caps, base, w_init, clock) for w, caps in workloads]}
+    if checked is not None:
+        result["clock_fit"] = checked.fitted.describe() | {"against_measured": fit_error(checked.pairs)}
+    return result
+
+
+def _run_vllm(args: argparse.Namespace, workloads: list[tuple[Workload, list[int]]], base: ControllerConfig,
+              w_init: int | None) -> dict[str, Any]:
+    from rota.bench.concur_vllm import run_vllm_arms, vllm_or_reason
+
+    python = vllm_or_reason(args.install_vllm)
+    if isinstance(python, str):
+        return {"engine": "vllm", "clock": "measured", "skipped": python, "workloads": []}
+    ran = run_vllm_arms(python, [(w, caps, controller_for(w, base, w_init)) for w, caps in workloads])
+    out = [workload_result(w, r["sweep"], r["controller"], r["wall_s"]) for (w, _), r in zip(workloads, ran, strict=True)]
+    return {"engine": "vllm", "clock": "measured", "workloads": out}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
     try:
-        raw: Any = {"workloads": DEFAULT_WORKLOADS}
-        if args.config is not None:
-            try:
-                raw = json.loads(args.config.read_text())
-            except OSError as exc:
-                raise ValueError(f"--config: cannot read {args.config}: {exc.strerror}") from None
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"--config: {args.config} is not JSON: {exc}") from None
-        workloads, base, w_init = parse_config(raw)
+        workloads, base, w_init = _load(args)
     except ValueError as exc:
         print(f"rota: {exc}", file=sys.stderr)
         return 2
-    torch.set_num_threads(1)  # the step's cost is this thread's CPU time
-    clock: StepClock
-    if args.clock == "fitted":
-        fitted: FittedClock = calibrate(ModelConfig())
-        clock, clock_info = fitted, fitted.describe()
-    else:
-        clock, clock_info = MeasuredClock(), {"kind": "measured"}
-    result: dict[str, Any] = {
-        "workloads": [run_arms(w, caps, base, w_init, clock) for w, caps in workloads],
-        "clock": clock_info,
-        "controller_constants": asdict(base) | {"w_init": w_init if w_init is not None else
-                                                f"{W_INIT_FRACTION:.3f} x agents"},
-    }
-    if args.render is not None:
+    run = _run_vllm if args.engine == "vllm" else _run_rota
+    result = run(args, workloads, base, w_init)
+    result["controller_constants"] = asdict(base) | {
+        "w_init": w_init if w_init is not None else f"{W_INIT_FRACTION:.3f} x agents"}
+    if "skipped" in result:
+        print(f"rota bench concur: skipped: {result['skipped']}", file=sys.stderr)
+    if args.render is not None and result["workloads"]:
         path = render_pictures(result, args.render)
         if not args.json:
             print(f"picture: {path}")
     if args.json:
         json.dump(result, sys.stdout)
         print()
-    else:
+    elif result["workloads"]:
         _print(result)
     return 0
 

@@ -15,7 +15,8 @@ model).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from rota.jobkit.inference.clock import MeasuredClock, work_features
 from rota.jobkit.inference.engine import Engine, EngineConfig, Finished
 from rota.jobkit.inference.model import ModelConfig
 
-__all__ = ["FEATURES", "FittedClock", "calibrate", "fit"]
+__all__ = ["FEATURES", "CheckedClock", "FittedClock", "calibrate", "fit", "fit_error"]
 
 FEATURES = ("step", "token", "decode_context", "prefill_pair")
 
@@ -45,6 +46,40 @@ class FittedClock:
     def describe(self) -> dict[str, object]:
         return {"kind": "fitted", "r2": round(self.r2, 4),
                 "coefficients_us": {f: round(c * 1e6, 4) for f, c in zip(FEATURES, self.coefficients, strict=True)}}
+
+
+@dataclass
+class CheckedClock:
+    """The fitted clock, and each step's measured cost beside what the fit charged for it:
+    the fit is made on an ample cache at start-up, and these are the benchmark's own steps
+    (evictions, recompute, every batch shape), so its error here is out of sample."""
+
+    fitted: FittedClock
+    pairs: list[tuple[float, float]] = field(default_factory=list)  # (charged, measured) seconds
+
+    def step(self, engine: Engine) -> tuple[list[Finished], float]:
+        started = time.thread_time()
+        out = engine.step()
+        measured = time.thread_time() - started
+        charged = self.fitted.cost(work_features(engine.last_work))
+        if engine.last_work[0]:
+            self.pairs.append((charged, measured))
+        return out, charged
+
+
+def fit_error(pairs: list[tuple[float, float]]) -> dict[str, float]:
+    """How well charged costs match measured ones: r² of the charged against the measured,
+    the median of |charged - measured| / measured per step, and the error of the total."""
+    if not pairs:
+        return {"steps": 0}
+    charged = np.array([c for c, _ in pairs])
+    measured = np.array([m for _, m in pairs])
+    residual = measured - charged
+    spread = float(((measured - measured.mean()) ** 2).sum())
+    r2 = 1.0 - float(residual @ residual) / spread if spread > 0 else (1.0 if not residual.any() else 0.0)
+    rel = np.abs(residual) / np.maximum(measured, 1e-9)
+    return {"steps": len(pairs), "r2": round(r2, 4), "median_rel_error": round(float(np.median(rel)), 4),
+            "total_rel_error": round(float(charged.sum() / max(measured.sum(), 1e-12) - 1.0), 4)}
 
 
 def fit(samples: list[tuple[tuple[int, ...], float]]) -> FittedClock:

@@ -212,10 +212,16 @@ class AdmissionController:
         if hit is not None:
             s.hit_ewma = hit if ewma is None else (1 - c.ewma_alpha) * ewma + c.ewma_alpha * hit
         usage_high = sample.usage >= c.usage_high
-        hit_fell = usage_high and hit is not None and ewma is not None and hit < ewma - c.hit_drop
+        drop = ewma - hit if hit is not None and ewma is not None else 0.0
+        # an engine that counts no recompute (vLLM) counts the cached blocks of agents in
+        # their tool calls as free, so its usage never looks full while their histories are
+        # evicted: there a fall of the hit rate is the evidence whatever the usage, and its
+        # depth stands for the recomputed fraction
+        blind = sample.recomputed_tokens is None and sample.hit_rate is None
+        hit_fell = drop > c.hit_drop and (usage_high or blind)
         evicted_live = recompute_frac is not None and recompute_frac > c.recompute_tolerance
-        if evicted_live and not (preempted or hit_fell) and s.last_resume is not None \
-                and now - s.last_resume <= c.cooldown_s:
+        lost = (evicted_live and not hit_fell) or (blind and hit_fell)  # and no other sign
+        if lost and not preempted and s.last_resume is not None and now - s.last_resume <= c.cooldown_s:
             # agents this controller paused lost their cache while held: their recompute is
             # the price of the last decrease, not a sign that the window is still too large
             return self._decide("hold", "recompute of agents resumed after a pause", sample, hit)
@@ -223,7 +229,8 @@ class AdmissionController:
             why = ("the engine preempted requests" if preempted else
                    f"live agents' prefixes recomputed ({recompute_frac:.0%} of queried tokens)" if evicted_live else
                    f"usage {sample.usage:.0%} and hit rate {hit:.0%} fell below its average {ewma:.0%}")
-            return self._decrease(now, why, sample, hit, recompute_frac if evicted_live else None)
+            severity = recompute_frac if evicted_live else drop if blind and hit_fell else None
+            return self._decrease(now, why, sample, hit, severity)
         if usage_high:
             return self._decide("hold", f"usage {sample.usage:.0%}: near saturation", sample, hit)
         return self._grow(sample, previous, hit)
