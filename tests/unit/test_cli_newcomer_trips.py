@@ -55,7 +55,7 @@ def test_states_are_taken_in_any_case_and_every_wire_state_is_listed() -> None:
 
 def test_a_mistyped_usage_grouping_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(capsys, "usage", "--by", "week", "--endpoint", "127.0.0.1:1")
-    assert code == 1 and err == "rota: --by: unknown grouping 'week' (one of job, tenant, day, gpu)\n"
+    assert code == 1 and err == "rota: --by: unknown grouping 'week' (one of job, tenant, user, day, gpu)\n"
 
 
 # `rota plan --render` into a folder that is not there.
