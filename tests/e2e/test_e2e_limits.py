@@ -84,7 +84,7 @@ def _job_cgroups(job_id: str) -> list[Path]:
 
 def test_a_jobs_cgroup_exists_while_it_runs_and_is_removed_once_reported(cluster: RunningCluster) -> None:
     job_id = cluster.submit_job("quick", python("import time, torch; print(torch.ones(2).sum()); time.sleep(4)"),
-                                memory="512Mi")
+                                memory="512Mi", cpus=0.5)
     cluster.wait_job(job_id, ("RUNNING",))
     folders = _job_cgroups(job_id)
     assert {f.parent.parent.parent.name for f in folders} >= {"memory", "cpu", "pids"}, folders

@@ -96,6 +96,12 @@ def test_limits_are_written_and_the_job_is_inside(table: ProcessTable, node_cgro
     assert node_cgroups.hierarchy.version == version
 
 
+def test_a_job_without_cpus_stays_out_of_the_cpu_controller(table: ProcessTable) -> None:
+    """A cpu cgroup is one scheduling entity: a job without a quota keeps its usual share."""
+    job = launch(table, "j-nocpu", SLEEP, cgroups.Limits(memory_bytes=1 << 30))
+    assert job.cgroup is not None and set(job.cgroup.dirs) == {"memory", "pids"}
+
+
 def test_a_fork_bomb_stays_within_pids_max(table: ProcessTable) -> None:
     forks = [PY, "-c", "import os, sys\nn = 0\ntry:\n    while n < 200:\n        if os.fork() == 0:\n            import time; time.sleep(20); os._exit(0)\n"
              "        n += 1\nexcept OSError:\n    print('forks refused after', n, flush=True); sys.exit(3)\n"]

@@ -201,19 +201,29 @@ class NodeCgroups:
         self.parents = {c: root / "rota" / agent for c, root in hierarchy.roots.items()}
 
     def prepare(self) -> None:
-        """Makes the parents (v2: with the controllers enabled for their children); OSError
+        """Makes the parents (v2: with memory and pids enabled for their children); OSError
         when this process may not."""
         for controller, parent in self.parents.items():
             parent.mkdir(parents=True, exist_ok=True)
-            if self.hierarchy.version == 2:
-                root = self.hierarchy.roots[controller]
-                for folder in (root, root / "rota", parent):
-                    _write(folder / "cgroup.subtree_control", f"+{controller}")
+            if controller != "cpu":
+                self._enable(controller)
+
+    def _enable(self, controller: str) -> None:
+        """v2: the controller enabled from the root down to the agent's parent."""
+        if self.hierarchy.version == 2:
+            root = self.hierarchy.roots[controller]
+            for folder in (root, root / "rota", self.parents[controller]):
+                _write(folder / "cgroup.subtree_control", f"+{controller}")
 
     def create(self, name: str, limits: Limits) -> JobCgroup:
         """The launch's cgroup with its limits written; OSError (with what failed) otherwise,
-        after removing what was made."""
-        dirs = {c: p / name for c, p in self.parents.items()}
+        after removing what was made. A job joins the cpu controller only when it asks for
+        `cpus`: a cpu cgroup is one scheduling entity beside every process outside it, so
+        a job without a quota would otherwise get less CPU on a busy machine than it had."""
+        controllers = [c for c in self.parents if c != "cpu" or limits.cpus is not None]
+        if limits.cpus is not None:
+            self._enable("cpu")
+        dirs = {c: self.parents[c] / name for c in controllers}
         made = JobCgroup(self.hierarchy.version, dirs, limits.memory_bytes)
         try:
             for folder in sorted(set(dirs.values())):
