@@ -126,4 +126,8 @@ def test_a_finished_job_shows_its_planned_beside_its_actual_duration_and_teaches
         deadline = time.monotonic() + 30
         while client.forecast(spec=spec).observations <= before and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert client.forecast(spec=spec).observations > before
+        again = client.forecast(spec=spec)
+        assert again.observations > before
+        # The same job file has run once: its next run is forecast from that run, not the prior.
+        assert again.model == "own-runs"
+        assert again.p50_seconds == pytest.approx(shown["actual_seconds"], rel=0.1)
