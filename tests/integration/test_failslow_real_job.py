@@ -20,8 +20,12 @@ pytestmark = [pytest.mark.skipif(find_backend() is None or os.geteuid() != 0,
                                  reason="needs root and a cgroup CPU controller"), pytest.mark.timeout(900)]
 
 CONFIG = DetectorConfig(warmup=30)
+# A quota slows a process only when it would get more CPU than the quota: on a machine
+# oversubscribed several times over, a stage gets less than a quarter of a core anyway.
+BUSY = os.getloadavg()[0] / (os.cpu_count() or 1) > 3
 
 
+@pytest.mark.skipif(BUSY, reason="the machine is oversubscribed: a CPU quota cannot slow a stage that gets less")
 def test_a_throttled_stage_is_flagged_and_its_cgroup_removed() -> None:
     rec = run_job(RealFault("slow", rank=2, at=40, factor=2.0), seed=3, iterations=60, fraction=0.25)
     assert rec.start is not None and rec.start >= 40
