@@ -22,6 +22,9 @@ the cache at once. The rules (CONCUR; the constants are ours, chosen by measurem
   ``cooldown_s`` (the signals of one decrease arrive a turn later); recompute within
   ``cooldown_s`` of readmitting agents this controller paused is their price (they lost
   their cache while held), not congestion, and holds the window;
+- an engine that counts no recomputed tokens (vLLM): a fall of the interval's hit rate more
+  than ``hit_drop`` below its average shrinks the window whatever the usage (vLLM counts
+  the cached blocks of agents in their tool calls as free), as deep as the fall;
 - usage at least ``usage_high`` with no other sign: the window holds (near saturation);
 - no sample (the metrics endpoint stopped answering): the window holds where it is and the
   decision says so; admissions go on only within it, never without limit.
