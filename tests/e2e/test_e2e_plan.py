@@ -96,9 +96,10 @@ def test_a_realtime_app_is_scaled_up_and_down_through_its_agent(cluster: Running
             row = _row(plan_text, app.id)  # job tenant kind start gpus node [indices]...
             if row:
                 plan_gpus.add(row[4])
-            row = _row(cluster.cli("jobs").stdout, app.id)  # ID NAME TENANT KIND PRIO GPUS ...
+            jobs_text = cluster.cli("jobs").stdout
+            row = _row(jobs_text, app.id)  # ID NAME TENANT USER KIND PRIO GPUS ...
             if row:
-                jobs_gpus.add(row[5])
+                jobs_gpus.add(row[jobs_text.splitlines()[0].split().index("GPUS")])
             time.sleep(0.3)
         client.cancel(app.id)
     assert {1, 2} <= seen, f"replica counts seen: {seen}"
