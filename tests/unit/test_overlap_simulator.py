@@ -192,3 +192,20 @@ def test_alpha_and_beta_fit_every_size_to_the_same_share() -> None:
     assert abs(fitted_alpha - alpha) < 20e-6 < abs(plain_alpha - alpha)
     with pytest.raises(ValueError, match="at least two sizes"):
         fit_alpha_beta(sizes[:1], exact[:1])
+
+
+@pytest.mark.parametrize(
+    ("again_ms", "plan_ms", "kept", "margin"),
+    [(10.0, 9.6, True, 0.03), (10.0, 9.8, False, 0.03), (12.0, 9.6, False, 2 / 11), (12.0, 8.9, True, 2 / 11)],
+    ids=["quiet, 4% faster: kept", "quiet, 2% faster: within the floor", "16% noise, 13% faster: refused",
+         "16% noise, 19% faster: kept"],
+)
+def test_the_keep_margin_is_the_measured_noise_of_two_untransformed_timings(again_ms: float, plan_ms: float,
+                                                                             kept: bool, margin: float) -> None:
+    from rota.jobkit.overlap.planner import verify_choice
+
+    # A fixed 3% margin kept the 13%-faster plan even though the untransformed graph alone
+    # measured 10 and 12 ms: its gain is inside the noise.
+    check = verify_choice(10.0e-3, again_ms / 1e3, plan_ms / 1e3)
+    assert check.margin == pytest.approx(margin)
+    assert check.kept is kept

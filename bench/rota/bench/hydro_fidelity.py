@@ -14,6 +14,7 @@ import random
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -47,8 +48,17 @@ def sample_configs(n: int, seed: int) -> list[TrialHparams]:
     return [TrialHparams(lr=10 ** rng.uniform(-3.3, -0.8), output_mult=2 ** rng.uniform(-3, 2)) for _ in range(n)]
 
 
-def train(setup: Setup, factor: int, configs: list[TrialHparams]) -> tuple[list[float], float]:
-    """Train configurations as one fused batch; their held-out losses and the wall time."""
+@dataclass(frozen=True)
+class TrainTiming:
+    """One fused (or single) training run's wall time, split: the step loop apart from its setup."""
+
+    step_s: float  # the training steps alone
+    setup_s: float  # model build, data reading, held-out batch, and the final evaluation
+
+
+def train_timed(setup: Setup, factor: int, configs: list[TrialHparams]) -> tuple[list[float], TrainTiming]:
+    """Train configurations as one fused batch; their held-out losses and the time, step loop apart."""
+    began = time.perf_counter()
     base = setup.model()
     models = [scale_width(base, factor, seed=setup.seed) for _ in configs]
     fused = FusedTrials(models, configs)
@@ -57,9 +67,16 @@ def train(setup: Setup, factor: int, configs: list[TrialHparams]) -> tuple[list[
     started = time.perf_counter()
     for _ in range(setup.steps):
         fused.step(data.next())
-    elapsed = time.perf_counter() - started
+    ended = time.perf_counter()
     losses = [v if math.isfinite(v) else float("inf") for v in fused.evaluate(held_out)]
-    return losses, elapsed
+    setup_s = (started - began) + (time.perf_counter() - ended)
+    return losses, TrainTiming(step_s=ended - started, setup_s=setup_s)
+
+
+def train(setup: Setup, factor: int, configs: list[TrialHparams]) -> tuple[list[float], float]:
+    """Train configurations as one fused batch; their held-out losses and the step loop's wall time."""
+    losses, timing = train_timed(setup, factor, configs)
+    return losses, timing.step_s
 
 
 def _finite(losses: list[float]) -> list[float]:
@@ -110,40 +127,79 @@ def fidelity(setup: Setup) -> dict[str, object]:
     }
 
 
-def _trial_batch(setup: Setup, factor: int, count: int, steps: int) -> None:
+def _trial_batch(setup: Setup, factor: int, count: int, steps: int) -> TrainTiming:
     torch.set_num_threads(1)
     configs = sample_configs(count, setup.seed)
-    train(Setup(**{**setup.__dict__, "steps": steps}), factor, configs)
+    return train_timed(Setup(**{**setup.__dict__, "steps": steps}), factor, configs)[1]
 
 
-def _sequential_worker(setup: Setup, factor: int, count: int, steps: int) -> None:
+def _sequential_worker(setup: Setup, factor: int, count: int, steps: int, out: Any = None) -> TrainTiming:
+    step_s = setup_s = 0.0
     for i in range(count):
-        _trial_batch(Setup(**{**setup.__dict__, "seed": setup.seed + i}), factor, 1, steps)
+        timing = _trial_batch(Setup(**{**setup.__dict__, "seed": setup.seed + i}), factor, 1, steps)
+        step_s += timing.step_s
+        setup_s += timing.setup_s
+    total = TrainTiming(step_s=step_s, setup_s=setup_s)
+    if out is not None:  # a spawned process hands its split back to the parent
+        out.put((total.step_s, total.setup_s))
+    return total
+
+
+def _processes_round(setup: Setup, factor: int, steps: int) -> tuple[TrainTiming, float]:
+    """Two processes of two trials each: (step loops, setup) of the slower process, and the wall time."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_sequential_worker, args=(setup, factor, 2, steps, queue)) for _ in range(2)]
+    started = time.perf_counter()
+    for p in procs:
+        p.start()
+    splits = [queue.get(timeout=900) for _ in procs]
+    for p in procs:
+        p.join()
+    wall = time.perf_counter() - started
+    # The processes run side by side: the arm's step time is the slower one's step loops.
+    step_s, setup_s = max(splits)
+    return TrainTiming(step_s=step_s, setup_s=setup_s), wall
+
+
+def _summary(samples: dict[str, list[float]]) -> tuple[dict[str, float], dict[str, list[float]]]:
+    return ({arm: statistics.median(v) for arm, v in samples.items()},
+            {arm: [min(v), max(v)] for arm, v in samples.items()})
 
 
 def fusion(setup: Setup, steps: int = 20, factor: int = 4, repeats: int = 3) -> dict[str, object]:
     """Trials per second (a trial = ``steps`` surrogate steps): one at a time, two processes,
     fused; each arm ``repeats`` times in interleaved rounds (one of each per round, so drifting
-    load on shared cores falls on every arm alike), the median with the min and max."""
-    samples: dict[str, list[float]] = {}
-    ctx = mp.get_context("spawn")
+    load on shared cores falls on every arm alike), the median with the min and max.
+
+    ``trials_per_s`` counts the step loops only, in every arm: one at a time pays model build,
+    data reading and evaluation per trial where a fused batch pays them once, and that is setup,
+    not step speed. The setup (``setup_s``) and the whole wall time (``wall_trials_per_s``,
+    process start-up included for the processes arm) are reported apart."""
+    rates: dict[str, list[float]] = {}
+    walls: dict[str, list[float]] = {}
+    setups: dict[str, list[float]] = {}
+
+    def record(arm: str, trials: int, timing: TrainTiming, wall: float) -> None:
+        rates.setdefault(arm, []).append(trials / timing.step_s)
+        walls.setdefault(arm, []).append(trials / wall)
+        setups.setdefault(arm, []).append(timing.setup_s)
+
     for _ in range(repeats):
         started = time.perf_counter()
-        _sequential_worker(setup, factor, 4, steps)
-        samples.setdefault("sequential", []).append(4 / (time.perf_counter() - started))
-        procs = [ctx.Process(target=_sequential_worker, args=(setup, factor, 2, steps)) for _ in range(2)]
-        started = time.perf_counter()
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join()
-        # Process start-up (spawn + imports) is part of what separate processes cost.
-        samples.setdefault("processes", []).append(4 / (time.perf_counter() - started))
+        timing = _sequential_worker(setup, factor, 4, steps)
+        record("sequential", 4, timing, time.perf_counter() - started)
+        timing, wall = _processes_round(setup, factor, steps)
+        record("processes", 4, timing, wall)
         for count in (4, 8, 16):
             started = time.perf_counter()
-            _trial_batch(setup, factor, count, steps)
-            samples.setdefault(f"fused_{count}", []).append(count / (time.perf_counter() - started))
-    rates = {arm: statistics.median(values) for arm, values in samples.items()}
-    return {"trials_per_s": rates, "trials_per_s_range": {arm: [min(v), max(v)] for arm, v in samples.items()},
+            timing = _trial_batch(setup, factor, count, steps)
+            record(f"fused_{count}", count, timing, time.perf_counter() - started)
+    median, ranges = _summary(rates)
+    wall_median, wall_ranges = _summary(walls)
+    return {"trials_per_s": median, "trials_per_s_range": ranges,
             "repeats": repeats, "steps_per_trial": steps, "scale": factor,
-            "fused_8_vs_sequential": rates["fused_8"] / rates["sequential"]}
+            "fused_8_vs_sequential": median["fused_8"] / median["sequential"],
+            "setup_s": _summary(setups)[0], "wall_trials_per_s": wall_median,
+            "wall_trials_per_s_range": wall_ranges,
+            "wall_fused_8_vs_sequential": wall_median["fused_8"] / wall_median["sequential"]}

@@ -2,17 +2,23 @@
 
 Per case (block, rank count, link) it launches the ranks as processes
 (:mod:`rota.bench.overlap_worker`) and reports the measured step time of (a) the
-untransformed graph, (b) Inductor's own reordering (``reorder_for_compute_comm_overlap`` with
-its default passes) where it compiles on this build (null otherwise), (c) Rota's plan; the
-exposed communication (step minus the compute-only step of the same graph) before and after;
-peak memory before and after; and the simulator's predicted makespan and peak beside them.
+untransformed graph, timed twice in the same rounds (``baseline_s``, ``baseline_again_s``: their
+gap is the noise), (b) Inductor's own reordering (``reorder_for_compute_comm_overlap`` with
+its default passes) where it compiles on this build (null otherwise), (c) Rota's plan, always its
+own fresh timing, also when the plan fell back to the untransformed graph (``plan_kept`` false);
+the exposed communication (step minus the compute-only step of the same graph) before and after;
+peak memory before and after; the simulator's predicted makespan and peak beside them; and the
+keep margin the planner set from its own measured noise (``keep_margin``, null when the simulator
+alone refused every candidate).
 
 Links: ``loopback`` (gloo over 127.0.0.1; communication competes with compute for the same
 cores) and ``shaped`` (each rank in its own network namespace, veth links shaped with
 ``tc tbf`` at ``--rate``; needs root, skipped with a message otherwise).
 
-``--json`` prints ``{"cases": [...]}`` with exactly the documented keys; ``--detail FILE``
-writes the rest (the plan, refusals, every candidate measured and predicted, calibration).
+``--json`` prints ``{"cases": [...], "summary": {...}}`` (``summary``: ``plans_kept`` of ``plans``,
+and how often Rota's step measured slower than the untransformed one, and beyond the noise);
+``--detail FILE`` writes the rest (the plan, refusals, the planner's check, every candidate
+measured and predicted, calibration).
 """
 
 from __future__ import annotations
@@ -30,10 +36,11 @@ from rota.bench.overlap_net import RankNet, can_shape, shaped_link
 from rota.jobkit.overlap.blocks import BLOCK_NAMES
 from rota.jobkit.overlap.check import free_port
 
-__all__ = ["CASE_KEYS", "main"]
+__all__ = ["CASE_KEYS", "main", "noise", "summarize"]
 
-CASE_KEYS = ("block", "ranks", "link", "baseline_s", "inductor_s", "rota_s", "exposed_comm_before_s",
-             "exposed_comm_after_s", "peak_mb_before", "peak_mb_after", "predicted_s", "predicted_peak_mb")
+CASE_KEYS = ("block", "ranks", "link", "baseline_s", "baseline_again_s", "inductor_s", "rota_s", "exposed_comm_before_s",
+             "exposed_comm_after_s", "peak_mb_before", "peak_mb_after", "predicted_s", "predicted_peak_mb",
+             "plan_kept", "keep_margin")
 LINKS = ("loopback", "shaped")
 
 
@@ -79,26 +86,53 @@ def _run_case(args: argparse.Namespace, block: str, ranks: int, link: str) -> di
                                                                    **result["detail"]}}
 
 
+def noise(case: dict[str, Any]) -> float:
+    """The relative gap between the case's two timings of the untransformed graph."""
+    a, b = case["baseline_s"], case["baseline_again_s"]
+    return abs(a - b) / ((a + b) / 2) if a + b > 0 else 0.0
+
+
+def summarize(cases: list[dict[str, Any]]) -> dict[str, int]:
+    """Plans kept, and Rota's fresh step against the untransformed one: slower at all, and slower
+    by more than the untransformed graph's own noise in that case."""
+    slower = [c for c in cases if c["rota_s"] > c["baseline_s"]]
+    return {"plans": len(cases), "plans_kept": sum(1 for c in cases if c["plan_kept"]),
+            "rota_slower": len(slower),
+            "rota_slower_beyond_noise": sum(1 for c in slower if c["rota_s"] / c["baseline_s"] - 1 > noise(c))}
+
+
+def _summary_line(summary: dict[str, int]) -> str:
+    n = summary["plans"]
+    return (f"{summary['plans_kept']} of {n} plans kept; Rota's step slower than the untransformed in "
+            f"{summary['rota_slower']} of {n} ({summary['rota_slower_beyond_noise']} beyond the untransformed "
+            f"graph's own noise)")
+
+
 def _pct(after: float, before: float) -> str:
     return f"{100 * (1 - after / before):+.0f}%" if before > 0 else "n/a"
 
 
 def _table(cases: list[dict[str, Any]], details: list[dict[str, Any]]) -> str:
-    lines = [f"{'block':8} {'n':>2} {'link':8} {'base ms':>8} {'ind ms':>8} {'rota ms':>8} {'exp before':>10} "
+    lines = [f"{'block':8} {'n':>2} {'link':8} {'base ms':>8} {'again':>8} {'ind ms':>8} {'rota ms':>8} {'exp before':>10} "
              f"{'exp after':>9} {'exp cut':>7} {'peak MB':>13} {'pred ms':>8} {'err':>5} {'pred MB':>7} {'err':>5}  plan"]
     for c, d in zip(cases, details, strict=True):
         ind = f"{c['inductor_s'] * 1e3:8.2f}" if c["inductor_s"] is not None else f"{'null':>8}"
         err_t = c["predicted_s"] / c["rota_s"] - 1 if c["rota_s"] else 0.0
         err_m = c["predicted_peak_mb"] / c["peak_mb_after"] - 1 if c["peak_mb_after"] else 0.0
         lines.append(
-            f"{c['block']:8} {c['ranks']:>2} {c['link']:8} {c['baseline_s'] * 1e3:8.2f} {ind} {c['rota_s'] * 1e3:8.2f} "
+            f"{c['block']:8} {c['ranks']:>2} {c['link']:8} {c['baseline_s'] * 1e3:8.2f} {c['baseline_again_s'] * 1e3:8.2f} "
+            f"{ind} {c['rota_s'] * 1e3:8.2f} "
             f"{c['exposed_comm_before_s'] * 1e3:10.2f} {c['exposed_comm_after_s'] * 1e3:9.2f} "
             f"{_pct(c['exposed_comm_after_s'], c['exposed_comm_before_s']):>7} "
             f"{c['peak_mb_before']:6.2f}>{c['peak_mb_after']:6.2f} {c['predicted_s'] * 1e3:8.2f} {err_t:+5.0%} "
-            f"{c['predicted_peak_mb']:7.2f} {err_m:+5.0%}  {d['plan']}")
+            f"{c['predicted_peak_mb']:7.2f} {err_m:+5.0%}  {d['plan']}{_margin(c)}")
         if c["inductor_s"] is None:
             lines.append(f"{'':20} inductor: {d['inductor_reason']}")
     return "\n".join(lines)
+
+
+def _margin(case: dict[str, Any]) -> str:
+    return f" (keep margin {case['keep_margin']:.0%})" if case["keep_margin"] is not None else " (simulator refused)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -155,10 +189,12 @@ def main(argv: list[str]) -> int:
                 details.append(result["detail"])
     if args.detail:
         Path(args.detail).write_text(json.dumps({"cases": details}, indent=1))
+    summary = summarize(cases)
     if args.json:
-        print(json.dumps({"cases": cases}))
+        print(json.dumps({"cases": cases, "summary": summary}))
     else:
         print(_table(cases, details))
+        print(_summary_line(summary))
     return 0
 
 

@@ -1,8 +1,11 @@
 """One rank of one ``rota bench overlap`` case (launched by :mod:`rota.bench.overlap`).
 
 Every rank plans (calibration and planning are collective), then times, on the same inputs:
-the untransformed graph, Inductor's own compute/communication reordering when it compiles
-here, Rota's chosen graph, and the compute-only twins of both graphs; and samples peak heap.
+the untransformed graph (twice, for the noise between two timings of one graph), Inductor's
+own compute/communication reordering when it compiles here, Rota's chosen graph, and the
+compute-only twins of both graphs; and samples peak heap. Rota's figures are always its own
+fresh measurements, also when the plan fell back to the untransformed graph (then the gap to
+the baseline is noise, and is reported as such, not hidden by copying the baseline's number).
 Rank 0 writes the case's figures as JSON to ``--out``.
 """
 
@@ -27,7 +30,7 @@ from rota.jobkit.overlap.capture import capture_block, collective_kinds, run_gra
 from rota.jobkit.overlap.measure import measure_peak_bytes, strip_comm, time_steps
 from rota.jobkit.overlap.planner import MB, plan_overlap
 
-__all__ = ["main"]
+__all__ = ["case_times", "main"]
 
 
 def _inductor(step: Any, inputs: tuple[torch.Tensor, ...],
@@ -43,6 +46,14 @@ def _inductor(step: Any, inputs: tuple[torch.Tensor, ...],
         return compiled, None
     except Exception as error:  # an unsupported build is a result to report, not a crash
         return None, f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
+
+
+def case_times(measured: dict[str, float]) -> dict[str, float]:
+    """The case's step figures from one interleaved measurement: each its own timing, none copied."""
+    baseline, rota = measured["baseline"], measured["rota"]
+    return {"baseline_s": baseline, "baseline_again_s": measured["baseline_again"], "rota_s": rota,
+            "exposed_comm_before_s": max(0.0, baseline - measured["compute_before"]),
+            "exposed_comm_after_s": max(0.0, rota - measured["compute_after"])}
 
 
 def main(argv: list[str]) -> int:
@@ -76,7 +87,7 @@ def main(argv: list[str]) -> int:
         plan = plan_overlap(captured, group, ks=(args.k,), comm=comm, verify_iters=args.verify)
         planning_s = time.perf_counter() - started
         ref = run_graph(captured.graph, block.inputs)
-        variants: dict[str, Any] = {"baseline": captured.graph, "rota": plan.module,
+        variants: dict[str, Any] = {"baseline": captured.graph, "baseline_again": captured.graph, "rota": plan.module,
                                     "compute_before": strip_comm(captured.graph),
                                     "compute_after": strip_comm(plan.module)}
         variants.update({f"candidate:{label}": c.module for label, c in plan.candidates.items()})
@@ -86,33 +97,27 @@ def main(argv: list[str]) -> int:
             if compiled is not None:
                 variants["inductor"] = compiled
         measured = time_steps(variants, block.inputs, group, args.iters)
-        baseline, rota = measured["baseline"], measured["rota"]
-        compute_before, compute_after = measured["compute_before"], measured["compute_after"]
-        kept = plan.label == "untransformed"
-        if kept:  # Rota runs the very graph timed as the baseline; a second timing of it is noise
-            rota, compute_after = baseline, compute_before
         inductor_s = measured.get("inductor")
         forced = {k.split(":", 1)[1]: v for k, v in measured.items() if k.startswith("candidate:")}
         peak_before = measure_peak_bytes(captured.graph, block.inputs, group)
-        peak_after = peak_before if kept else measure_peak_bytes(plan.module, block.inputs, group)
+        peak_after = measure_peak_bytes(plan.module, block.inputs, group)  # sampled again even for the same graph
+        verification = plan.verification
         if args.rank == 0:
             case = {
-                "block": args.block, "ranks": args.world, "baseline_s": baseline, "inductor_s": inductor_s,
-                "rota_s": rota, "exposed_comm_before_s": max(0.0, baseline - compute_before),
-                "exposed_comm_after_s": max(0.0, rota - compute_after), "peak_mb_before": peak_before / MB,
-                "peak_mb_after": peak_after / MB, "predicted_s": plan.predicted_step_s,
-                "predicted_peak_mb": plan.predicted_peak_mb,
+                "block": args.block, "ranks": args.world, **case_times(measured), "inductor_s": inductor_s,
+                "peak_mb_before": peak_before / MB, "peak_mb_after": peak_after / MB,
+                "predicted_s": plan.predicted_step_s, "predicted_peak_mb": plan.predicted_peak_mb,
+                "plan_kept": plan.label != "untransformed",
+                "keep_margin": verification.margin if verification else None,
             }
             detail = {
                 "plan": plan.label, "k": plan.k, "buckets": [list(b) for b in plan.buckets], "refused": plan.refused,
                 "predicted_baseline_s": plan.baseline.makespan_s, "predicted_baseline_peak_mb": plan.baseline.peak_bytes / MB,
                 "candidates_measured_s": forced,
                 "candidates_predicted_s": {k: c.predicted.makespan_s for k, c in plan.candidates.items()},
-                "compute_only_before_s": compute_before, "compute_only_after_s": compute_after,
+                "compute_only_before_s": measured["compute_before"], "compute_only_after_s": measured["compute_after"],
                 "inductor_reason": inductor_why, "planning_s": planning_s,
-                # The untransformed graph timed a second time in the same rounds: the noise
-                # between two timings of one graph (only when the plan kept it).
-                "rota_timed_again_s": measured["rota"] if kept else None,
+                "verification": verification.as_dict() if verification else None,
                 "comm_alpha_s": dict(comm.alpha_s), "comm_beta_s_per_byte": dict(comm.beta_s_per_byte),
             }
             Path(args.out).write_text(json.dumps({"case": case, "detail": detail}))
