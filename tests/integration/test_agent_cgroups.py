@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import polling
 import pytest
 
 from rota.agent import cgroups
@@ -27,12 +28,7 @@ HOG = [PY, "-c", "import time\nb = bytearray(512 << 20)\nfor i in range(0, len(b
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
+    return polling.wait_until(predicate, timeout)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import polling
 import pytest
 
 from rota.agent.launcher import FENCED_EXIT
@@ -23,12 +24,7 @@ SLEEP = [PY, "-c", "import time; time.sleep(60)"]
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
+    return polling.wait_until(predicate, timeout)
 
 
 def wait_exit(job: LocalJob, timeout: float = 15.0) -> int:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import polling
 import pytest
 
 from rota.agent.checkpoints import AgentCheckpoints
@@ -52,12 +52,7 @@ open(sys.argv[1], "w").write(json.dumps(out))
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 120.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
+    return polling.wait_until(predicate, timeout, 0.02)
 
 
 def wait_exit(job: LocalJob, timeout: float = 120.0) -> int:
