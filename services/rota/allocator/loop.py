@@ -258,10 +258,11 @@ class SchedulingLoop:
 
     async def _plan(self, view: planner_view.LiveView, horizon: Horizon, policy: str, events: Events) -> _Planned:
         """Step 4: the pure core plans the horizon (in a thread: full mode takes seconds) on the
-        forecaster's durations and curves; `fair` first reads the ledger's standings."""
+        forecaster's durations and curves; `fair` first reads the ledger's standings, and so
+        does `fast` when jobs of more than one tenant wait (it interleaves them by standing)."""
         jobs, forecasts = await self.forecasts.apply(view.jobs, view.specs, horizon)
         fair = await self.peers.ledger.fair_inputs(self._fairness_config(), _held_by_tenant(view.jobs)) \
-            if policy == "fair" else None
+            if policy == "fair" or (policy == "fast" and _tenants_waiting(view.jobs) > 1) else None
         # Array caps (%K) and dependencies hold jobs back, each with its reason; a job whose
         # dependency can no longer hold fails here, the one writer of what the plan decides.
         gate = view.gate()
@@ -653,3 +654,8 @@ def _held_by_tenant(jobs: list[LiveJob]) -> dict[str, int]:
         if j.node is not None:
             held[j.tenant] = held.get(j.tenant, 0) + j.held_gpus
     return held
+
+
+def _tenants_waiting(jobs: list[LiveJob]) -> int:
+    """How many tenants have jobs waiting for GPUs (`fast` orders across them by standing)."""
+    return len({j.tenant for j in jobs if j.node is None and not j.realtime})

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from rota.core.fairness.ltgf import FairnessConfig
 from rota.core.fairness.quotas import Quota
 from rota.core.fairness.twostage import JobView, TenantState
-from rota.core.planning import policies, policy_fair, quota_step, resources
+from rota.core.planning import policies, policy_fair, policy_fast, quota_step, resources
 from rota.core.planning.grid import Grid
 from rota.core.planning.liveplan import (
     Horizon,
@@ -38,7 +38,8 @@ from rota.core.planning.moves import (
 
 @dataclass(frozen=True)
 class FairInputs:
-    """The ledger's standings, for the `fair` policy: stage 1 (tenants) and stage 2 (jobs)."""
+    """The ledger's standings: `fair`'s stage 1 (tenants) and stage 2 (jobs); `fast` reads
+    the tenants' to interleave its queue across tenants by standing."""
 
     tenants: dict[str, TenantState]
     jobs: dict[str, JobView]
@@ -85,6 +86,8 @@ def plan_live(
         live = build(nodes, these, horizon, held_back)
         if policy == "fair" and fair is not None:
             plan = policy_fair.plan(live.scenario, fair.tenants, horizon.now_s, jobs=fair.jobs, cfg=fair.config)
+        elif policy == "fast" and fair is not None:
+            plan = policy_fast.plan(live.scenario, standings=fair.tenants, cfg=fair.config)
         else:
             plan = policies.get(policy, full_time_limit=full_time_limit_s)(live.scenario)
         return live, plan.grid, float(figures(live, plan.grid)["objective"]), plan.stats

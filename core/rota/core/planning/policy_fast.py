@@ -10,6 +10,12 @@
    then the one whose buddy is already partly used (best fit), so whole large blocks stay
    whole for the jobs still queued. The queue is tried in a few orders (by priority, by
    priority then size, by decayed value) and the plan with the best objective (docs/design.md §3) is kept.
+4. Given the tenants' standings (the ledger's, live), each order is walked across tenants
+   as `fair` walks them (`rota.core.fairness.twostage.tenant_walk`, `fair_tenant_key`):
+   the tenant furthest below its share of weighted GPU-time takes its next job in that
+   order, is charged a lease, and the choice repeats; so a tenant's shares count without
+   `fair`'s preemptions, and within a tenant the order is kept. Without standings (one
+   tenant, the benchmarks) the order is the queue's.
 
 Every write goes through `Board`, which refuses a busy cell, so the grid is legal by
 construction; the tests still run the independent checker on it.
@@ -23,11 +29,14 @@ cells lazily), and trying fewer orders on long queues (`ORDERS_BY_QUEUE`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from operator import or_
 
+from rota.core.fairness.ltgf import FairnessConfig
+from rota.core.fairness.twostage import TenantState, fair_tenant_key, tenant_walk
 from rota.core.planning.constraints import StartMasks
 from rota.core.planning.grid import Board, Plan, fold, highest_bits, pinned_board
 from rota.core.planning.scenario import BatchJob, RealtimeApp, Scenario
@@ -286,23 +295,53 @@ class Packed:
     order: int  # which of `orders` won
 
 
-def pack(s: Scenario, masks: StartMasks | None = None) -> Packed:
+def share_walk(packer: _Packer, order: Sequence[_Entry], standings: Mapping[str, TenantState],
+               cfg: FairnessConfig) -> float:
+    """Place `order` tenant by tenant in standing order (`fair`'s stage 1), each tenant's
+    jobs in `order`; a tenant unknown to the standings has no quota (served last)."""
+    entry = {e[0].id: e for e in order}
+    queues: dict[str, list[BatchJob]] = {}
+    for e in order:
+        queues.setdefault(e[0].tenant, []).append(e[0])
+    tenants = {t: dataclasses.replace(standings[t]) if t in standings else TenantState(t, 0, 0, 0.0, 0.0)
+               for t in queues}  # copies: the walk charges each pick to its tenant
+    earned = 0.0
+
+    def place(j: BatchJob) -> bool:
+        nonlocal earned
+        earned += packer.place([entry[j.id]])
+        return j.id in packer.placed
+
+    tenant_walk(tenants, queues.__getitem__, lambda t: fair_tenant_key(t, cfg), place, cfg.lease_s)
+    return earned
+
+
+def pack(s: Scenario, masks: StartMasks | None = None, standings: Mapping[str, TenantState] | None = None,
+         cfg: FairnessConfig | None = None) -> Packed:
     masks = masks or StartMasks(s)
     base = pinned_board(s)
     place_realtime(base, s.realtime, masks)
     waiting = [j for j in s.batch if j.running is None and j.arrival < s.horizon]
     q = Queue(s, waiting, masks)
+    shared = standings is not None and len({j.tenant for j in waiting}) > 1
     best: tuple[float, int, _Packer] | None = None
     for i, key in enumerate(orders(s)[: order_count(len(waiting))]):
         rank = [key(j) for j in waiting]
         packer = _Packer(base.copy(), s, q)
-        earned = packer.place([q.entries[k] for k in sorted(range(len(waiting)), key=rank.__getitem__)])
+        order = [q.entries[k] for k in sorted(range(len(waiting)), key=rank.__getitem__)]
+        if shared and standings is not None:
+            earned = share_walk(packer, order, standings, cfg or FairnessConfig())
+        else:
+            earned = packer.place(order)
         if best is None or earned > best[0]:
             best = (earned, i, packer)
     assert best is not None
     return Packed(base, best[2].b, best[2].placed, best[1])
 
 
-def plan(s: Scenario, masks: StartMasks | None = None) -> Plan:
-    packed = pack(s, masks)
+def plan(s: Scenario, masks: StartMasks | None = None, standings: Mapping[str, TenantState] | None = None,
+         cfg: FairnessConfig | None = None) -> Plan:
+    """Fast's grid; `standings` (per tenant: quota, held GPUs, U and W, as `fair` reads
+    them) interleave the queue across tenants by their standing."""
+    packed = pack(s, masks, standings, cfg)
     return Plan(packed.board.cells, {"order": packed.order})
