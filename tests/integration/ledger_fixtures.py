@@ -31,7 +31,8 @@ ADMIN = "admin-secret"
 class LedgerServer:
     """The ledger servicer on an ephemeral port, its event loop on a thread of its own."""
 
-    def __init__(self, db: Database, rates: GpuRates = DEFAULT_RATES) -> None:
+    def __init__(self, db: Database, rates: GpuRates = DEFAULT_RATES, *, policy: str = "fast",
+                 lease_s: float = 0.0) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -41,7 +42,8 @@ class LedgerServer:
                 tracer=trace.get_tracer("test"), authenticate=TokenAuthenticator(ADMIN, db), default_deadline_s=20
             )
             server = grpc.aio.server(interceptors=[interceptor])
-            ledger_pb2_grpc.add_LedgerServiceServicer_to_server(LedgerService(db, rates=rates), server)
+            ledger_pb2_grpc.add_LedgerServiceServicer_to_server(LedgerService(db, rates=rates, policy=policy, lease_s=lease_s),
+                                                                server)
             port = server.add_insecure_port("127.0.0.1:0")
             await server.start()
             return server, port

@@ -263,3 +263,28 @@ def test_f_reads_n_a_where_it_does_not_apply_and_held_array_tasks_demand_nothing
     assert code == 0 and next(line for line in out.splitlines() if line.startswith("idle")).split()[-1] == "n/a"
     code, out, _ = run_cli(capsys, "fairness", "--jobs", "--json", "--endpoint", server.target, "--token", ADMIN)
     assert {j["job_id"]: j["fairness"] for j in json.loads(out)["jobs"]}["paused"] is None  # JSON null, not NaN
+
+
+@pytest.mark.parametrize(("policy", "lease_s", "header"), [
+    ("fair", 5.0, "policy: fair (lease 5s): over-share tenants' preemptible jobs yield"),
+    ("fair", 1800.0, "policy: fair (lease 30m)"),
+    ("fast", 1800.0, "policy: fast: waiting jobs go to the tenant furthest below its share first"),
+    ("fifo", 1800.0, "policy: fifo: arrival order; shares are not used"),
+])
+def test_fairness_says_which_policy_decides(
+    db: Database, capsys: pytest.CaptureFixture[str], policy: str, lease_s: float, header: str
+) -> None:
+    """The SDK, `rota fairness` and its --json name the cluster's policy; a lease only under fair."""
+    history(db)
+    server = LedgerServer(db, policy=policy, lease_s=lease_s)
+    try:
+        with Client.connect(server.target, token=ADMIN) as client:
+            st = client.standings()
+        assert (st.policy, st.lease_seconds) == (policy, lease_s if policy == "fair" else 0.0)
+        conn = ["--endpoint", server.target, "--token", ADMIN]
+        code, out, _ = run_cli(capsys, "fairness", "--json", *conn)
+        assert code == 0 and json.loads(out)["policy"] == policy
+        code, out, _ = run_cli(capsys, "fairness", *conn)
+        assert code == 0 and any(line.startswith(header) for line in out.splitlines()), out
+    finally:
+        server.stop()

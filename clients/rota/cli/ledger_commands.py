@@ -15,7 +15,7 @@ from rota.cli.flags import one_of
 from rota.cli.output import print_json, table
 from rota.client import parse_duration
 from rota.client.errors import InvalidArgumentError
-from rota.client.ledger import fairness_text
+from rota.client.ledger import fairness_text, policy_text
 
 _DAYS = re.compile(r"^\s*(\d+(?:\.\d+)?)d(.*)$")
 HEADERS = {"job": ("JOB", "TENANT"), "tenant": ("TENANT",), "user": ("USER", "TENANT"), "day": ("DAY (UTC)",),
@@ -94,6 +94,7 @@ def fairness(args: argparse.Namespace) -> int:
     at = st.at.isoformat(timespec="minutes") if st.at else "-"
     print(f"window {start} .. {at}, {st.capacity_gpus} GPUs alive; GPU-hours, used weighted by GPU type;"
           " F = used / deserved (n/a: no demand in the window)")
+    print(policy_text(st.policy, st.lease_seconds))
     print(table(
         ["TENANT", "SHARE", "QUOTA", "ENTITLED", "DESERVED", "USED", "RAW USED", "F"],
         [[t.tenant, f"{t.share:g}", t.quota, _hours(t.entitled), _hours(t.deserved), _hours(t.used),

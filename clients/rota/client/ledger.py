@@ -97,9 +97,14 @@ class Standings:
     capacity_gpus: int
     window_start: datetime | None
     at: datetime | None
+    # The policy deciding who gets GPUs (fifo | fast | fair; "" when the ledger does not
+    # say) and, under fair, its lease in seconds (else 0).
+    policy: str = ""
+    lease_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "policy": self.policy, "lease_seconds": self.lease_seconds,
             "capacity_gpus": self.capacity_gpus, "window_start": _iso(self.window_start), "at": _iso(self.at),
             "tenants": [t.to_dict() for t in self.tenants],
         }
@@ -108,8 +113,32 @@ class Standings:
     def _from_proto(r: ledger_pb2.StandingsResponse) -> Standings:
         return Standings(
             [TenantFairness._from_proto(t) for t in r.tenants], r.capacity_gpus,
-            _from_unix(r.window_start_unix), _from_unix(r.at_unix),
+            _from_unix(r.window_start_unix), _from_unix(r.at_unix), r.policy, r.lease_seconds,
         )
+
+
+# What each policy does with the tenants' shares, as `rota fairness` says it.
+POLICY_EFFECT = {
+    "fair": "over-share tenants' preemptible jobs yield their GPUs at lease expiry",
+    "fast": "waiting jobs go to the tenant furthest below its share first; nothing is preempted for shares",
+    "fifo": "arrival order; shares are not used",
+}
+
+
+def policy_text(policy: str, lease_seconds: float) -> str:
+    """`policy: fair (lease 30m): ...`: which policy decides and what it does with shares."""
+    if not policy:
+        return "policy: unknown (the ledger does not say)"
+    lease = f" (lease {_span(lease_seconds)})" if policy == "fair" and lease_seconds > 0 else ""
+    effect = POLICY_EFFECT.get(policy)
+    return f"policy: {policy}{lease}" + (f": {effect}" if effect else "")
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 @dataclass(frozen=True)

@@ -237,9 +237,17 @@ class StandingsResponse(_message.Message):
     CAPACITY_GPUS_FIELD_NUMBER: _builtins.int
     WINDOW_START_UNIX_FIELD_NUMBER: _builtins.int
     AT_UNIX_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    LEASE_SECONDS_FIELD_NUMBER: _builtins.int
     capacity_gpus: _builtins.int
     window_start_unix: _builtins.int
     at_unix: _builtins.int
+    policy: _builtins.str
+    """The policy that decides who gets GPUs (the cluster's ROTA_POLICY: fifo | fast | fair), and
+    under `fair` the lease length in seconds (ROTA_FAIR_LEASE; 0 for the other policies).
+    Empty from a ledger that does not report it.
+    """
+    lease_seconds: _builtins.float
     @_builtins.property
     def tenants(self) -> _containers.RepeatedCompositeFieldContainer[Global___TenantStanding]: ...
     def __init__(
@@ -249,10 +257,12 @@ class StandingsResponse(_message.Message):
         capacity_gpus: _builtins.int = ...,
         window_start_unix: _builtins.int = ...,
         at_unix: _builtins.int = ...,
+        policy: _builtins.str = ...,
+        lease_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_unix", b"at_unix", "capacity_gpus", b"capacity_gpus", "tenants", b"tenants", "window_start_unix", b"window_start_unix"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_unix", b"at_unix", "capacity_gpus", b"capacity_gpus", "lease_seconds", b"lease_seconds", "policy", b"policy", "tenants", b"tenants", "window_start_unix", b"window_start_unix"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -26,7 +26,8 @@ async def serve(settings: Settings) -> None:
     register_fairness_metrics(parts.db)  # tenants' F and GPU-time on /metrics, read at scrape time
 
     def register(server: grpc.aio.Server) -> list[str]:
-        ledger_pb2_grpc.add_LedgerServiceServicer_to_server(LedgerService(parts.db, rates=settings.gpu_type_rates), server)
+        ledger_pb2_grpc.add_LedgerServiceServicer_to_server(LedgerService(
+            parts.db, rates=settings.gpu_type_rates, policy=settings.policy, lease_s=settings.fair_lease_s), server)
         return [ledger_pb2.DESCRIPTOR.services_by_name["LedgerService"].full_name]
 
     await parts.serve(register, background=[collector.run_forever])

@@ -88,10 +88,13 @@ def _tenant_filter(requested: str) -> str:
 
 
 class LedgerService(ledger_pb2_grpc.LedgerServiceServicer):
-    def __init__(self, db: Database, cfg: FairnessConfig | None = None, rates: GpuRates = DEFAULT_RATES) -> None:
+    def __init__(self, db: Database, cfg: FairnessConfig | None = None, rates: GpuRates = DEFAULT_RATES, *,
+                 policy: str = "fast", lease_s: float = 0.0) -> None:
         self.db = db
         self.cfg = cfg or FairnessConfig()
         self.rates = rates
+        # The cluster's policy (its ROTA_POLICY, which the allocator plans by), for `rota fairness`.
+        self.policy, self.lease_s = policy, lease_s if policy == "fair" else 0.0
 
     async def _tx(self, fn: Callable[[Session], T]) -> T:
         return await asyncio.to_thread(self.db.run, fn)
@@ -137,6 +140,7 @@ class LedgerService(ledger_pb2_grpc.LedgerServiceServicer):
                 for t in st.tenants
             ],
             capacity_gpus=st.capacity, window_start_unix=_unix(st.window_start), at_unix=_unix(st.at),
+            policy=self.policy, lease_seconds=self.lease_s,
         )
 
     async def FairnessIndex(
