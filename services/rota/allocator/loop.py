@@ -363,7 +363,8 @@ class SchedulingLoop:
         # the priced moves never pick one (moves.py): its whole block would have to move.
         movable = [j.id for j in view.jobs if j.node is not None and j.preemptible and not j.realtime]
         found = repository.move_inputs(session, movable if self.mover.available else [])
-        return MoveInputs(costs=found.costs, targets=found.targets, busy=self.mover.busy())
+        return MoveInputs(costs=found.costs, targets=found.targets, busy=self.mover.busy(),
+                          yielded_to=dict(self.memory.yielded_to))
 
     async def _reclaim(self, r: Preemption, addresses: dict[str, str]) -> bool:
         """A borrower paused for a tenant's guarantee; stopped and requeued instead when the

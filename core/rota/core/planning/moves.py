@@ -64,6 +64,9 @@ class MoveInputs:
     costs: Mapping[str, MoveCost] = field(default_factory=dict)  # jobs that can be paused (have an image)
     targets: Mapping[str, str] = field(default_factory=dict)  # pending job -> node asked for (--to)
     busy: frozenset[str] = frozenset()  # jobs with a pause or migration under way
+    # Jobs moved off their GPUs -> the job they made room for, until it has started: those
+    # GPUs are promised (the lease yields of the next cycles must not give them again).
+    yielded_to: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -124,12 +124,15 @@ def _lease_yields(
     """At lease expiry, over-share tenants' preemptible jobs yield to under-served waiting
     ones: paused when they have an image (the loop pauses them), else restarted."""
     now = horizon.now_s
+    tenants = _promised(live, fair.tenants, moves)
     leases = [
         policy_fair.Lease(j.id, j.tenant, j.held_gpus, now - j.elapsed_s, j.preemptible, j.restart, node=j.node or "",
                           pausable=j.id in moves.costs)
         for j in live.jobs.values() if j.node is not None and not j.realtime and j.id not in moves.busy
     ]
-    waiting = [fair.jobs[i] for i in decision.waiting if i in fair.jobs and live.jobs[i].node is None]
+    promised = set(moves.yielded_to.values())  # already given GPUs by an earlier cycle's yields
+    waiting = [fair.jobs[i] for i in decision.waiting
+               if i in fair.jobs and live.jobs[i].node is None and i not in promised]
     free_now = sum(1 for g, row in enumerate(grid) if row[0] is None and live.layout.where(g) is not None)
 
     def fits(job: JobView, picked: Sequence[policy_fair.Lease]) -> bool:
@@ -139,4 +142,19 @@ def _lease_yields(
         nodes = gang_shape(waiting_job, live.layout.slot)[0] if waiting_job is not None else 1
         return len({lease.node for lease in picked}) <= nodes
 
-    return policy_fair.lease_yields(leases, waiting, fair.tenants, free_now, now, fair.config, fits=fits)
+    return policy_fair.lease_yields(leases, waiting, tenants, free_now, now, fair.config, fits=fits)
+
+
+def _promised(live: LiveScenario, tenants: Mapping[str, TenantState], moves: MoveInputs) -> dict[str, TenantState]:
+    """The tenants' holdings as the yields of earlier cycles left them: a job still pausing
+    holds GPUs already given away, and the job they went to holds them though it has not
+    started. Counted as held now, a tenant's queue would take a second borrower's GPUs for
+    the same want (and the borrower lose more than its excess) while a pause is under way."""
+    out = {t: replace(st) for t, st in tenants.items()}
+    for moved, to in moves.yielded_to.items():
+        gone, taker = live.jobs.get(moved), live.jobs.get(to)
+        if gone is not None and gone.node is not None and moved in moves.busy and gone.tenant in out:
+            out[gone.tenant].allocated -= gone.held_gpus
+        if taker is not None and taker.node is None and taker.tenant in out:
+            out[taker.tenant].allocated += taker.gpus
+    return out
