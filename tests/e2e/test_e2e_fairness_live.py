@@ -11,7 +11,9 @@ job resumes from its image and ends with the losses of an uninterrupted run.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +55,19 @@ def fairness(st: Standings) -> dict[str, float | None]:
 def test_under_fair_each_tenants_f_moves_towards_1_and_the_paused_job_resumes_without_loss(
     cluster: RunningCluster, tmp_path: Path
 ) -> None:
+    began = time.monotonic()
+    with ThreadPoolExecutor(1) as pool:  # the uninterrupted run's losses, while the cluster works
+        want = pool.submit(reference, LM, tmp_path / "ref.txt")
+        check_live_fairness(cluster, tmp_path / "lm.txt")
+        assert (tmp_path / "lm.txt").read_text().splitlines() == want.result()  # resumed, not restarted
+    print(f"{time.monotonic() - began:.0f}s in all")
+
+
+def check_live_fairness(cluster: RunningCluster, losses: Path) -> None:
+    """The scenario of the module docstring up to the training job's end (its losses in `losses`)."""
+    began = time.monotonic()
     cluster.cli("tenants", "add", "big", "--share", "2")
     cluster.cli("tenants", "add", "small")  # `demo` (share 1) is the third
-    losses = tmp_path / "lm.txt"
     lm = cluster.submit_job("lm", tenant="big", command=[*LM, "--step-delay", "0.3", "--losses", str(losses)],
                             preemptible=True, restart="never")
     cluster.wait_job(lm, ("RUNNING",))
@@ -75,11 +87,11 @@ def test_under_fair_each_tenants_f_moves_towards_1_and_the_paused_job_resumes_wi
     with cluster.client() as client:
         first = wait_until(lambda: (lambda st: st if len([t for t in st.tenants if t.fairness is not None]) == 3
                                     else None)(client.standings()), 30, "standings of all three tenants")
-        print(f"after the first lease: F {fairness(first)}, max|F-1| {spread(first):.3f}")
+        print(f"{time.monotonic() - began:.0f}s: after the first lease: F {fairness(first)}, max|F-1| {spread(first):.3f}")
         # Every tenant now runs at its quota; F moves towards 1, lease after lease.
         last = wait_until(lambda: (lambda st: st if spread(st) <= CONVERGED else None)(client.standings()), 90,
                           f"max|F-1| <= {CONVERGED}")
-        print(f"converged: F {fairness(last)}, max|F-1| {spread(last):.3f}")
+        print(f"{time.monotonic() - began:.0f}s: converged: F {fairness(last)}, max|F-1| {spread(last):.3f}")
         held = {t.tenant: t for t in client.standings().tenants}
     assert spread(last) < spread(first)
     before, after = fairness(first), fairness(last)
@@ -99,4 +111,3 @@ def test_under_fair_each_tenants_f_moves_towards_1_and_the_paused_job_resumes_wi
     assert done.state == "SUCCEEDED", done.reason
     states = [h.to_state for h in done.history]
     assert states.count("PAUSED") >= 1, states
-    assert losses.read_text().splitlines() == reference(LM, tmp_path / "ref.txt")  # resumed, not restarted
