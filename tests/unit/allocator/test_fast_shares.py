@@ -6,6 +6,7 @@ the queue's order decides (the first tenant submitted drains its queue first).""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from builders import batch_job, scenario
@@ -19,38 +20,38 @@ DURATION = 2  # steps per job
 CFG = FairnessConfig(lease_s=DURATION * STEP_S)  # a pick is charged what the job will use
 
 
+def step_jobs(queue: list[tuple[str, str]], started: Mapping[str, tuple[int, int]], now: int) -> list[dict[str, Any]]:
+    """The scenario's jobs at step `now`: those started and not finished pinned where they run."""
+    jobs = []
+    for job_id, tenant in queue:
+        if job_id not in started:
+            jobs.append(batch_job(job_id, tenant=tenant, duration=DURATION))
+        elif started[job_id][0] + DURATION > now:
+            at, gpu = started[job_id]
+            jobs.append(batch_job(job_id, tenant=tenant, duration=DURATION, running={"started": at - now, "first_gpu": gpu}))
+    return jobs
+
+
 def run(shares: Mapping[str, float], gpus: int, steps: int, with_standings: bool) -> dict[str, float]:
     """Each tenant's fraction of the GPU-steps used over `steps` re-plans; jobs of 1 GPU,
     submitted tenant by tenant (the first tenant's whole queue first)."""
     per_tenant = gpus * steps // DURATION + gpus  # more than the cluster can run in `steps`
     queue = [(f"{t}{i}", t) for t in shares for i in range(per_tenant)]
+    tenant_of = dict(queue)
     quota = quotas(gpus, dict(shares))
     started: dict[str, tuple[int, int]] = {}  # job -> (step, GPU)
     used = dict.fromkeys(shares, 0)
     for now in range(steps):
-        jobs = []
-        for job_id, tenant in queue:
-            if job_id in started:
-                at, gpu = started[job_id]
-                if at + DURATION > now:
-                    jobs.append(batch_job(job_id, tenant=tenant, duration=DURATION,
-                                          running={"started": at - now, "first_gpu": gpu}))
-            else:
-                jobs.append(batch_job(job_id, tenant=tenant, duration=DURATION))
         held = dict.fromkeys(shares, 0)
-        for job_id, tenant in queue:
-            if job_id in started and started[job_id][0] + DURATION > now:
-                held[tenant] += 1
+        for job_id, (at, _) in started.items():
+            held[tenant_of[job_id]] += at + DURATION > now
         standings = {t: TenantState(t, quota[t], held[t], used[t] * STEP_S, quota[t] * now * STEP_S, shares[t])
                      for t in shares}
-        s = scenario(*jobs, gpus=gpus, horizon=6)
+        s = scenario(*step_jobs(queue, started, now), gpus=gpus, horizon=6)
         grid = policy_fast.plan(s, standings=standings if with_standings else None, cfg=CFG).grid
         for g, row in enumerate(grid):
-            if row[0] is not None and row[0] not in started:
-                started[row[0]] = (now, g)
-        tenant_of = dict(queue)
-        for row in grid:
             if row[0] is not None:
+                started.setdefault(row[0], (now, g))
                 used[tenant_of[row[0]]] += 1
     total = sum(used.values())
     return {t: used[t] / total for t in shares}
