@@ -22,9 +22,9 @@ from rota.core.fairness.ltgf import FairnessConfig, quotas
 from rota.core.fairness.twostage import (
     JobView,
     TenantState,
+    attained_tier,
     fair_job_key,
     fair_tenant_key,
-    attained_tier,
     may_displace,
     own_yields,
     tenant_walk,
