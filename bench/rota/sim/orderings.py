@@ -31,6 +31,7 @@ from rota.core.fairness.twostage import (
     fair_job_key,
     fair_tenant_key,
     may_displace,
+    own_yields,
     tenant_walk,
 )
 from rota.sim.backfill import Easy
@@ -155,7 +156,7 @@ class Fair:
         cfg = sim.fcfg
         alloc = _allocated(sim, cands)
         # 1. Renewals of tenants within their quota are not contested.
-        contest = _renew_within_quota(sim, cands, alloc, try_place)
+        contest = _renew_within_quota(sim, cands, alloc, try_place, now)
         # 2. Pending jobs too large for every block that is or may become free sit out.
         largest = sim.alloc.largest_free_order()
         for t, queue in sim.pending_by_tenant.items():
@@ -192,17 +193,30 @@ class Fair:
 
 
 def _renew_within_quota(sim: Simulator, cands: list[Run], alloc: dict[str, int], try_place: TryPlace,
-                        ) -> dict[str, list[Run]]:
-    """Renews the running candidates of tenants within their quota; the others' contest the rest."""
+                        now: float) -> dict[str, list[Run]]:
+    """Renews the running candidates of tenants within their quota, except those that yield
+    to the tenant's own waiting jobs of a lower attained-service tier (`own_yields`), which
+    contest with the rest (over-quota tenants' running candidates)."""
     contest: dict[str, list[Run]] = {}
+    mine: dict[str, list[Run]] = {}
     for r in cands:
         if r.state == PENDING:
             continue
         if sim.holding[r.tenant] <= sim.quota[r.tenant]:
-            try_place(r)
-            alloc[r.tenant] += r.gpus
+            mine.setdefault(r.tenant, []).append(r)
         else:
             contest.setdefault(r.tenant, []).append(r)
+    for t, runs in mine.items():
+        yielding: set[str] = set()
+        if sim.pending_by_tenant[t]:  # its own waiting jobs of a lower attained tier first
+            waiting = [(p.gpus, p.gpus * p.held_s) for p in sim.pending_by_tenant[t].values()]
+            yielding = set(own_yields([(r.job.id, r.gpus, r.gpus * r.held(now)) for r in runs], waiting))
+        for r in runs:
+            if r.job.id in yielding:
+                contest.setdefault(t, []).append(r)
+            else:
+                try_place(r)
+                alloc[t] += r.gpus
     return contest
 
 

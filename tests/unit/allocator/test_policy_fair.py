@@ -228,3 +228,31 @@ def test_fits_can_refuse_yields_whose_gpus_the_waiting_job_cannot_use() -> None:
 
     assert lease_yields(leases, [waiting("p1", "poor", 2)], tenants, 0, NOW, CFG, fits=same_node) == []
     assert [y.job_id for y in lease_yields(leases, [waiting("p1", "poor", 2)], tenants, 0, NOW, CFG)] == ["h1", "h2"]
+
+
+# Inside a tenant within its quota: least attained service ------------------------------
+
+TEN_GPU_H = 10 * 3600.0
+WITHIN = {"lab": tenant("lab", 4, allocated=2)}
+
+
+@pytest.mark.parametrize(
+    ("leases", "queue", "expected"),
+    [
+        pytest.param([lease("long", "lab", used=TEN_GPU_H)], [waiting("new", "lab")], ["long"],
+                     id="a long-served job yields to its own tenant's new job"),
+        pytest.param([lease("short", "lab", used=600.0)], [waiting("new", "lab")], [],
+                     id="not when both are in the lowest tier"),
+        pytest.param([lease("long", "lab", used=TEN_GPU_H)], [], [], id="nor with nobody of its tenant waiting"),
+        pytest.param([lease("a", "lab", used=TEN_GPU_H), lease("b", "lab", used=2 * TEN_GPU_H)],
+                     [waiting("new", "lab")], ["b"], id="one new 1-GPU job evicts one job, the most served"),
+        pytest.param([lease("long", "lab", used=TEN_GPU_H)], [waiting("new", "other")], [],
+                     id="another tenant's job gets nothing from a tenant within its quota"),
+    ],
+)
+def test_own_yields_at_lease_expiry(leases: list[Lease], queue: list[JobView], expected: list[str]) -> None:
+    tenants = {**WITHIN, "other": tenant("other", 4)}
+    got = lease_yields(leases, queue, tenants, 0, NOW, CFG)
+    assert [y.job_id for y in got] == expected
+    for y in got:
+        assert y.to_tenant == y.tenant == "lab" and "least attained service" in y.reason

@@ -13,6 +13,7 @@ tenant key); `fair_tenant_key` and `fair_job_key` are the ASTRAEA rules.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -76,6 +77,36 @@ def may_displace(holding: int, quota: int, gpus: int) -> bool:
     displace anyone and would wait for the starvation threshold. A tenant that took one
     such job holds GPUs, so it cannot take a second the same way."""
     return holding + gpus <= quota or (holding == 0 and gpus > quota)
+
+
+# Attained-service tiers (GPU-seconds) for the contest inside a tenant: 1 GPU-h, 10, 100,
+# 1,000 (ours; the sim's `las` baseline uses the same, after Tiresias' discretised queues).
+ATTAINED_TIERS_GPU_S = (3600.0, 36000.0, 360000.0, 3600000.0)
+
+
+def attained_tier(used_gpu_s: float) -> int:
+    """A job's attained-service tier: 0 below 1 GPU-hour, then one per decade."""
+    return bisect.bisect_right(ATTAINED_TIERS_GPU_S, used_gpu_s)
+
+
+def own_yields(running: Sequence[tuple[str, int, float]], waiting: Sequence[tuple[int, float]]) -> list[str]:
+    """Which of a tenant's running jobs, their lease expired, yield to its own waiting jobs
+    (least attained service inside a tenant): `running` as (id, GPUs, attained GPU-s),
+    `waiting` as (GPUs, attained GPU-s). Running jobs yield from the highest tier down,
+    each only to waiting jobs of a strictly lower tier, and only while the GPUs yielded so
+    far fall short of those waiting jobs' GPUs, so a few short jobs do not evict the whole
+    tenant. Without this a tenant within its quota renews its long jobs forever and its
+    new jobs wait behind them, first come first served."""
+    out: list[str] = []
+    given = 0
+    for job_id, gpus, used in sorted(running, key=lambda r: (-attained_tier(r[2]), -r[2], r[0])):
+        tier = attained_tier(used)
+        owed = sum(g for g, u in waiting if attained_tier(u) < tier)
+        if given >= owed:
+            break
+        out.append(job_id)
+        given += gpus
+    return out
 
 
 class HasTenant(Protocol):

@@ -127,7 +127,7 @@ def _lease_yields(
     tenants = _promised(live, fair.tenants, moves)
     leases = [
         policy_fair.Lease(j.id, j.tenant, j.held_gpus, now - j.elapsed_s, j.preemptible, j.restart, node=j.node or "",
-                          pausable=j.id in moves.costs)
+                          pausable=j.id in moves.costs, used=fair.jobs[j.id].used if j.id in fair.jobs else 0.0)
         for j in live.jobs.values() if j.node is not None and not j.realtime and j.id not in moves.busy
     ]
     promised = set(moves.yielded_to.values())  # already given GPUs by an earlier cycle's yields

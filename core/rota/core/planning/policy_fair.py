@@ -22,9 +22,11 @@ from rota.core.fairness.ltgf import FairnessConfig, quotas
 from rota.core.fairness.twostage import (
     JobView,
     TenantState,
+    attained_tier,
     fair_job_key,
     fair_tenant_key,
     may_displace,
+    own_yields,
     tenant_walk,
 )
 from rota.core.planning.constraints import StartMasks
@@ -122,6 +124,7 @@ class Lease:
     lease_start: float | None = None  # the current lease's start, if renewed since `started`
     node: str = ""
     pausable: bool = False  # it has a checkpoint image: it can be paused and resumed, not restarted
+    used: float = 0.0  # its attained service U_j, GPU-seconds (the ledger's job view)
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,8 @@ def lease_yields(
     borrower. Takers come in two-stage order; the most over-quota tenant yields first, its
     longest-held lease first. A taker gets yields only if they, with the free GPUs, cover
     it (and `fits(job, leases)` agrees when given, e.g. that they lie on one node).
+    Then, inside each tenant within its quota, expired leases yield to the tenant's own
+    waiting jobs of a lower attained-service tier (`twostage.own_yields`, as the simulator).
     """
     cfg = cfg or FairnessConfig()
     up = [x for x in leases if x.preemptible and (x.pausable or x.restart == ON_FAILURE) and expired(x, now, cfg)]
@@ -172,6 +177,9 @@ def lease_yields(
         return sorted(queues[t], key=lambda j: fair_job_key(j, now, cfg))
 
     tenant_walk(walkers, jobs_of, lambda t: fair_tenant_key(t, cfg), y.take, cfg.lease_s)
+    for t in sorted(queues):
+        if y.over(t) <= 0:
+            y.own(t, [j for j in jobs_of(t) if j.id not in y.taken])
     return list(y.yielded.values())
 
 
@@ -185,6 +193,7 @@ class _Yields:
         self.quota = {t: st.quota for t, st in tenants.items()}
         self.up, self.free, self.now, self.cfg, self.fits = up, free, now, cfg, fits
         self.yielded: dict[str, Yield] = {}
+        self.taken: set[str] = set()
 
     def over(self, tenant: str) -> int:
         return self.holding.get(tenant, 0) - self.quota.get(tenant, 0)
@@ -226,7 +235,28 @@ class _Yields:
                 self.state[x.tenant].allocated -= x.gpus
         self.free += sum(x.gpus for x in picked) - job.gpus
         holding[job.tenant] = holding.get(job.tenant, 0) + job.gpus
+        self.taken.add(job.id)
         return True
+
+    def own(self, tenant: str, takers: list[JobView]) -> None:
+        """A tenant within its quota: its expired leases yield to its own waiting jobs of a
+        lower attained tier (each to the first such taker that fits on what it frees)."""
+        mine = [x for x in self.up if x.tenant == tenant and x.job_id not in self.yielded]
+        if not mine or not takers:
+            return
+        ids = set(own_yields([(x.job_id, x.gpus, x.used) for x in mine], [(j.gpus, j.used) for j in takers]))
+        for x in mine:
+            if x.job_id not in ids:
+                continue
+            to = next((j for j in takers if attained_tier(j.used) < attained_tier(x.used)
+                       and (self.fits is None or self.fits(j, [x]))), None)
+            if to is None:
+                continue
+            self.yielded[x.job_id] = Yield(
+                x.job_id, x.tenant, x.gpus, to.id, tenant,
+                f"its lease expired after {x.used / 3600:.1f} GPU-hours; {tenant}'s job {to.id} has had less "
+                f"(least attained service inside the tenant)")
+            self.holding[tenant] -= x.gpus
 
 
 def _ratio(t: TenantState | None) -> float:
