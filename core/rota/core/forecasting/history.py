@@ -142,6 +142,8 @@ class DurationHistory:
         same = self._same.get(declared, []) if declared is not None else []
         if len(same) >= self.cfg.min_same:
             qs = np.quantile(np.asarray(same), QUANTILES)
+        elif declared is not None and declared > 0 and len(self._ratios) >= self.cfg.min_declared:
+            qs = math.log(declared) - np.quantile(np.asarray(self._ratios), QUANTILES[::-1])
         else:
             w = self.weights(gpus, hour)
             like = self.likelihood(declared) if declared is not None and declared > 0 else None
