@@ -8,7 +8,10 @@ last attempt's end). Each log is replayed on its own (no history carried over).
 
 Every job is forecast online at its submission, from the jobs of its log that had
 finished by then, by
-- `model`: the history model (recency, GPU count, time of day), its P50 and P90;
+- `model`: the history model (`rota.core.forecasting.history`): the durations of past
+  jobs that declared the same limit (once 5 have), else the limit scaled by past limits'
+  looseness, else recency, GPU count and time of day; its P50, and its P90 calibrated
+  online by a conformal quantile of its own past misses;
 - `median`: the running median of every finished job;
 - `median_by_gpus`: the running median of finished jobs of the same GPU count (the
   global one while fewer than `MIN_PER_GPUS` have finished);

@@ -67,10 +67,12 @@ def quant_history(n: int, seed: int) -> list[Synthetic]:
 
 @dataclass(frozen=True)
 class Traffic:
-    """Hourly series per app, aligned: `start_hour` is the unix hour of index 0; NaN = no data."""
+    """Hourly series per app, aligned: `start_hour` is the unix hour of index 0; NaN = no data.
+    `series` is each hour's mean, `last` each hour's last reading (what a scaler sees at its end)."""
 
     start_hour: int
     series: dict[str, np.ndarray]
+    last: dict[str, np.ndarray]
 
 
 def helios_hourly(src: Path | None = None) -> Traffic:
@@ -78,17 +80,23 @@ def helios_hourly(src: Path | None = None) -> Traffic:
     sums: dict[str, dict[int, list[float]]] = {}
     with gzip.open(path, "rt", newline="") as f:
         for r in csv.DictReader(f):
-            hour = int(datetime.fromisoformat(r["time"] + "+00:00").timestamp()) // 3600
-            cell = sums.setdefault(r["vc"], {}).setdefault(hour, [0.0, 0.0])
-            cell[0] += float(r["running_gpu_num"]) + float(r["pending_gpu_num"])
+            second = int(datetime.fromisoformat(r["time"] + "+00:00").timestamp())
+            cell = sums.setdefault(r["vc"], {}).setdefault(second // 3600, [0.0, 0.0, -1.0, 0.0])
+            demand = float(r["running_gpu_num"]) + float(r["pending_gpu_num"])
+            cell[0] += demand
             cell[1] += 1
+            if second >= cell[2]:
+                cell[2], cell[3] = second, demand
     start = min(min(h) for h in sums.values())
     end = max(max(h) for h in sums.values()) + 1
     series = {vc: np.full(end - start, np.nan) for vc in sums}
+    last = {vc: np.full(end - start, np.nan) for vc in sums}
     for vc, hours in sums.items():
-        for hour, (total, count) in hours.items():
+        for hour, (total, count, _, reading) in hours.items():
             series[vc][hour - start] = total / count
+            last[vc][hour - start] = reading
     cluster = np.nansum(np.vstack(list(series.values())), axis=0)
-    for values in series.values():
+    for vc, values in series.items():
         values[cluster == 0] = np.nan  # the whole cluster silent: a logging gap
-    return Traffic(start, series)
+        last[vc][cluster == 0] = np.nan
+    return Traffic(start, series, last)

@@ -21,6 +21,14 @@ declare what this one declares: a Bayesian update of the history by the limit, w
 limit's looseness measured rather than assumed. Below `min_jobs` completions there is no
 forecast (None): the caller uses its prior or the declared duration.
 
+Limits are round figures (Tsafrir, Etsion & Feitelson, JSSPP 2005), so many past jobs
+declared exactly what this one declares: once `min_same` have, the forecast is the plain
+distribution of their durations (the limit's own conditional, which keeps the limits'
+order), the weighted one above otherwise. Finally the P90 is calibrated online by the
+model's own misses (`rota.core.forecasting.conformal`): each completion that carries the
+raw P90 it was forecast leaves a score, and the upper quantiles shift by the conformal
+90% quantile of those scores.
+
 The constants are ours, set on the first half of the Philly multi-GPU trace
 (September and October 2017) and left as they are for the second half.
 """
@@ -33,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rota.core.forecasting.conformal import OnlineQuantile
 from rota.core.forecasting.training import QUANTILES, Prediction
 
 
@@ -44,6 +53,9 @@ class HistoryConfig:
     min_jobs: int = 20
     bandwidth: float = 0.5  # log-seconds, of the declared/actual density
     min_declared: int = 20  # completions with a declared duration before it counts
+    min_same: int = 5  # completions that declared the same limit before they alone are used
+    p90_level: float = 0.9  # conformal calibration of the P90 (0: none)
+    p90_window: int = 500  # scores
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,7 @@ class Finished:
     gpus: int
     hour: float  # hour of the day it was submitted, 0 <= hour < 24
     declared: float | None = None  # its declared duration (time limit), if any
+    p90: float | None = None  # the raw (uncalibrated) P90 it was forecast at submission, if any
 
 
 RATIO_BINS = np.linspace(-2.0, 12.0, 141)  # log(declared / actual), 0.1 wide
@@ -86,6 +99,9 @@ class DurationHistory:
         self._gpus: list[int] = []
         self._hours: list[float] = []
         self._ratios: list[float] = []  # log(declared / actual) of those that declared
+        self._same: dict[float, list[float]] = {}  # declared limit -> log durations
+        level = self.cfg.p90_level
+        self._p90 = OnlineQuantile(level, self.cfg.p90_window) if level > 0 else None
 
     def __len__(self) -> int:
         return len(self._logs)
@@ -98,6 +114,9 @@ class DurationHistory:
         self._hours.append(job.hour % 24)
         if job.declared is not None and job.declared > 0:
             self._ratios.append(math.log(job.declared / job.seconds))
+            self._same.setdefault(job.declared, []).append(math.log(job.seconds))
+        if self._p90 is not None and job.p90 is not None and job.p90 > 0:
+            self._p90.add(math.log(job.seconds / job.p90))
 
     def weights(self, gpus: int, hour: float) -> np.ndarray:
         c = self.cfg
@@ -116,17 +135,43 @@ class DurationHistory:
         centres = (RATIO_BINS[:-1] + RATIO_BINS[1:]) / 2
         return np.asarray(np.interp(math.log(declared) - np.asarray(self._logs), centres, density, left=0.0, right=0.0))
 
-    def predict(self, gpus: int, hour: float, declared: float | None = None) -> Prediction | None:
+    def predict_raw(self, gpus: int, hour: float, declared: float | None = None) -> Prediction | None:
+        """The forecast before the P90's calibration."""
         if len(self._logs) < self.cfg.min_jobs:
             return None
-        w = self.weights(gpus, hour)
-        like = self.likelihood(declared) if declared is not None and declared > 0 else None
-        if like is not None and float((w * like).sum()) > 0:
-            w = w * like
-        qs = weighted_quantiles(np.asarray(self._logs), w, QUANTILES)
+        same = self._same.get(declared, []) if declared is not None else []
+        if len(same) >= self.cfg.min_same:
+            qs = np.quantile(np.asarray(same), QUANTILES)
+        elif declared is not None and declared > 0 and len(self._ratios) >= self.cfg.min_declared:
+            qs = math.log(declared) - np.quantile(np.asarray(self._ratios), QUANTILES[::-1])
+        else:
+            w = self.weights(gpus, hour)
+            like = self.likelihood(declared) if declared is not None and declared > 0 else None
+            if like is not None and float((w * like).sum()) > 0:
+                w = w * like
+            qs = weighted_quantiles(np.asarray(self._logs), w, QUANTILES)
         mid = QUANTILES.index(0.5)
         offsets = tuple(float(q - qs[mid]) for q in qs)
         return Prediction("history", math.exp(float(qs[mid])), offsets, None, len(self._logs))
+
+    def predict(self, gpus: int, hour: float, declared: float | None = None) -> Prediction | None:
+        return self.calibrate(self.predict_raw(gpus, hour, declared))
+
+    def calibrate(self, raw: Prediction | None) -> Prediction | None:
+        shift = self._p90.quantile() if self._p90 is not None else None
+        return raw if raw is None or shift is None else calibrated(raw, shift)
+
+
+def calibrated(p: Prediction, shift: float) -> Prediction:
+    """`p` with its P90 moved by `shift` (log): the quantiles above P50 by a share rising to
+    1 at P90, the order of the quantiles kept (a P90 never below the P50)."""
+    shift = min(shift, 20.0)  # an unbounded correction (too few scores for the level) caps at e^20
+    offsets = np.asarray(p.log_offsets)
+    q = np.asarray(QUANTILES)
+    moved = offsets + shift * np.clip((q - 0.5) / 0.4, 0.0, None)
+    upper = q >= 0.5
+    moved[upper] = np.maximum.accumulate(np.maximum(moved[upper], 0.0))
+    return Prediction(p.model, p.p50_seconds, tuple(float(v) for v in moved), p.prior_seconds, p.observations)
 
 
 @dataclass(frozen=True)
@@ -147,11 +192,14 @@ def replay(jobs: Iterable[Past], cfg: HistoryConfig | None = None) -> list[Predi
     history = DurationHistory(cfg)
     by_finish = sorted(range(len(items)), key=lambda i: (items[i].finish_s, i))
     out: list[Prediction | None] = [None] * len(items)
+    raw_p90: list[float | None] = [None] * len(items)
     k = 0
     for i in sorted(range(len(items)), key=lambda i: (items[i].submit_s, i)):
         while k < len(by_finish) and items[by_finish[k]].finish_s <= items[i].submit_s:
             done = items[by_finish[k]]
-            history.add(Finished(done.seconds, done.gpus, done.hour, done.declared))
+            history.add(Finished(done.seconds, done.gpus, done.hour, done.declared, raw_p90[by_finish[k]]))
             k += 1
-        out[i] = history.predict(items[i].gpus, items[i].hour, items[i].declared)
+        raw = history.predict_raw(items[i].gpus, items[i].hour, items[i].declared)
+        raw_p90[i] = raw.p90_seconds if raw is not None else None
+        out[i] = history.calibrate(raw)
     return out
