@@ -67,7 +67,7 @@ CASES = [
     Case("recompute within the tolerance is no congestion", [{"tokens": 0}, {"tokens": 100, "rec": 3}], [8, 8]),
     Case("a deeper back-off factor cuts deeper", [{"tokens": 0}, {"tokens": 100, "pre": 1}], [8, 4],
          {"backoff": 0.5}),
-    Case("an epoch of one interval moves every interval", [{"tokens": 0}, {"tokens": 10}, {"tokens": 20}],
+    Case("an epoch of one interval moves every interval", [{"tokens": 0}, {"tokens": 40}, {"tokens": 80}],
          [8, 16, 32], {"epoch_intervals": 1}),
     Case("the window never exceeds w_max (the agents)", [{"tokens": 0}, *epochs(100, 200, 400)],
          [8, 8, 16, 16, 20, 20, 20], w_init=8),

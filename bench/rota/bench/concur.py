@@ -68,7 +68,7 @@ CONTROL_INTERVAL_S = 0.1
 # measured goodput with preemption and recompute as a fast back-off (`rota.jobkit.inference.kv_climb`;
 # its constants, CLIMB, are ours, chosen on DEFAULT_WORKLOADS), or "threshold", the
 # thresholds of `kv_window` alone (CONTROLLER), kept for comparison.
-CLIMB = ClimbConfig(epoch_intervals=2, tolerance=0.05, backoff=0.7, max_step_fraction=0.5)
+CLIMB = ClimbConfig(epoch_intervals=2, tolerance=0.1, backoff=0.7, max_step_fraction=0.5, epoch_tokens_per_agent=4.0)
 LAWS = ("climb", "threshold")
 
 

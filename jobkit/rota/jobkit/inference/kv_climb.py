@@ -20,7 +20,8 @@ The law, per control interval:
   waited) and the climb turns down;
 - otherwise the interval's generated tokens and seconds add to the current **epoch**; an
   epoch ends after ``epoch_intervals`` intervals in which the window was binding (agents
-  held, or all slots taken). Its goodput is compared with the previous epoch's:
+  held) once ``epoch_tokens_per_agent * W`` tokens were generated in them (a slow engine's
+  epochs last longer: each active agent must have made progress). Its goodput is compared with the previous epoch's:
   better by more than ``tolerance``: the climb goes on in its direction, the step doubling;
   worse by more than ``tolerance``: back to the best window of the two and the direction
   turns, the step halving; within ``tolerance``: the window holds (a plateau), and the
@@ -49,6 +50,7 @@ class ClimbConfig:
     tolerance: float = 0.05
     backoff: float = 0.7
     max_step_fraction: float = 0.5  # a climb step is at most this fraction of the window (and at least 1)
+    epoch_tokens_per_agent: float = 4.0  # an epoch also lasts until W * this many tokens were generated
 
     def __post_init__(self) -> None:
         if self.epoch_intervals < 1:
@@ -57,6 +59,8 @@ class ClimbConfig:
             raise ValueError(f"tolerance: must lie in [0, 1), got {self.tolerance}")
         if not 0.0 < self.backoff < 1.0:
             raise ValueError(f"backoff: must lie in (0, 1), got {self.backoff}")
+        if self.epoch_tokens_per_agent < 0:
+            raise ValueError(f"epoch_tokens_per_agent: must not be negative, got {self.epoch_tokens_per_agent}")
         if not 0.0 < self.max_step_fraction <= 1.0:
             raise ValueError(f"max_step_fraction: must lie in (0, 1], got {self.max_step_fraction}")
 
@@ -131,7 +135,7 @@ class GoodputClimb(AdmissionController):
         k.tokens += generated
         k.seconds += elapsed
         k.intervals += 1
-        if k.intervals < self.climb.epoch_intervals:
+        if k.intervals < self.climb.epoch_intervals or k.tokens < self.climb.epoch_tokens_per_agent * s.window:
             return self._decide("hold", "measuring goodput", sample, hit)
         return self._epoch(sample, hit)
 
