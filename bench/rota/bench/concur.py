@@ -37,7 +37,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from rota.bench.fitted_clock import CheckedClock, FittedClock, calibrate, fit_er
 from rota.jobkit.inference.agents import RunResult, Workload, parse_workload, run_workload, static_gate
 from rota.jobkit.inference.clock import MeasuredClock, StepClock
 from rota.jobkit.inference.engine import Engine
+from rota.jobkit.inference.kv_climb import ClimbConfig, GoodputClimb
 from rota.jobkit.inference.kv_window import AdmissionController, CacheSample, ControllerConfig
 from rota.jobkit.inference.metrics_http import render
 from rota.jobkit.inference.model import ModelConfig
@@ -63,6 +64,19 @@ CONTROLLER = ControllerConfig(w_init=4, additive_step=1, decrease_factor=0.5, us
                               pause_on_shrink=True, severity_floor=0.25)
 W_INIT_FRACTION = 1 / 2
 CONTROL_INTERVAL_S = 0.1
+# The controller arm's law (`"law"` in a config): "climb", a hill-climb of the window on
+# measured goodput with preemption and recompute as a fast back-off (`rota.jobkit.inference.kv_climb`;
+# its constants, CLIMB, are ours, chosen on DEFAULT_WORKLOADS), or "threshold", the
+# thresholds of `kv_window` alone (CONTROLLER), kept for comparison.
+CLIMB = ClimbConfig(epoch_intervals=2, tolerance=0.1, backoff=0.7, max_step_fraction=0.5, epoch_tokens_per_agent=4.0)
+LAWS = ("climb", "threshold")
+
+
+@dataclass(frozen=True)
+class Policy:
+    base: ControllerConfig
+    climb: ClimbConfig | None  # None: the threshold law
+    w_init: int | None  # None: W_INIT_FRACTION of each workload's agents
 
 DEFAULT_WORKLOADS: list[dict[str, Any]] = [
     # Mid-phase thrashing: histories of 24 agents outgrow a cache that holds about eight.
@@ -86,12 +100,27 @@ def default_caps(agents: int) -> list[int]:
     return sorted({max(1, round(agents * f)) for f in (1 / 4, 1 / 3, 1 / 2, 1.0)})
 
 
-def parse_config(raw: Any) -> tuple[list[tuple[Workload, list[int]]], ControllerConfig, int | None]:
+def _climb(raw: dict[str, Any]) -> ClimbConfig | None:
+    law = raw.get("law", "climb")
+    if law not in LAWS:
+        raise ValueError(f"law: must be one of {', '.join(LAWS)}, got {law!r}")
+    climb = raw.get("climb", {})
+    known = {f.name for f in fields(ClimbConfig)}
+    if not isinstance(climb, dict) or set(climb) - known:
+        bad = sorted(set(climb) - known) if isinstance(climb, dict) else ["climb"]
+        raise ValueError(f"climb.{bad[0]}: unknown climb field (known: {', '.join(sorted(known))})")
+    try:
+        return replace(CLIMB, **climb) if law == "climb" else None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"climb.{exc}") from None
+
+
+def parse_config(raw: Any) -> tuple[list[tuple[Workload, list[int]]], Policy]:
     if not isinstance(raw, dict):
         raise ValueError("config: must be a JSON object with a \"workloads\" list")
-    unknown = sorted(set(raw) - {"workloads", "controller"})
+    unknown = sorted(set(raw) - {"workloads", "controller", "climb", "law"})
     if unknown:
-        raise ValueError(f"{unknown[0]}: unknown config field (known: controller, workloads)")
+        raise ValueError(f"{unknown[0]}: unknown config field (known: climb, controller, law, workloads)")
     entries = raw.get("workloads")
     if not isinstance(entries, list) or not entries:
         raise ValueError("workloads: must be a non-empty list")
@@ -118,19 +147,20 @@ def parse_config(raw: Any) -> tuple[list[tuple[Workload, list[int]]], Controller
         if not isinstance(caps, list) or not caps or not all(isinstance(c, int) and 1 <= c <= w.agents for c in caps):
             raise ValueError(f"caps: must be a non-empty list of integers in [1, agents={w.agents}], got {caps!r}")
         out.append((w, sorted(set(caps) | {w.agents})))
-    return out, base, w_init
+    return out, Policy(base, _climb(raw), w_init)
 
 
-def controller_for(w: Workload, base: ControllerConfig, w_init: int | None) -> AdmissionController:
-    start = w_init if w_init is not None else max(1, round(w.agents * W_INIT_FRACTION))
-    return AdmissionController(replace(base, w_max=w.agents, w_init=max(base.w_min, min(start, w.agents))))
+def controller_for(w: Workload, policy: Policy) -> AdmissionController:
+    base = policy.base
+    start = policy.w_init if policy.w_init is not None else max(1, round(w.agents * W_INIT_FRACTION))
+    config = replace(base, w_max=w.agents, w_init=max(base.w_min, min(start, w.agents)))
+    return AdmissionController(config) if policy.climb is None else GoodputClimb(config, policy.climb)
 
 
-def run_arms(w: Workload, caps: list[int], base: ControllerConfig, w_init: int | None,
-             clock: StepClock) -> dict[str, Any]:
+def run_arms(w: Workload, caps: list[int], policy: Policy, clock: StepClock) -> dict[str, Any]:
     started = time.perf_counter()
     sweep: dict[int, RunResult] = {cap: run_workload(w, static_gate(cap), clock=clock) for cap in caps}
-    controller = run_workload(w, controller_for(w, base, w_init), sample=in_process_sample, clock=clock)
+    controller = run_workload(w, controller_for(w, policy), sample=in_process_sample, clock=clock)
     return workload_result(w, sweep, controller, time.perf_counter() - started)
 
 
@@ -229,13 +259,16 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                              "time only (the default there)")
     parser.add_argument("--install-vllm", action="store_true",
                         help="with --engine vllm: create $ROTA_VLLM_VENV and install vLLM there if missing")
+    parser.add_argument("--vllm-url", metavar="URL",
+                        help="with --engine vllm: use the vLLM server already running at URL (e.g. "
+                             "http://127.0.0.1:8000, its KV cache sized for the workloads) instead of starting one")
     args = parser.parse_args(argv)
     if args.clock is None:
         args.clock = "measured" if args.engine == "vllm" else "fitted"
     return args
 
 
-def _load(args: argparse.Namespace) -> tuple[list[tuple[Workload, list[int]]], ControllerConfig, int | None]:
+def _load(args: argparse.Namespace) -> tuple[list[tuple[Workload, list[int]]], Policy]:
     raw: Any = {"workloads": DEFAULT_WORKLOADS}
     if args.engine == "vllm" and args.clock != "measured":
         raise ValueError("--clock: vLLM runs in measured wall-clock time only")
@@ -249,8 +282,7 @@ def _load(args: argparse.Namespace) -> tuple[list[tuple[Workload, list[int]]], C
     return parse_config(raw)
 
 
-def _run_rota(args: argparse.Namespace, workloads: list[tuple[Workload, list[int]]], base: ControllerConfig,
-              w_init: int | None) -> dict[str, Any]:
+def _run_rota(args: argparse.Namespace, workloads: list[tuple[Workload, list[int]]], policy: Policy) -> dict[str, Any]:
     torch.set_num_threads(1)  # the step's cost is this thread's CPU time
     clock: StepClock
     checked: CheckedClock | None = None
@@ -260,20 +292,19 @@ def _run_rota(args: argparse.Namespace, workloads: list[tuple[Workload, list[int
     else:
         clock = MeasuredClock()
     result: dict[str, Any] = {"engine": "rota", "clock": args.clock,
-                              "workloads": [run_arms(w, caps, base, w_init, clock) for w, caps in workloads]}
+                              "workloads": [run_arms(w, caps, policy, clock) for w, caps in workloads]}
     if checked is not None:
         result["clock_fit"] = checked.fitted.describe() | {"against_measured": fit_error(checked.pairs)}
     return result
 
 
-def _run_vllm(args: argparse.Namespace, workloads: list[tuple[Workload, list[int]]], base: ControllerConfig,
-              w_init: int | None) -> dict[str, Any]:
+def _run_vllm(args: argparse.Namespace, workloads: list[tuple[Workload, list[int]]], policy: Policy) -> dict[str, Any]:
     from rota.bench.concur_vllm import run_vllm_arms, vllm_or_reason
 
     python = vllm_or_reason(args.install_vllm)
     if isinstance(python, str):
         return {"engine": "vllm", "clock": "measured", "skipped": python, "workloads": []}
-    ran = run_vllm_arms(python, [(w, caps, controller_for(w, base, w_init)) for w, caps in workloads])
+    ran = run_vllm_arms(python, [(w, caps, controller_for(w, policy)) for w, caps in workloads], url=args.vllm_url)
     out = [workload_result(w, r["sweep"], r["controller"], r["wall_s"]) for (w, _), r in zip(workloads, ran, strict=True)]
     return {"engine": "vllm", "clock": "measured", "workloads": out}
 
@@ -281,14 +312,16 @@ def _run_vllm(args: argparse.Namespace, workloads: list[tuple[Workload, list[int
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     try:
-        workloads, base, w_init = _load(args)
+        workloads, policy = _load(args)
     except ValueError as exc:
         print(f"rota: {exc}", file=sys.stderr)
         return 2
     run = _run_vllm if args.engine == "vllm" else _run_rota
-    result = run(args, workloads, base, w_init)
-    result["controller_constants"] = asdict(base) | {
-        "w_init": w_init if w_init is not None else f"{W_INIT_FRACTION:.3f} x agents"}
+    result = run(args, workloads, policy)
+    result["controller_constants"] = asdict(policy.base) | {
+        "w_init": policy.w_init if policy.w_init is not None else f"{W_INIT_FRACTION:.3f} x agents",
+        "law": "threshold" if policy.climb is None else "climb",
+        "climb": None if policy.climb is None else asdict(policy.climb)}
     if "skipped" in result:
         print(f"rota bench concur: skipped: {result['skipped']}", file=sys.stderr)
     if args.render is not None and result["workloads"]:

@@ -131,7 +131,13 @@ class _Live:
             if controlled:
                 decision = self.gate.observe(sample, now)
                 self.wake(decision.admitted)
-                self.decisions.append({"t": round(now, 3), "window": decision.window, "action": decision.action})
+                self.decisions.append({
+                    "t": round(now, 3), "window": decision.window, "action": decision.action,
+                    "reason": decision.reason, "active": decision.active, "held": decision.held,
+                    "usage": decision.usage, "hit_rate": None if decision.hit_rate is None else round(decision.hit_rate, 3),
+                    "running": m.get("vllm:num_requests_running"), "waiting": m.get("vllm:num_requests_waiting"),
+                    "preemptions": m.get("vllm:num_preemptions_total"),
+                    "generated": m.get(COUNTERS["generated"])})
             gen = m.get(COUNTERS["generated"], 0.0)
             if gen0 is not None:
                 self.points.append({"t": round(now, 3), "tokens_per_s": round((gen - gen0) / max(now - last, 1e-9), 2),

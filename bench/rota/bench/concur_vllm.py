@@ -9,6 +9,7 @@ after another on the same server: admit-all, each static cap of the sweep, the c
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -32,6 +33,7 @@ def vllm_or_reason(install: bool) -> Path | str:
 
 def _arm(w: Workload, server: VllmServer, gate: AdmissionController, controlled: bool) -> RunResult:
     server.reset_prefix_cache()
+    print(f"vllm: {w.name} arm starts, load average {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     live = LiveServer(server.base_url, block_tokens=BLOCK_TOKENS)
     admission = ScrapedAdmission(gate, f"{server.base_url}/metrics")
     return run_live(w, admission, live, controlled=controlled, vocab=VOCAB)
@@ -55,8 +57,14 @@ def _workload_arms(w: Workload, caps: list[int], controller: AdmissionController
 
 
 def run_vllm_arms(python: Path, runs: list[tuple[Workload, list[int], AdmissionController]],
-                  log_dir: Path | None = None) -> list[dict[str, Any]]:
-    """Every workload's arms; one server per cache size (a server takes minutes to start here)."""
+                  log_dir: Path | None = None, url: str | None = None) -> list[dict[str, Any]]:
+    """Every workload's arms; one server per cache size (a server takes minutes to start
+    here), or, with ``url``, the server already running there (started with
+    ``--num-gpu-blocks-override`` for the workloads' ``cache_blocks``, and ``VLLM_SERVER_DEV_MODE=1``)."""
+    if url is not None:
+        running = VllmServer(python, Path(), cache_blocks=runs[0][0].cache_blocks, port=int(url.rsplit(":", 1)[1]))
+        _warm_up(running)
+        return [_workload_arms(w, caps, controller, running) for w, caps, controller in runs]
     folder = Path(tempfile.mkdtemp(prefix="rota-vllm-"))
     model = write_model(folder / "model")
     results: dict[int, dict[str, Any]] = {}

@@ -290,7 +290,8 @@ class _Run:
     def control(self, sample: SampleSource) -> Decision:
         decision = self.gate.observe(sample(self.engine), self.now)
         self.submit(decision.admitted)
-        self.decisions.append({"t": round(self.now, 3), "window": decision.window, "action": decision.action})
+        self.decisions.append({"t": round(self.now, 3), "window": decision.window, "action": decision.action,
+                               "reason": decision.reason})
         self.next_control = self.now + self.w.control_interval_s
         return decision
 

@@ -100,6 +100,7 @@ class CacheSample:
     recomputed_tokens: float | None = None
     evictions: float | None = None  # cached blocks evicted (ours: rota:kv_block_evictions_total)
     hit_rate: float | None = None
+    generated: float | None = None  # generated tokens (vllm:generation_tokens_total): goodput
 
 
 @dataclass(frozen=True)

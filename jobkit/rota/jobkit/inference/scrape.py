@@ -56,11 +56,13 @@ def sample_from(m: dict[str, float]) -> CacheSample | None:
             prefix_hits=_counter(m, "vllm:prefix_cache_hits"), preemptions=_counter(m, "vllm:num_preemptions"),
             recomputed_tokens=_counter(m, "rota:recomputed_prefill_tokens"),
             evictions=_counter(m, "rota:kv_block_evictions"),
+            generated=_counter(m, "vllm:generation_tokens"),
         )
     usage = m.get("sglang:token_usage")
     if usage is not None:
         rate = m.get("sglang:cache_hit_rate")
-        return CacheSample(usage=min(1.0, max(0.0, usage)), hit_rate=rate)
+        return CacheSample(usage=min(1.0, max(0.0, usage)), hit_rate=rate,
+                           generated=_counter(m, "sglang:generation_tokens"))
     return None
 
 

@@ -1,0 +1,187 @@
+"""An admission window that searches for its size online: a hill-climb over the number of
+active agents driven by measured goodput, with congestion as a fast back-off. Pure logic,
+like `rota.jobkit.inference.kv_window`, whose agent bookkeeping (``request``/``release``, agents
+held and admitted at step boundaries) it keeps; only the control law differs.
+
+Why a search: the best window of an agentic batch depends on the agents' count, their
+turn lengths and the cache's size, and thresholds chosen on some shapes miss on others
+(and engines disagree on what their counters mean: vLLM counts the cached blocks of agents
+in their tool calls as free, so its usage never looks full). Goodput (generated tokens per
+second, from the engine's ``generation_tokens`` counter) is what the window is for, and it
+is measured the same way on every engine.
+
+The law, per control interval:
+
+- **fast back-off**: the engine preempted a request, or live agents' prefixes were
+  recomputed (more than ``recompute_tolerance`` of the interval's queried tokens, where the
+  engine counts recompute): the window is cut to ``floor(W * backoff)`` (at most once per
+  ``cooldown_s``; recompute while agents this controller paused are in their first turn
+  back is the price of a cut, not congestion: their histories were evicted while they
+  waited) and the climb turns down;
+- otherwise the interval's generated tokens and seconds add to the current **epoch**; an
+  epoch ends after ``epoch_intervals`` intervals in which the window was binding (agents
+  held) once ``epoch_tokens_per_agent * W`` tokens were generated in them (a slow engine's
+  epochs last longer: each active agent must have made progress). Its goodput is compared with the previous epoch's:
+  better by more than ``tolerance``: the climb goes on in its direction, the step doubling;
+  worse by more than ``tolerance``: back to the best window of the two and the direction
+  turns, the step halving; within ``tolerance``: the window holds (a plateau), and the
+  next epoch probes upwards by one. The first moves double the window (slow start) until
+  an epoch is no better than the one before, or a back-off.
+
+Agents a shrink takes the slot from (they give it up at their next step boundary) are
+resumed before agents that never ran: their histories may still be cached, and they are
+nearer their end. Nothing here reads a clock; ``now`` is passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from rota.jobkit.inference.kv_window import AdmissionController, CacheSample, ControllerConfig, Decision
+
+__all__ = ["ClimbConfig", "GoodputClimb"]
+
+
+@dataclass(frozen=True)
+class ClimbConfig:
+    epoch_intervals: int = 2
+    tolerance: float = 0.05
+    backoff: float = 0.7
+    max_step_fraction: float = 0.5  # a climb step is at most this fraction of the window (and at least 1)
+    epoch_tokens_per_agent: float = 4.0  # an epoch also lasts until W * this many tokens were generated
+
+    def __post_init__(self) -> None:
+        if self.epoch_intervals < 1:
+            raise ValueError(f"epoch_intervals: must be at least 1, got {self.epoch_intervals}")
+        if not 0.0 <= self.tolerance < 1.0:
+            raise ValueError(f"tolerance: must lie in [0, 1), got {self.tolerance}")
+        if not 0.0 < self.backoff < 1.0:
+            raise ValueError(f"backoff: must lie in (0, 1), got {self.backoff}")
+        if self.epoch_tokens_per_agent < 0:
+            raise ValueError(f"epoch_tokens_per_agent: must not be negative, got {self.epoch_tokens_per_agent}")
+        if not 0.0 < self.max_step_fraction <= 1.0:
+            raise ValueError(f"max_step_fraction: must lie in (0, 1], got {self.max_step_fraction}")
+
+
+@dataclass
+class _Climb:
+    direction: int = 1
+    step: int = 0  # 0: slow start (double)
+    tokens: float = 0.0
+    seconds: float = 0.0
+    intervals: int = 0
+    last_goodput: float | None = None  # the previous epoch's, at last_window
+    last_window: int | None = None
+    last_now: float | None = None
+
+
+class GoodputClimb(AdmissionController):
+    """``AdmissionController``'s agents and window, moved by a goodput hill-climb."""
+
+    def __init__(self, config: ControllerConfig, climb: ClimbConfig | None = None,
+                 state: dict[str, Any] | None = None) -> None:
+        super().__init__(config, state)
+        self.climb = climb or ClimbConfig()
+        self._c = _Climb()
+        self._recovering: set[str] = set()  # resumed after a pause, their first turn back not yet done
+
+    def request(self, agent: str) -> bool:
+        s = self._s
+        self._recovering.discard(agent)  # a step boundary: its turn back (and its recompute) is done
+        if agent in s.active and len(s.active) > s.window and self.config.pause_on_shrink:
+            s.active.remove(agent)
+            ahead = next((i for i, a in enumerate(s.held) if a not in s.paused), len(s.held))
+            s.held.insert(ahead, agent)  # resumed before agents that never ran: its history may still be cached
+            s.paused.add(agent)
+            return False
+        return super().request(agent)
+
+    def release(self, agent: str) -> tuple[str, ...]:
+        self._recovering.discard(agent)
+        return super().release(agent)
+
+    def _fill(self) -> tuple[str, ...]:
+        paused = set(self._s.paused)
+        admitted = super()._fill()
+        self._recovering.update(a for a in admitted if a in paused)
+        return admitted
+
+    def observe(self, sample: CacheSample | None, now: float) -> Decision:
+        s, c, k = self._s, self.config, self._c
+        if sample is None:
+            return self._no_signal(now)
+        s.missing_since = None
+        if s.resumed:
+            s.last_resume, s.resumed = now, 0
+        previous, s.previous = s.previous, sample
+        elapsed = 0.0 if k.last_now is None else max(0.0, now - k.last_now)
+        k.last_now = now
+        hit, recompute_frac, preempted = self._interval(previous, sample)
+        evicted_live = recompute_frac is not None and recompute_frac > c.recompute_tolerance
+        if evicted_live and self._recovering:
+            evicted_live = False  # the price of a cut, paid by agents it paused, now resumed
+        if preempted or evicted_live:
+            why = ("the engine preempted requests" if preempted else
+                   f"live agents' prefixes recomputed ({recompute_frac:.0%} of queried tokens)")
+            return self._back_off(now, why, sample, hit)
+        before = None if previous is None else previous.generated
+        generated = None if sample.generated is None or before is None or sample.generated < before \
+            else sample.generated - before
+        binding = bool(s.held)  # agents wait for a slot: the window limits goodput
+        if generated is None or not binding or elapsed <= 0.0:
+            return self._decide("hold", "window not binding" if not binding else "no goodput yet", sample, hit)
+        k.tokens += generated
+        k.seconds += elapsed
+        k.intervals += 1
+        if k.intervals < self.climb.epoch_intervals or k.tokens < self.climb.epoch_tokens_per_agent * s.window:
+            return self._decide("hold", "measuring goodput", sample, hit)
+        return self._epoch(sample, hit)
+
+    def _epoch(self, sample: CacheSample, hit: float | None) -> Decision:
+        s, k, cl = self._s, self._c, self.climb
+        goodput = k.tokens / k.seconds
+        k.tokens = k.seconds = 0.0
+        k.intervals = 0
+        before, at = k.last_goodput, k.last_window
+        k.last_goodput, k.last_window = goodput, s.window
+        if before is None or at is None:  # a baseline (start, or after a back-off): probe up
+            return self._move(1, sample, hit, f"goodput {goodput:.1f}/s at W={s.window}: probe up")
+        if at == s.window:  # re-measured where it went back to: down if goodput fell there, else up
+            fell = goodput < before * (1 - cl.tolerance)
+            return self._move(-1 if fell else 1, sample, hit,
+                              f"goodput {goodput:.1f}/s at W={at}, was {before:.1f}: probe {'down' if fell else 'up'}")
+        if goodput >= before * (1 - cl.tolerance):  # no worse: go on the same way
+            return self._move(k.direction, sample, hit, f"goodput {goodput:.1f}/s, {before:.1f} at W={at}: on")
+        k.step = max(1, (k.step or abs(s.window - at)) // 2)  # worse: back, by a smaller step next time
+        k.last_goodput, k.last_window = before, at
+        action = "decrease" if at < s.window else "increase"
+        s.window = at
+        return self._decide(action, f"goodput {goodput:.1f}/s, down from {before:.1f} at W={at}: back", sample, hit)
+
+    def _move(self, direction: int, sample: CacheSample, hit: float | None, why: str) -> Decision:
+        s, c, k = self._s, self.config, self._c
+        k.direction = direction
+        if k.step == 0:
+            target = s.window * 2 if direction > 0 else s.window // 2
+        else:
+            target = s.window + direction * max(1, min(k.step, math.floor(s.window * self.climb.max_step_fraction)))
+        target = max(c.w_min, min(c.w_max, target))
+        if direction > 0 and not s.held:
+            return self._decide("hold", f"{why}; window not binding", sample, None)
+        action = "increase" if target > s.window else "decrease" if target < s.window else "hold"
+        s.window = target
+        return self._decide(action, why, sample, hit)
+
+    def _back_off(self, now: float, why: str, sample: CacheSample, hit: float | None) -> Decision:
+        s, c, k = self._s, self.config, self._c
+        if s.last_decrease is not None and now - s.last_decrease < c.cooldown_s:
+            return self._decide("hold", f"{why}; cut {now - s.last_decrease:.1f}s ago", sample, hit)
+        s.window = max(c.w_min, math.floor(s.window * self.climb.backoff))
+        s.last_decrease = now
+        k.direction, k.step = 1, 1  # additive probes up from here, each checked by goodput
+        k.tokens = k.seconds = 0.0
+        k.intervals = 0
+        k.last_goodput = k.last_window = None
+        return self._decide("decrease", why, sample, hit)
