@@ -265,7 +265,7 @@ def free_port() -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.wait_for is not None:
-        wait_for(args.wait_for)
+        wait_for(args.wait_for, ("safetensors.torch",) if args.st_load is not None else ())
     if args.ranks == 1:
         rank_main(0, args, 0)
     else:  # forked after the imports, which the ranks share
@@ -273,10 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def wait_for(path: Path) -> None:
+def wait_for(path: Path, also: tuple[str, ...] = ()) -> None:
     """A pre-started loader: up, with what a warm runtime imports ahead (no less, so the two
-    start level), waiting for the file it will load."""
-    for module in DEFAULT_PRELOAD:
+    start level) and its loader's own modules (`also`), waiting for the file it will load."""
+    for module in (*DEFAULT_PRELOAD, *also):
         importlib.import_module(module)
     Path(f"{path}.ready").touch()
     while not path.exists():
