@@ -1,21 +1,26 @@
 """`rota bench checkpoint`: pause, restore and migration of a training job's state through
 Rota's checkpoint path, beside framework checkpoints of the same state (torch.save and
-torch.load, torch.load(mmap=True), a pre-started loader, safetensors, dcp.async_save:
+torch.load, torch.load(mmap=True), safetensors, pre-started and cold, dcp.async_save:
 rota.bench.checkpoint_baselines), measured in the same run, arms interleaved per repeat.
 
     rota bench checkpoint [--json] [--quick] [--sizes 500,2048] [--ranks 1,4] [--repeats 3] [--fsync] [--cold]
+        [--no-cold-loads] [--no-baselines]
     rota bench checkpoint --chunk-sweep [--json]     the measurement behind the default chunk size
     rota bench checkpoint --gpu [--sizes ..] [--json] a CUDA model's state against torch.save/load
 
 Per case (state size: parameters plus Adam's two moments; data-parallel ranks, whose
 state is replicated), with three agents' real code (process tables, checkpoint managers)
 on a temporary home and a fresh chunk store. Nodes A and C keep a warm runtime
-(rota.agent.warm_runtime: an interpreter with torch imported, handed the next job);
-`--cold` starts every job cold instead. Node B runs the baselines' loaders.
+(rota.agent.warm_runtime: an interpreter with torch imported, handed the next job),
+warmed at normal priority while no arm is timed; `--cold` starts every job cold instead.
+Node B runs the baselines' loaders. End point of every restore and load, Rota's and the
+baselines' alike: the first step done, which first reads every byte of the state on every
+rank (a mapped state is not restored until its pages are read).
 
 - pause_s: the pause request to every rank process gone (the job blocked);
 - durable_s: the pause request to the image complete in the store and restorable;
-- restore_s: launching the job with the image on A to its first step done, and
+- restore_s: launching the job with the image on A to its first step done (every byte
+  read), and
   restore_breakdown: where it went (process start: the launch until restore() is called;
   state transfer: waiting there for the agent's image; rebuild: mapping and applying it;
   first step);
@@ -28,7 +33,9 @@ on a temporary home and a fresh chunk store. Nodes A and C keep a warm runtime
   against the best baseline of the case: the fastest loader (restore), the fastest save
   plus load of one format (migrate).
 
-Every time is a median over the repeats; `spread` holds [min, max] of each.
+Every time is a median over the repeats; `spread` holds [min, max] of each. ROTA_MAP_POPULATE
+and ROTA_RESTORE_IN_PLACE in the bench's environment pass on to its jobs (the restore as it
+was: ROTA_MAP_POPULATE=1 ROTA_RESTORE_IN_PLACE=0).
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from rota.agent.processes import LocalJob, ProcessTable
 from rota.agent.streaming import StagedStreams
 from rota.bench.agent_server import AgentServer
 from rota.bench.checkpoint_baselines import dcp_baseline, file_baselines
+from rota.bench.checkpoint_report import render
 from rota.imagestore.chunks import DEFAULT_CHUNK_SIZE, MIB
 from rota.imagestore.settings import CheckpointSettings, default_staging_root
 from rota.jobfiles import control
@@ -354,42 +362,6 @@ def available_bytes() -> int:
 def fits(state_mb: float, ranks: int) -> bool:
     # Live state, its tmpfs copy and a restoring rank's second copy, per rank, plus room.
     return ranks * state_mb * MIB * 2.3 + (1 << 30) < available_bytes()
-
-
-def render(cases: list[dict[str, Any]]) -> str:
-    """Medians with [min-max] beside each; x: the best baseline's time over ours (higher is better)."""
-    def t(c: dict[str, Any], key: str, value: float) -> str:
-        lo, hi = c.get("spread", {}).get(key, [value, value])
-        return f"{value:.3f}s [{lo:.3f}-{hi:.3f}]"
-
-    head = ("STATE", "RANKS", "PAUSE", "DCP.ASYNC", "DURABLE", "TORCH.SAVE", "RESTORE", "LOAD", "LOAD.MMAP",
-            "PRE.LOAD", "PRE.MMAP", "ST.LOAD", "PRE.ST", "x", "MIGRATE", "BEST SAVE+LOAD", "x", "STORED", "FILE")
-    rows = []
-    for c in cases:
-        b, bb = c["baseline"], c["best_baseline"]
-        rows.append((
-            f"{c['state_mb']:g} MB", c["ranks"], t(c, "pause_s", c["pause_s"]),
-            t(c, "dcp_async_block_s", c["dcp"]["async_block_s"]), t(c, "durable_s", c["durable_s"]),
-            t(c, "save_s", b["save_s"]), t(c, "restore_s", c["restore_s"]), t(c, "load_s", b["load_s"]),
-            t(c, "load_mmap_s", b["load_mmap_s"]), t(c, "load_prestarted_copy_s", b["load_prestarted_copy_s"]),
-            t(c, "load_prestarted_s", b["load_prestarted_s"]), t(c, "safetensors_load_s", b["safetensors_load_s"]),
-            t(c, "safetensors_prestarted_s", b["safetensors_prestarted_s"]), f"{c['restore_x']:.2f}",
-            t(c, "migrate_s", c["migrate_s"]), f"{bb['migrate_s']:.3f}s", f"{c['migrate_x']:.2f}",
-            f"{c['stored_bytes'] / MIB:.1f} MiB", f"{b['bytes'] / MIB:.1f} MiB",
-        ))
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
-    lines = ["  ".join(str(x).rjust(w) for x, w in zip(r, widths, strict=True)) for r in (head, *rows)]
-    lines.append("(medians [min-max] over the repeats; x: the best baseline's time over ours, higher is better: "
-                 "RESTORE against the fastest loader, MIGRATE against the fastest save + load; 0.000s: not "
-                 "measured; PRE: pre-started)")
-    lines.append("best baselines: " + "; ".join(
-        f"{c['state_mb']:g} MB x {c['ranks']}: restore {c['best_baseline']['restore']}, "
-        f"migrate {c['best_baseline']['migrate']}" for c in cases))
-    lines.append("restore breakdown (medians): " + "; ".join(
-        f"{c['state_mb']:g} MB x {c['ranks']}: " + ", ".join(
-            f"{k.removesuffix('_s').replace('_', ' ')} {v:.3f}s" for k, v in c["restore_breakdown"].items())
-        for c in cases))
-    return "\n".join(lines)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
