@@ -1,21 +1,26 @@
 """`rota bench checkpoint`: pause, restore and migration of a training job's state through
 Rota's checkpoint path, beside framework checkpoints of the same state (torch.save and
-torch.load, torch.load(mmap=True), a pre-started loader, safetensors, dcp.async_save:
+torch.load, torch.load(mmap=True), safetensors, pre-started and cold, dcp.async_save:
 rota.bench.checkpoint_baselines), measured in the same run, arms interleaved per repeat.
 
     rota bench checkpoint [--json] [--quick] [--sizes 500,2048] [--ranks 1,4] [--repeats 3] [--fsync] [--cold]
+        [--no-cold-loads] [--no-baselines]
     rota bench checkpoint --chunk-sweep [--json]     the measurement behind the default chunk size
     rota bench checkpoint --gpu [--sizes ..] [--json] a CUDA model's state against torch.save/load
 
 Per case (state size: parameters plus Adam's two moments; data-parallel ranks, whose
 state is replicated), with three agents' real code (process tables, checkpoint managers)
 on a temporary home and a fresh chunk store. Nodes A and C keep a warm runtime
-(rota.agent.warm_runtime: an interpreter with torch imported, handed the next job);
-`--cold` starts every job cold instead. Node B runs the baselines' loaders.
+(rota.agent.warm_runtime: an interpreter with torch imported, handed the next job),
+warmed at normal priority while no arm is timed; `--cold` starts every job cold instead.
+Node B runs the baselines' loaders. End point of every restore and load, Rota's and the
+baselines' alike: the first step done, which first reads every byte of the state on every
+rank (a mapped state is not restored until its pages are read).
 
 - pause_s: the pause request to every rank process gone (the job blocked);
 - durable_s: the pause request to the image complete in the store and restorable;
-- restore_s: launching the job with the image on A to its first step done, and
+- restore_s: launching the job with the image on A to its first step done (every byte
+  read), and
   restore_breakdown: where it went (process start: the launch until restore() is called;
   state transfer: waiting there for the agent's image; rebuild: mapping and applying it;
   first step);
@@ -28,7 +33,9 @@ on a temporary home and a fresh chunk store. Nodes A and C keep a warm runtime
   against the best baseline of the case: the fastest loader (restore), the fastest save
   plus load of one format (migrate).
 
-Every time is a median over the repeats; `spread` holds [min, max] of each.
+Every time is a median over the repeats; `spread` holds [min, max] of each. ROTA_MAP_POPULATE
+and ROTA_RESTORE_IN_PLACE in the bench's environment pass on to its jobs (the restore as it
+was: ROTA_MAP_POPULATE=1 ROTA_RESTORE_IN_PLACE=0).
 """
 
 from __future__ import annotations
@@ -52,7 +59,8 @@ from rota.agent.checkpoints import AgentCheckpoints, ImageRecord
 from rota.agent.processes import LocalJob, ProcessTable
 from rota.agent.streaming import StagedStreams
 from rota.bench.agent_server import AgentServer
-from rota.bench.checkpoint_baselines import dcp_baseline, safetensors_baseline, torch_baselines
+from rota.bench.checkpoint_baselines import dcp_baseline, file_baselines
+from rota.bench.checkpoint_report import render
 from rota.imagestore.chunks import DEFAULT_CHUNK_SIZE, MIB
 from rota.imagestore.settings import CheckpointSettings, default_staging_root
 from rota.jobfiles import control
@@ -66,11 +74,20 @@ WARM_WAIT_S = 120.0
 # for the agent's image (state transfer), reading and applying it (rebuild), the first step.
 BREAKDOWN = ("process_start_s", "state_transfer_s", "rebuild_s", "first_step_s")
 RESTORE_BASELINES = {"torch.load": "load_s", "torch.load(mmap)": "load_mmap_s",
-                     "pre-started torch.load(mmap)": "load_prestarted_s", "safetensors": "safetensors_load_s"}
+                     "pre-started torch.load": "load_prestarted_copy_s",
+                     "pre-started torch.load(mmap)": "load_prestarted_s", "safetensors": "safetensors_load_s",
+                     "pre-started safetensors": "safetensors_prestarted_s"}
 MIGRATE_BASELINES = {"torch.save + torch.load": ("save_s", "load_s"),
                      "torch.save + torch.load(mmap)": ("save_s", "load_mmap_s"),
+                     "torch.save + pre-started torch.load": ("save_s", "load_prestarted_copy_s"),
                      "torch.save + pre-started torch.load(mmap)": ("save_s", "load_prestarted_s"),
-                     "safetensors": ("safetensors_save_s", "safetensors_load_s")}
+                     "safetensors": ("safetensors_save_s", "safetensors_load_s"),
+                     "safetensors, pre-started": ("safetensors_save_s", "safetensors_prestarted_s")}
+# What the bench passes on to its jobs from its own environment: the restore's switches, so a
+# run can measure the restore as it was (ROTA_MAP_POPULATE=1 ROTA_RESTORE_IN_PLACE=0).
+PASSED_ENV = ("ROTA_MAP_POPULATE", "ROTA_RESTORE_IN_PLACE", "ROTA_ZERO_COPY")
+END_POINT = ("every restore and load to its first step done, which first reads every byte of the state "
+             "on every rank")
 
 
 @dataclass
@@ -91,6 +108,8 @@ class Case:
     load: list[float] = field(default_factory=list)
     load_mmap: list[float] = field(default_factory=list)
     load_prestarted: list[float] = field(default_factory=list)
+    load_prestarted_copy: list[float] = field(default_factory=list)
+    st_prestarted: list[float] = field(default_factory=list)
     st_save: list[float] = field(default_factory=list)
     st_load: list[float] = field(default_factory=list)
     dcp_async_block: list[float] = field(default_factory=list)
@@ -101,16 +120,19 @@ class Case:
     def timed(self) -> dict[str, list[float]]:
         return {"pause_s": self.pause, "durable_s": self.durable, "restore_s": self.restore, "migrate_s": self.migrate,
                 "save_s": self.save, "load_s": self.load, "load_mmap_s": self.load_mmap,
-                "load_prestarted_s": self.load_prestarted, "safetensors_save_s": self.st_save,
-                "safetensors_load_s": self.st_load, "dcp_async_block_s": self.dcp_async_block}
+                "load_prestarted_s": self.load_prestarted, "load_prestarted_copy_s": self.load_prestarted_copy,
+                "safetensors_save_s": self.st_save, "safetensors_load_s": self.st_load,
+                "safetensors_prestarted_s": self.st_prestarted, "dcp_async_block_s": self.dcp_async_block}
 
     def to_dict(self) -> dict[str, Any]:
         m = {k: _median(v) for k, v in self.timed().items()}
         baseline: dict[str, Any] = {k: m[k] for k in ("save_s", "load_s", "load_mmap_s", "load_prestarted_s",
-                                                       "safetensors_save_s", "safetensors_load_s")}
+                                                       "load_prestarted_copy_s", "safetensors_save_s",
+                                                       "safetensors_load_s", "safetensors_prestarted_s")}
         baseline["bytes"] = self.baseline_bytes
         restore_name, restore_best = best({n: m[k] for n, k in RESTORE_BASELINES.items()})
-        migrate_name, migrate_best = best({n: m[a] + m[b] for n, (a, b) in MIGRATE_BASELINES.items()})
+        migrate_name, migrate_best = best({n: m[a] + m[b] for n, (a, b) in MIGRATE_BASELINES.items()
+                                           if m[a] > 0 and m[b] > 0})
         return {
             "state_mb": self.state_mb, "ranks": self.ranks, "pause_s": m["pause_s"], "durable_s": m["durable_s"],
             "restore_s": m["restore_s"], "migrate_s": m["migrate_s"], "stored_bytes": self.stored_bytes,
@@ -150,8 +172,8 @@ def _node(name: str, home: Path, settings: CheckpointSettings, warm: bool,
     home.mkdir(parents=True, exist_ok=True)
     (home / "lease").touch()
     table = ProcessTable(name, home, home / "lease", 1e9)  # the bench keeps no lease: no fencing
-    if warm:
-        table.start_warm_runtime()
+    if warm:  # warmed at normal priority between the timed arms only (Runner.warm), as the loaders are
+        table.start_warm_runtime(idle=False, refill=False)
     return Node(table, AgentCheckpoints(name, table, home, settings, streams))
 
 
@@ -182,16 +204,19 @@ class Runner:
         self.epoch += 1
         restore = node.checkpoints.restore_dir(job_id, self.epoch) if image else None
         self.launched_unix = time.time()
-        job = node.table.launch(job_id, self.epoch, [], command, str(Path.cwd()), {}, True, restore)
+        env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+        job = node.table.launch(job_id, self.epoch, [], command, str(Path.cwd()), env, True, restore)
         if restore is not None:
             node.checkpoints.start_restore(restore, image, wait_s, source)
         return job
 
-    @staticmethod
-    async def warm(node: Node) -> None:
-        """The node's warm runtime has its imports done (as the pre-started loader has)."""
-        if node.table.warm is not None:
-            await asyncio.to_thread(node.table.warm.wait_ready, WARM_WAIT_S)
+    async def warm(self, *nodes: Node) -> None:
+        """The nodes' warm runtimes (A and C if none is named) have their imports done, as
+        the pre-started loaders have before they are timed; a runtime handed a job is
+        replaced here, so no import runs beside a timed arm."""
+        for node in nodes or (self.a, self.c):
+            if node.table.warm is not None:
+                await asyncio.to_thread(node.table.warm.wait_ready, WARM_WAIT_S)
 
     async def pause(self, node: Node, job: LocalJob) -> ImageRecord:
         record = await node.checkpoints.checkpoint(job.job_id, job.epoch, f"img-bench-{job.epoch}", True, 300, False)
@@ -213,7 +238,7 @@ class Runner:
         """A migration from A to C: the pause; once A's ranks are gone, C's job launched into
         C's warm runtime, streaming the staged copy from A while A writes it. Its seconds to
         the first step on C."""
-        await self.warm(self.c)
+        await self.warm()
         started = time.perf_counter()
         record = await self.pause(self.a, job)
         moved = self.launch(self.c, command, record.image_id, wait_s=STEP_TIMEOUT_S, source=self.source.address)
@@ -276,7 +301,10 @@ def _state(pid: int) -> str:
         return "Z"
 
 
-async def run_case(case: Case, repeats: int, chunk_size: int, base: Path, fsync: bool, warm: bool = True) -> None:
+async def run_case(case: Case, repeats: int, chunk_size: int, base: Path, fsync: bool, warm: bool = True,
+                   baselines: bool = True, cold_loads: bool = True) -> None:
+    """Rota's arms and the baselines, interleaved per repeat; the cold loaders and dcp (never
+    the best baseline: they pay an interpreter's start) in the first repeat only."""
     work = Path(tempfile.mkdtemp(prefix="rota-bench-ckpt-", dir=base))
     runner = Runner(work, chunk_size, fsync, warm)
     command = [sys.executable, "-m", "rota.bench.checkpoint_job", "--state-mb", str(case.state_mb),
@@ -284,9 +312,10 @@ async def run_case(case: Case, repeats: int, chunk_size: int, base: Path, fsync:
     try:
         for repeat in range(repeats):
             await rota_arms(runner, case, command, first=repeat == 0)
-            await torch_baselines(runner, case, command)
-            await safetensors_baseline(runner, case, command)
-            await dcp_baseline(runner, case, command)
+            if baselines:
+                await file_baselines(runner, case, command, cold=cold_loads and repeat == 0)
+                if repeat == 0:
+                    await dcp_baseline(runner, case, command)
     finally:
         runner.close()
         shutil.rmtree(work, ignore_errors=True)
@@ -304,7 +333,7 @@ async def rota_arms(runner: Runner, case: Case, command: list[str], first: bool)
     runner.image = record.image_id
     if first:
         case.stored_bytes = written.written_bytes  # an empty store: ranks deduplicated only
-    await runner.warm(runner.a)
+    await runner.warm()
     started = time.perf_counter()
     job = runner.launch(runner.a, command, record.image_id)
     launched = runner.launched_unix
@@ -335,44 +364,11 @@ def fits(state_mb: float, ranks: int) -> bool:
     return ranks * state_mb * MIB * 2.3 + (1 << 30) < available_bytes()
 
 
-def render(cases: list[dict[str, Any]]) -> str:
-    """Medians with [min-max] beside each; x: the best baseline's time over ours (higher is better)."""
-    def t(c: dict[str, Any], key: str, value: float) -> str:
-        lo, hi = c.get("spread", {}).get(key, [value, value])
-        return f"{value:.3f}s [{lo:.3f}-{hi:.3f}]"
-
-    head = ("STATE", "RANKS", "PAUSE", "DCP.ASYNC", "DURABLE", "TORCH.SAVE", "RESTORE", "LOAD", "LOAD.MMAP",
-            "LOAD.PRE", "ST.LOAD", "x", "MIGRATE", "BEST SAVE+LOAD", "x", "STORED", "FILE")
-    rows = []
-    for c in cases:
-        b, bb = c["baseline"], c["best_baseline"]
-        rows.append((
-            f"{c['state_mb']:g} MB", c["ranks"], t(c, "pause_s", c["pause_s"]),
-            t(c, "dcp_async_block_s", c["dcp"]["async_block_s"]), t(c, "durable_s", c["durable_s"]),
-            t(c, "save_s", b["save_s"]), t(c, "restore_s", c["restore_s"]), t(c, "load_s", b["load_s"]),
-            t(c, "load_mmap_s", b["load_mmap_s"]), t(c, "load_prestarted_s", b["load_prestarted_s"]),
-            t(c, "safetensors_load_s", b["safetensors_load_s"]), f"{c['restore_x']:.2f}",
-            t(c, "migrate_s", c["migrate_s"]), f"{bb['migrate_s']:.3f}s", f"{c['migrate_x']:.2f}",
-            f"{c['stored_bytes'] / MIB:.1f} MiB", f"{b['bytes'] / MIB:.1f} MiB",
-        ))
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
-    lines = ["  ".join(str(x).rjust(w) for x, w in zip(r, widths, strict=True)) for r in (head, *rows)]
-    lines.append("(medians [min-max] over the repeats; x: the best baseline's time over ours, higher is better: "
-                 "RESTORE against the fastest loader, MIGRATE against the fastest save + load)")
-    lines.append("best baselines: " + "; ".join(
-        f"{c['state_mb']:g} MB x {c['ranks']}: restore {c['best_baseline']['restore']}, "
-        f"migrate {c['best_baseline']['migrate']}" for c in cases))
-    lines.append("restore breakdown (medians): " + "; ".join(
-        f"{c['state_mb']:g} MB x {c['ranks']}: " + ", ".join(
-            f"{k.removesuffix('_s').replace('_', ' ')} {v:.3f}s" for k, v in c["restore_breakdown"].items())
-        for c in cases))
-    return "\n".join(lines)
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="rota bench checkpoint", description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--json", action="store_true", help="print the cases as JSON")
-    p.add_argument("--quick", action="store_true", help="an 8 MB state, one rank count's repeat (CI)")
+    p.add_argument("--quick", action="store_true",
+                   help="an 8 MB state, one repeat, no cold loaders (CI)")
     p.add_argument("--sizes", default=None, help="state sizes in MB, comma-separated (default 500,2048)")
     p.add_argument("--ranks", default="1,4", help="data-parallel ranks, comma-separated (default 1,4)")
     p.add_argument("--repeats", type=int, default=None,
@@ -381,7 +377,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dir", default=None, help="where the store and the baselines' files go (default: a temp dir)")
     p.add_argument("--fsync", action="store_true",
                    help="sync to disk on both sides (the store's fsync, os.fsync after each baseline's save)")
-    p.add_argument("--cold", action="store_true", help="no warm runtime: Rota's jobs start cold, as the baselines'")
+    p.add_argument("--cold", action="store_true", help="no warm runtime: Rota's jobs start cold")
+    p.add_argument("--no-cold-loads", action="store_true",
+                   help="skip the cold launches of the loaders (never the best baseline; --quick skips them)")
+    p.add_argument("--no-baselines", action="store_true", help="Rota's arms only (to compare restore variants)")
     p.add_argument("--chunk-sweep", action="store_true", help="measure chunk sizes instead (rota.bench.checkpoint_chunks)")
     p.add_argument("--gpu", action="store_true", help="a CUDA model's state instead (rota.bench.checkpoint_gpu)")
     return p.parse_args(argv)
@@ -427,18 +426,21 @@ def main(argv: list[str]) -> int:
                   f"{case.ranks * case.state_mb * 2.3 / 1024:.1f} GiB of memory, "
                   f"{available_bytes() / (1 << 30):.1f} GiB available", file=sys.stderr)
             continue
-        asyncio.run(run_case(case, repeats, int(args.chunk_mb * MIB), base, args.fsync, warm=not args.cold))
+        asyncio.run(run_case(case, repeats, int(args.chunk_mb * MIB), base, args.fsync, warm=not args.cold,
+                             baselines=not args.no_baselines, cold_loads=not (args.quick or args.no_cold_loads)))
         out.append(case.to_dict())
         # The case's figures as soon as it is done: a run stopped later keeps them.
         print(f"done: {case.state_mb:g} MB x {case.ranks} ranks ({time.perf_counter() - began:.0f} s): "
               f"{json.dumps(out[-1])}", file=sys.stderr, flush=True)
     wall = round(time.perf_counter() - began, 1)
     policy = {"page_cache": "warm: every file read right after it was written, on both sides", "fsync": args.fsync,
-              "warm_runtime": not args.cold}
+              "warm_runtime": not args.cold, "end_point": END_POINT,
+              "cold_loads": not (args.quick or args.no_cold_loads or args.no_baselines),
+              "restore_env": {k: os.environ[k] for k in PASSED_ENV if k in os.environ}}
     if args.json:
         print(json.dumps({"cases": out, "wall_s": wall, "repeats": repeats, "policy": policy}, indent=2))
     else:
         print(render(out))
         print(f"wall: {wall:.0f} s; page cache: {policy['page_cache']}; fsync: {'both' if args.fsync else 'neither'}; "
-              f"warm runtime: {'on (A, C)' if not args.cold else 'off'}")
+              f"warm runtime: {'on (A, C)' if not args.cold else 'off'}; end point: {END_POINT}")
     return 0

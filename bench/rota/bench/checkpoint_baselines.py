@@ -1,21 +1,28 @@
 """The framework checkpoints `rota bench checkpoint` measures Rota against, each in the
 same run as Rota's arms, on the same job (rota.bench.checkpoint_job) and the same ranks:
 
-- torch.save by rank 0, the go to every rank gone (save_s); then three loaders of that
-  file, each to its first step done: a cold launch with torch.load (load_s), a cold launch
-  with torch.load(mmap=True), the tensors assigned in place (load_mmap_s), and a loader
-  pre-started before the save (interpreter up, imports done, waiting for the file; as a
-  warm runtime is) with torch.load(mmap=True), from the file complete (load_prestarted_s);
-- safetensors: save_file by rank 0 (safetensors_save_s) and a cold launch with load_file
-  (safetensors_load_s);
-- dcp.async_save on every rank: how long it blocks the ranks (async_block_s).
+- torch.save by rank 0, the go to every rank gone (save_s); safetensors' save_file by rank 0
+  (safetensors_save_s);
+- pre-started loaders, one per format, started before the saves and waiting for their file
+  with their interpreter up and the warm runtime's imports done (Rota's restore starts from
+  a warm runtime: the baselines start as warm): torch.load (load_prestarted_copy_s),
+  torch.load(mmap=True) with the tensors assigned in place (load_prestarted_s), safetensors'
+  load_file (safetensors_prestarted_s), each from its file complete to its first step done;
+- cold launches of the same loaders (load_s, load_mmap_s, safetensors_load_s): the launch
+  to the first step done; they pay the interpreter's start, so they are measured in the
+  first repeat only, and not by --quick (0.0: not measured);
+- dcp.async_save on every rank: how long it blocks the ranks (async_block_s), first repeat.
+
+Every loader's first step reads every byte of the state on every rank before it reports
+(rota.bench.checkpoint_job.touch_every_byte), as Rota's restored job does: a mapped load
+(torch.load(mmap=True), Rota's image) has restored nothing until its pages are read.
 
 The savers start from the case's image (mapped, as a restore does), not from a fresh random
-state: the same bytes, without paying the state's generation three more times a repeat.
+state: the same bytes, without paying the state's generation more times a repeat.
 
-The page cache is treated alike: every file is read right after it was written, from the
-page cache, by Rota and the baselines (no side drops caches); `--fsync` syncs both
-(os.fsync after torch.save and save_file, the store's fsync per chunk).
+The page cache is treated alike: warm, every file is read right after it was written, by
+Rota and the baselines (no side drops caches); `--fsync` syncs both (os.fsync after
+torch.save and save_file, the store's fsync per chunk).
 """
 
 from __future__ import annotations
@@ -27,53 +34,54 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from rota.agent.processes import LocalJob
     from rota.bench.checkpoint import Case, Runner
 
 WAIT_S = 600.0
+# Pre-started torch loaders: (the job's flag, the Case list their times go to).
+TORCH_LOADERS = (("--load", "load_prestarted_copy"), ("--load-mmap", "load_prestarted"))
 
 
-async def torch_baselines(runner: Runner, case: Case, command: list[str]) -> None:
-    path = runner.work / "state.pt"
-    done = Path(f"{path}.done")  # the pre-started loader's signal: the file is complete
-    saver = runner.launch(runner.a, [*command, "--save", str(path)], runner.image, job_id="save")
-    await runner.first_step(saver, 0)
-    loader = runner.launch(runner.b, [*command, "--load-mmap", str(path), "--wait-for", str(done)], job_id="pre")
-    await wait_file(Path(f"{done}.ready"))
-    started = time.perf_counter()
-    Path(f"{path}.go").touch()
-    await runner.gone(saver)
-    saved = time.perf_counter()
-    done.touch()
-    case.save.append(saved - started)
-    case.baseline_bytes = path.stat().st_size
-    await runner.first_step(loader, 0)
-    case.load_prestarted.append(time.perf_counter() - saved)
-    runner.b.table.stop("pre", loader.epoch, "measured", 5)
-    for flag, times in (("--load", case.load), ("--load-mmap", case.load_mmap)):
+async def file_baselines(runner: Runner, case: Case, command: list[str], cold: bool) -> None:
+    """torch.save and safetensors, each with its pre-started loaders (and cold ones if `cold`)."""
+    pt, st = runner.work / "state.pt", runner.work / "state.safetensors"
+    waiting = [(flag, pt, name) for flag, name in TORCH_LOADERS] + [("--st-load", st, "st_prestarted")]
+    loaders: list[tuple[LocalJob, Path, str]] = []
+    for flag, path, name in waiting:  # all importing at once, before anything is timed
+        done = runner.work / f"{name}.done"
+        job = runner.launch(runner.b, [*command, flag, str(path), "--wait-for", str(done)], job_id=name)
+        loaders.append((job, done, name))
+    for _, done, _ in loaders:
+        await wait_file(Path(f"{done}.ready"))
+    await save(runner, case, command, "--save", pt, case.save)
+    case.baseline_bytes = pt.stat().st_size
+    await save(runner, case, command, "--st-save", st, case.st_save)
+    for job, done, name in loaders:
         started = time.perf_counter()
-        job = runner.launch(runner.b, [*command, flag, str(path)])
+        done.touch()
         await runner.first_step(job, 0)
-        times.append(time.perf_counter() - started)
-        runner.b.table.stop("bench", job.epoch, "measured", 5)
-    for leftover in (path, Path(f"{path}.go"), done, Path(f"{done}.ready")):
-        leftover.unlink(missing_ok=True)
+        getattr(case, name).append(time.perf_counter() - started)
+        runner.b.table.stop(name, job.epoch, "measured", 5)
+    if cold:
+        for flag, path, name in (("--load", pt, "load"), ("--load-mmap", pt, "load_mmap"), ("--st-load", st, "st_load")):
+            started = time.perf_counter()
+            job = runner.launch(runner.b, [*command, flag, str(path)])
+            await runner.first_step(job, 0)
+            getattr(case, name).append(time.perf_counter() - started)
+            runner.b.table.stop("bench", job.epoch, "measured", 5)
+    for leftover in runner.work.iterdir():
+        if leftover.is_file():
+            leftover.unlink(missing_ok=True)
 
 
-async def safetensors_baseline(runner: Runner, case: Case, command: list[str]) -> None:
-    path = runner.work / "state.safetensors"
-    saver = runner.launch(runner.a, [*command, "--st-save", str(path)], runner.image, job_id="save")
+async def save(runner: Runner, case: Case, command: list[str], flag: str, path: Path, times: list[float]) -> None:
+    """Rank 0 saves the state in the format `flag` names; the go to every rank gone."""
+    saver = runner.launch(runner.a, [*command, flag, str(path)], runner.image, job_id="save")
     await runner.first_step(saver, 0)
     started = time.perf_counter()
     Path(f"{path}.go").touch()
     await runner.gone(saver)
-    case.st_save.append(time.perf_counter() - started)
-    started = time.perf_counter()
-    job = runner.launch(runner.b, [*command, "--st-load", str(path)])
-    await runner.first_step(job, 0)
-    case.st_load.append(time.perf_counter() - started)
-    runner.b.table.stop("bench", job.epoch, "measured", 5)
-    for leftover in (path, Path(f"{path}.go")):
-        leftover.unlink(missing_ok=True)
+    times.append(time.perf_counter() - started)
 
 
 async def dcp_baseline(runner: Runner, case: Case, command: list[str]) -> None:

@@ -6,7 +6,9 @@ loaded with plain torch.save / torch.load as the baseline.
         [--load-mmap PATH] [--st-save PATH | --st-load PATH] [--dcp-async PATH] [--wait-for FILE]
 
 Each step changes one small slice of the state and reports `step` (rank 0), so the bench
-sees "first step done" in the progress file. `--save PATH` waits for the file PATH.go,
+sees "first step done" in the progress file. The first step after any restore or load
+(Rota's image or a framework checkpoint alike) first reads every byte of the state on every
+rank (`touch_every_byte`): the end point every restore and load is timed to. `--save PATH` waits for the file PATH.go,
 then rank 0 writes the state with torch.save (the others wait, as data-parallel
 frameworks do) and all exit; `--load PATH` starts from torch.load instead of an image,
 `--load-mmap PATH` from torch.load(mmap=True) with the tensors assigned in place (no copy).
@@ -110,6 +112,8 @@ def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
     while True:
         step += 1
         with torch.no_grad():
+            if restoring and step == start + 1:
+                touch_every_byte(params, opt, args.ranks)
             params[0][: 1024].add_(1e-3)  # a step changes a sliver of the state
         if rank == 0:
             if timings and "t_step" not in timings:
@@ -118,6 +122,23 @@ def rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
         _save_if_asked(args, rank, params, opt, step)
         ckpt.safe_point(step)
         time.sleep(0.01)
+
+
+def touch_every_byte(params: nn.ParameterList, opt: torch.optim.Adam, ranks: int) -> float:
+    """The first step after a restore or a load reads every byte of the state (parameters
+    and both moments, on every rank) before it reports, as a training step reads them: a
+    lazily mapped state (torch.load(mmap=True), Rota's mapped image) is restored only once
+    its pages are read, so every arm is timed to the same point."""
+    total = 0.0
+    for p in params:
+        total += float(p.sum())
+    for entry in opt.state.values():
+        for value in entry.values():
+            if isinstance(value, torch.Tensor) and value.numel() > 1:
+                total += float(value.sum())
+    if ranks > 1:
+        dist.barrier()  # rank 0 reports once every rank has read its state
+    return total
 
 
 def _load_framework_checkpoint(args: argparse.Namespace, params: nn.ParameterList, opt: torch.optim.Adam,
@@ -244,7 +265,7 @@ def free_port() -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.wait_for is not None:
-        wait_for(args.wait_for)
+        wait_for(args.wait_for, ("safetensors.torch",) if args.st_load is not None else ())
     if args.ranks == 1:
         rank_main(0, args, 0)
     else:  # forked after the imports, which the ranks share
@@ -252,10 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def wait_for(path: Path) -> None:
+def wait_for(path: Path, also: tuple[str, ...] = ()) -> None:
     """A pre-started loader: up, with what a warm runtime imports ahead (no less, so the two
-    start level), waiting for the file it will load."""
-    for module in DEFAULT_PRELOAD:
+    start level) and its loader's own modules (`also`), waiting for the file it will load."""
+    for module in (*DEFAULT_PRELOAD, *also):
         importlib.import_module(module)
     Path(f"{path}.ready").touch()
     while not path.exists():

@@ -271,9 +271,9 @@ def load(folder: Path, rank: int) -> tuple[dict[str, Any], dict[str, Any]]:
     ("sources": per segment, [path, length] of each chunk), straight from the chunk
     store's files: the agent then copies nothing, and neither does this (zero-copy,
     `rota.imageformat.mapping`): each segment's chunk files are mapped in place, privately,
-    into one span, and its tensors are views of it; the job's load_state_dict copies its
-    parameters once, into its own, and an optimizer keeps its moments as they are mapped
-    (pages of the page cache until its first step writes them). A blob (a remote store's
+    into one span, and its tensors are views of it; rota.runtime assigns them to a module's
+    parameters in place and an optimizer keeps its moments as they are mapped (pages of the
+    page cache, mapped on first touch, until a step writes them). A blob (a remote store's
     chunks copied to a tmpfs) is mapped privately and each tensor copied out once instead,
     so no tensor pins the tmpfs file's memory.
     """

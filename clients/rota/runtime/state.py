@@ -46,6 +46,7 @@ from rota import imageformat
 from rota.jobfiles import control
 
 ENV_RESTORE_TIMEOUT = "ROTA_RESTORE_TIMEOUT"
+ENV_IN_PLACE = "ROTA_RESTORE_IN_PLACE"  # 0: a module's load_state_dict copies into its own tensors, as before
 # How long past a request's deadline a paused rank waits for the agent's decision before
 # it decides "abort" itself: the agent decides the moment the last rank acknowledges.
 DECISION_GRACE_S = 10.0
@@ -160,6 +161,8 @@ class Checkpointer:
                 raise RuntimeError(f"the image has no state for {name!r} (it has {names})")
             if _is_generator(obj):
                 obj.set_state(saved)
+            elif os.environ.get(ENV_IN_PLACE, "1") != "0" and _is_module(obj):
+                _load_in_place(obj, saved)
             else:
                 obj.load_state_dict(saved)
         rng = state["rng"]
@@ -252,6 +255,44 @@ def _local_ranks(rank: int, world_size: int) -> range:
     if not 0 < per_node < world_size or not 0 <= local < per_node or rank - local < 0:
         return range(world_size)
     return range(rank - local, rank - local + per_node)
+
+
+def _is_module(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.nn.Module)
+
+
+def _load_in_place(module: Any, saved: dict[str, Any]) -> None:
+    """load_state_dict without the copy: each parameter and buffer of a plain module (the
+    default _load_from_state_dict, no load hooks) whose image tensor matches it (device,
+    dtype, shape) takes that tensor as its data (`param.data = tensor`: the same Parameter
+    object, so an optimizer's references hold). On a zero-copy restore the tensor is a
+    copy-on-write view of the chunk files (rota.imageformat.mapping): nothing is read until
+    touched, and a step's writes copy only the pages they change. Everything else goes
+    through the module's own load_state_dict; keys are checked as strictly as it does."""
+    import torch
+
+    base = torch.nn.Module._load_from_state_dict
+    placed: set[str] = set()
+    for prefix, sub in module.named_modules(remove_duplicate=False):
+        if (type(sub)._load_from_state_dict is not base or sub._load_state_dict_pre_hooks
+                or sub._load_state_dict_post_hooks):
+            continue
+        persistent = {k: v for k, v in sub._buffers.items() if k not in sub._non_persistent_buffers_set}
+        for name, live in (*sub._parameters.items(), *persistent.items()):
+            key = f"{prefix}.{name}" if prefix else name
+            value = saved.get(key)
+            if (live is None or not isinstance(value, torch.Tensor) or type(value) is not torch.Tensor
+                    or type(live) not in (torch.Tensor, torch.nn.Parameter) or value.device != live.device
+                    or value.dtype != live.dtype or value.shape != live.shape):
+                continue
+            live.data = value
+            placed.add(key)
+    result = module.load_state_dict({k: v for k, v in saved.items() if k not in placed}, strict=False)
+    missing = [k for k in result.missing_keys if k not in placed]
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f"{type(module).__name__}: state keys missing {missing}, unexpected "
+                           f"{result.unexpected_keys}")
 
 
 def _is_generator(obj: Any) -> bool:

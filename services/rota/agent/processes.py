@@ -150,10 +150,10 @@ class ProcessTable:
         (home / "jobs").mkdir(parents=True, exist_ok=True)
         self.warm: WarmPool | None = None  # a pre-started interpreter handed the next job
 
-    def start_warm_runtime(self) -> WarmPool:
+    def start_warm_runtime(self, idle: bool = True, refill: bool = True) -> WarmPool:
         """Keeps a warm runtime ready for the next job (rota.agent.warm_runtime)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
-        self.warm = WarmPool(env)
+        self.warm = WarmPool(env, idle=idle, refill=refill)
         self.warm.start()
         return self.warm
 

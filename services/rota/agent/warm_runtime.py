@@ -17,7 +17,11 @@ the same PYTHONPATH (read once, at interpreter start), takes the warm path; anyt
 starts cold. While it waits, the warm process runs at idle priority, so warming the next
 one never takes CPU from a running job.
 
-    python -m rota.agent.warm_runtime [--preload torch,rota.runtime]
+    python -m rota.agent.warm_runtime [--preload torch,rota.runtime] [--normal-priority]
+
+A benchmark that must not wait on idle-priority imports (a busy machine gives them no CPU)
+builds its pool with `idle=False` and `refill=False`: it warms at normal priority and only
+when the bench calls `start()`, between the arms it times.
 """
 
 from __future__ import annotations
@@ -56,16 +60,20 @@ def eligible(command: list[str], env: Mapping[str, str], warm_env: Mapping[str, 
 class WarmPool:
     """The node's warm process, started ahead of the next job and replaced once it is taken."""
 
-    def __init__(self, env: Mapping[str, str], preload: tuple[str, ...] = DEFAULT_PRELOAD) -> None:
+    def __init__(self, env: Mapping[str, str], preload: tuple[str, ...] = DEFAULT_PRELOAD, *, idle: bool = True,
+                 refill: bool = True) -> None:
         self.env = dict(env)
         self.preload = preload
+        self.idle = idle  # warm at idle priority
+        self.refill = refill  # start the next warm process as soon as one is handed a job
         self.ready: subprocess.Popen[bytes] | None = None
         self.handed = 0
 
     def start(self) -> None:
         if self.ready is None or self.ready.poll() is not None:
             self.ready = subprocess.Popen(
-                [sys.executable, "-m", "rota.agent.warm_runtime", "--preload", ",".join(self.preload)],
+                [sys.executable, "-m", "rota.agent.warm_runtime", "--preload", ",".join(self.preload),
+                 *([] if self.idle else ["--normal-priority"])],
                 env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 start_new_session=True, cwd="/",
             )
@@ -94,7 +102,8 @@ class WarmPool:
         except OSError:  # it died while waiting: the job starts cold
             return None
         self.handed += 1
-        self.start()
+        if self.refill:
+            self.start()
         return popen
 
     def close(self) -> None:
@@ -160,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--preload"] and len(argv) > 1:
         preload = tuple(m for m in argv[1].split(",") if m)
     try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # warming never delays a running job
+        if "--normal-priority" not in argv:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # warming never delays a running job
     except OSError:
         pass
     for module in preload:

@@ -25,7 +25,8 @@ def test_a_case_keeps_its_keys_and_adds_the_baselines() -> None:
     out = measured().to_dict()
     assert (out["pause_s"], out["restore_s"], out["migrate_s"], out["durable_s"]) == (0.2, 1.0, 2.0, 0.5)
     assert out["baseline"] == {"save_s": 1.0, "load_s": 2.5, "load_mmap_s": 2.0, "load_prestarted_s": 1.5,
-                               "safetensors_save_s": 0.9, "safetensors_load_s": 2.4, "bytes": 0}
+                               "load_prestarted_copy_s": 0.0, "safetensors_save_s": 0.9,
+                               "safetensors_load_s": 2.4, "safetensors_prestarted_s": 0.0, "bytes": 0}
     assert out["dcp"] == {"async_block_s": 0.06}
     assert out["restore_breakdown"] == {"process_start_s": 0.5, "state_transfer_s": 0.0, "rebuild_s": 0.25,
                                         "first_step_s": 0.05}
@@ -46,6 +47,15 @@ def test_an_unmeasured_baseline_never_counts_as_the_best() -> None:
     assert best({"a": 0.0, "b": 2.0, "c": 3.0}) == ("b", 2.0)
     assert best({"a": 0.0}) == ("", 0.0)
     assert Case(8.0, 1).to_dict()["restore_x"] == 0.0
+
+
+def test_a_save_and_load_pair_counts_for_migration_only_with_both_measured() -> None:
+    case = measured()
+    case.load, case.load_mmap, case.st_load = [], [], []  # cold loaders not measured (--quick)
+    case.st_prestarted = [0.3]
+    out = case.to_dict()
+    assert out["best_baseline"]["migrate"] == "safetensors, pre-started" and out["best_baseline"]["migrate_s"] == 1.2
+    assert out["best_baseline"]["restore"] == "pre-started safetensors" and out["restore_x"] == 0.3
 
 
 def test_the_table_prints_min_and_max_beside_each_median_and_the_breakdown() -> None:
