@@ -35,11 +35,59 @@ def find_backend(v2_roots: tuple[Path, ...] = ROOTS, v1_cpu: Path = V1_CPU) -> t
     return None
 
 
+MIN_QUOTA_US = 1_000  # the kernel's floor
+
+
+def period_for(fraction: float, period_us: int = PERIOD_US) -> int:
+    """The period to use for `fraction`: `period_us`, lengthened (in whole ms) where the
+    quota would fall under the kernel's 1 ms floor."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction: must be in (0, 1] (got {fraction})")
+    return max(period_us, -(-round(MIN_QUOTA_US / fraction) // 1000) * 1000)
+
+
 def quota_us(fraction: float, period_us: int = PERIOD_US) -> int:
     """The quota for `fraction` of one CPU (the kernel takes at least 1 ms)."""
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction: must be in (0, 1] (got {fraction})")
-    return max(1000, round(fraction * period_us))
+    return max(MIN_QUOTA_US, round(fraction * period_us))
+
+
+@dataclass(frozen=True)
+class CpuUse:
+    """A process's main thread's scheduler counters (/proc/PID/schedstat: the thread that
+    runs a stage's compute): ns on a CPU and ns runnable but waiting for one."""
+
+    run_ns: int
+    wait_ns: int
+
+    @classmethod
+    def read(cls, pid: int) -> CpuUse:
+        fields = Path(f"/proc/{pid}/schedstat").read_text().split()
+        return cls(int(fields[0]), int(fields[1]))
+
+    def share_since(self, before: CpuUse, held_ns: int = 0) -> float:
+        """The share of a CPU the process got while it wanted one, between two readings:
+        1 on an idle machine, less when the cores' other work kept it waiting. `held_ns`,
+        the time its own quota held it back meanwhile (counted as waiting by the kernel),
+        is not the cores' contention and is taken out."""
+        run, wait = self.run_ns - before.run_ns, max(0, self.wait_ns - before.wait_ns - held_ns)
+        return run / (run + wait) if run + wait > 0 else 1.0
+
+
+def fraction_for(factor: float, share: float) -> float:
+    """The quota (CPUs) that stretches a stage's device time (CPU time plus the time its quota
+    holds it back) by `factor`, when it gets `share` of a CPU while runnable.
+
+    Per period P the process runs until it has used the quota q·P, at `share` of a CPU, so
+    it is held back for P − q·P/share; the device time per CPU second is then
+    1 + (P − q·P/share) / (q·P) = 1 + 1/q − 1/share, which is `factor` for
+    q = 1 / (factor − 1 + 1/share) (q = 1/factor on an idle machine)."""
+    if not factor >= 1:
+        raise ValueError(f"factor: must be at least 1 (got {factor})")
+    if not 0 < share <= 1:
+        raise ValueError(f"share: must be in (0, 1] (got {share})")
+    return 1 / (factor - 1 + 1 / share)
 
 
 def limit_files(kind: str, fraction: float | None, period_us: int = PERIOD_US) -> list[tuple[str, str]]:
@@ -89,8 +137,14 @@ class CpuThrottle:
         (self.path / "cgroup.procs").write_text(str(pid))
 
     def limit(self, fraction: float | None) -> None:
-        for name, content in limit_files(self.kind, fraction, self.period_us):
+        period = self.period_us if fraction is None else period_for(fraction, self.period_us)
+        for name, content in limit_files(self.kind, fraction, period):
             (self.path / name).write_text(content)
+
+    def throttled_ns(self) -> int:
+        """How long the quota has held the cgroup back (cpu.stat), ns."""
+        stat = dict(line.split() for line in (self.path / "cpu.stat").read_text().splitlines())
+        return int(stat["throttled_time"]) if "throttled_time" in stat else int(stat.get("throttled_usec", 0)) * 1000
 
     def close(self) -> None:
         """Lifts the limit, moves every process left back home, and removes the cgroup."""

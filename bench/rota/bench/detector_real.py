@@ -31,13 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rota.bench.cpu_throttle import CpuThrottle
+from rota.bench.cpu_throttle import CpuThrottle, CpuUse, fraction_for
 
 REPO = Path(__file__).resolve().parents[3]
 JOB = REPO / "examples" / "pipeline_failslow.py"
 STAGES = 4
 BEAT_S = 0.5  # each stage's heartbeat interval (the monitor's timeout is three of them)
 STOP_WATCH_S = 4.0  # after a kill, how long the other stages' beats are recorded
+SHARE_WINDOW = 10  # iterations over which the throttled rank's CPU share is measured (ours)
+TRIM_EVERY = 4  # iterations between trims of a throttle's quota to the slowdown it gives (ours)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Recording:
     start: int | None = None  # first iteration under the fault
     end: int | None = None  # first iteration after it (transient)
     end_s: float = 0.0
+    quotas: list[tuple[int, float, float]] = field(default_factory=list)  # (iteration, CPU share, quota)
+    more: list[Recording] = field(default_factory=list)  # the windows of a run's further faults
 
 
 def _free_port() -> int:
@@ -82,21 +86,67 @@ class _Tail:
 
 @dataclass
 class _Injector:
-    """Applies one fault as the iterations arrive; `close` undoes everything it made."""
+    """Applies one fault as the iterations arrive; `close` undoes everything it made.
+
+    A throttle's quota follows the rank's measured CPU share (`SHARE_WINDOW` iterations of
+    its main thread's scheduler counters, the quota's own holds taken out): with `fraction`
+    None, q = fraction_for(factor, share) every iteration, so the device time stretches by
+    `factor` whatever the cores' contention; a number fixes the quota instead."""
 
     fault: RealFault
     pid_dir: Path
-    fraction: float
+    fraction: float | None
     name: str
     rec: Recording
     throttle: CpuThrottle | None = None
     killed_at: float | None = None
+    uses: list[tuple[CpuUse, int]] = field(default_factory=list)  # per iteration: counters, quota holds
+    ratios: list[float] = field(default_factory=list)  # per iteration: the rank's busy time over its peers' mean
+    baseline: float = 1.0  # that ratio before the fault
+    under: int = 0  # ratios seen when the quota was last set
 
     def pid(self) -> int:
         return int((self.pid_dir / f"rank{self.fault.rank}.pid").read_text())
 
-    def on_iteration(self, iteration: int, now: float) -> None:
+    def _share(self) -> float:
+        (first, held0), (last, held1) = self.uses[0], self.uses[-1]
+        return last.share_since(first, held1 - held0)
+
+    def _track(self, iteration: int, line: dict[str, Any]) -> None:
+        """Reads the rank's counters and its busy time over its peers'; while throttled,
+        sets the quota: first from its CPU share (`fraction_for`), then trimmed by the
+        slowdown it measurably gives (in 1/q, by half the gap to the factor, every
+        `TRIM_EVERY` iterations; ours)."""
+        times = line.get("rank_seconds") or []
+        r = self.fault.rank
+        if len(times) > r and all(t is not None for t in times):
+            others = [t for i, t in enumerate(times) if i != r]
+            self.ratios.append(times[r] / statistics.mean(others) if statistics.mean(others) > 0 else 1.0)
+        try:
+            held = self.throttle.throttled_ns() if self.throttle is not None else 0
+            self.uses = [*self.uses, (CpuUse.read(self.pid()), held)][-SHARE_WINDOW - 1:]
+        except (OSError, ValueError):  # not started yet, or gone
+            return
+        if self.throttle is None or self.rec.end is not None or len(self.uses) < 2 or self.fraction is not None:
+            return
+        if not self.rec.quotas:
+            self.baseline = statistics.median(self.ratios[-20:]) if self.ratios else 1.0
+            self.under = len(self.ratios)
+            q = fraction_for(self.fault.factor, max(self._share(), 0.02))
+        else:
+            since = self.ratios[self.under:]
+            if len(since) < TRIM_EVERY:
+                return
+            got = statistics.median(since) / self.baseline
+            q = 1 / min(50.0, max(1.0, 1 / self.rec.quotas[-1][2] + 0.5 * (self.fault.factor - got)))
+            self.under = len(self.ratios)
+        self.throttle.limit(q)
+        self.rec.quotas.append((iteration, round(self._share(), 4), round(q, 4)))
+
+    def on_iteration(self, iteration: int, now: float, line: dict[str, Any] | None = None) -> None:
         f, rec = self.fault, self.rec
+        if f.kind in ("slow", "transient"):
+            self._track(iteration, line or {})
         if f.kind == "none" or iteration < f.at - 1:
             return
         if rec.start is None:
@@ -104,11 +154,16 @@ class _Injector:
             if f.kind == "stop":
                 os.kill(self.pid(), signal.SIGKILL)
                 self.killed_at = now
-            else:
+            elif self.fraction is not None:
                 self.throttle = CpuThrottle.create(self.name)
                 self.throttle.add(self.pid())
                 self.throttle.limit(self.fraction)
-        elif f.kind == "transient" and rec.end is None and iteration + 1 >= rec.start + f.length:
+            else:
+                self.throttle = CpuThrottle.create(self.name)
+                self.throttle.add(self.pid())
+                self.uses = [(u, 0) for u, _ in self.uses]
+                self._track(iteration, {})
+        elif f.kind != "stop" and f.length > 0 and rec.end is None and iteration + 1 >= rec.start + f.length:
             assert self.throttle is not None
             self.throttle.limit(None)
             rec.end = iteration + 1
@@ -121,7 +176,29 @@ class _Injector:
             self.throttle.close()
 
 
-def _follow(proc: subprocess.Popen[bytes], tail: _Tail, inject: _Injector,
+@dataclass
+class _Injectors:
+    """Several faults in one run, in turn (each its own window and cgroup)."""
+
+    each: list[_Injector]
+
+    @property
+    def rec(self) -> Recording:
+        return self.each[0].rec
+
+    def on_iteration(self, iteration: int, now: float, line: dict[str, Any]) -> None:
+        for inject in self.each:
+            inject.on_iteration(iteration, now, line)
+
+    def done(self, now: float) -> bool:
+        return any(inject.done(now) for inject in self.each)
+
+    def close(self) -> None:
+        for inject in self.each:
+            inject.close()
+
+
+def _follow(proc: subprocess.Popen[bytes], tail: _Tail, inject: _Injector | _Injectors,
             on_line: Callable[[float, dict[str, Any]], None] | None, deadline: float) -> None:
     """Reads the job's lines as they come, injecting the fault, until the job ends (or a
     killed stage's silence has been watched long enough)."""
@@ -132,7 +209,7 @@ def _follow(proc: subprocess.Popen[bytes], tail: _Tail, inject: _Injector,
             if on_line is not None:
                 on_line(now, line)
             if "iteration" in line:
-                inject.on_iteration(int(line["iteration"]), now)
+                inject.on_iteration(int(line["iteration"]), now, line)
         if proc.poll() is not None or inject.done(now):
             inject.rec.end_s = now
             return
@@ -141,11 +218,12 @@ def _follow(proc: subprocess.Popen[bytes], tail: _Tail, inject: _Injector,
         time.sleep(0.02)
 
 
-def run_job(fault: RealFault, *, seed: int, iterations: int, fraction: float = 1.0,
+def run_job(fault: RealFault, *, seed: int, iterations: int, fraction: float | None = None,
             layers: str = "2,2,2,2", timeout_s: float = 1500,
             on_line: Callable[[float, dict[str, Any]], None] | None = None,
-            on_start: Callable[[Path], None] | None = None) -> Recording:
-    """One real run of the job under `fault`; every cgroup made is removed, every process ended."""
+            on_start: Callable[[Path], None] | None = None, also: tuple[RealFault, ...] = ()) -> Recording:
+    """One real run of the job under `fault` (and then `also`, each in its own window:
+    `Recording.more`); every cgroup made is removed, every process ended."""
     rec = Recording()
     with tempfile.TemporaryDirectory(prefix="rota-failslow-") as tmp:
         work = Path(tmp)
@@ -158,7 +236,11 @@ def run_job(fault: RealFault, *, seed: int, iterations: int, fraction: float = 1
         proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         if on_start is not None:
             on_start(work)  # where the stages write their pids
-        inject = _Injector(fault, work, fraction, f"{os.getpid()}-{seed}-{fault.kind}-{layers.replace(',', '')}", rec)
+        name = f"{os.getpid()}-{seed}-{layers.replace(',', '')}"
+        more = [Recording() for _ in also]
+        rec.more = more
+        inject = _Injectors([_Injector(f, work, fraction, f"{name}-{i}-{f.kind}", r)
+                             for i, (f, r) in enumerate(zip((fault, *also), (rec, *more), strict=True))])
         try:
             _follow(proc, _Tail(work / "iterations.jsonl"), inject, on_line, time.monotonic() + timeout_s)
             if proc.returncode not in (None, 0) and fault.kind != "stop":
@@ -231,3 +313,14 @@ def _interpolate(measured: list[tuple[float, float]], factor: float) -> float:
             return 1 / ((1 - w) / f0 + w / f1)
     low = min(f for f, _ in points)
     return low if factor > points[-1][1] else 1.0
+
+
+def achieved(rec: Recording, rank: int, before: int = 20) -> float | None:
+    """The slowdown the fault really gave: the rank's busy time over its peers' while under
+    it, against the same over the `before` iterations before it (None: no fault window)."""
+    if rec.start is None:
+        return None
+    seen = max((int(line["iteration"]) for _, line in rec.lines if "iteration" in line), default=0) + 1
+    end = rec.end if rec.end is not None else seen
+    base = busy_ratio(rec, rank, max(0, rec.start - before), rec.start)
+    return busy_ratio(rec, rank, rec.start + 1, end) / base if end > rec.start + 1 and base > 0 else None
