@@ -153,11 +153,25 @@ def throttled_s() -> float:
     return 0.0
 
 
+class _Held:
+    """Quota holds summed over the cgroups this process has been in."""
+
+    cgroup = ""
+    last = 0.0
+    total = 0.0
+
+
 def device_clock() -> float:
     """The stage's device time so far: its CPU time plus the time its quota held it back
     (read at each compute edge, so only holds inside the edges count, as a slow GPU's
-    kernels would)."""
-    return time.process_time() + throttled_s()
+    kernels would). A fault harness may move the process to another cgroup between two
+    reads: the holds then count from the new cgroup's first read, so the clock never runs back."""
+    cgroup = Path("/proc/self/cgroup").read_text()
+    held = throttled_s()
+    if cgroup == _Held.cgroup:
+        _Held.total += max(0.0, held - _Held.last)
+    _Held.cgroup, _Held.last = cgroup, held
+    return time.process_time() + _Held.total
 
 
 def _beat(rank: int, every: float, stop: threading.Event) -> None:

@@ -66,28 +66,10 @@ class CpuUse:
         fields = Path(f"/proc/{pid}/schedstat").read_text().split()
         return cls(int(fields[0]), int(fields[1]))
 
-    def share_since(self, before: CpuUse, held_ns: int = 0) -> float:
-        """The share of a CPU the process got while it wanted one, between two readings:
-        1 on an idle machine, less when the cores' other work kept it waiting. `held_ns`,
-        the time its own quota held it back meanwhile (counted as waiting by the kernel),
-        is not the cores' contention and is taken out."""
-        run, wait = self.run_ns - before.run_ns, max(0, self.wait_ns - before.wait_ns - held_ns)
-        return run / (run + wait) if run + wait > 0 else 1.0
+    def rate_since(self, before: CpuUse, wall_ns: int) -> float:
+        """CPUs used on average over `wall_ns` of wall time since `before`."""
+        return (self.run_ns - before.run_ns) / wall_ns if wall_ns > 0 else 0.0
 
-
-def fraction_for(factor: float, share: float) -> float:
-    """The quota (CPUs) that stretches a stage's device time (CPU time plus the time its quota
-    holds it back) by `factor`, when it gets `share` of a CPU while runnable.
-
-    Per period P the process runs until it has used the quota q·P, at `share` of a CPU, so
-    it is held back for P − q·P/share; the device time per CPU second is then
-    1 + (P − q·P/share) / (q·P) = 1 + 1/q − 1/share, which is `factor` for
-    q = 1 / (factor − 1 + 1/share) (q = 1/factor on an idle machine)."""
-    if not factor >= 1:
-        raise ValueError(f"factor: must be at least 1 (got {factor})")
-    if not 0 < share <= 1:
-        raise ValueError(f"share: must be in (0, 1] (got {share})")
-    return 1 / (factor - 1 + 1 / share)
 
 
 def limit_files(kind: str, fraction: float | None, period_us: int = PERIOD_US) -> list[tuple[str, str]]:

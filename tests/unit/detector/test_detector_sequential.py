@@ -72,8 +72,13 @@ def test_cases_under_realistic_noise(name: str, fault: list[float], alarm: bool,
         assert at >= 40 + cusum.min_iterations() - 1  # never on less evidence than the clip allows
 
 
-def test_an_alarm_needs_more_iterations_than_a_transient_lasts() -> None:
-    assert calibrated().min_iterations() > 3
+@pytest.mark.parametrize(("sigma_seed_scale", "persist"), [(1.0, 8), (0.3, 8), (0.3, 4), (2.0, 12)])
+def test_an_alarm_needs_at_least_persist_iterations_whatever_the_noise(sigma_seed_scale: float, persist: int) -> None:
+    config = SequentialConfig(persist=persist, window=1)
+    cusum = Cusum.calibrated(noisy(200, 5, SIGMA * sigma_seed_scale), 5, config)
+    assert cusum.min_iterations() >= persist
+    at = first_alarm(cusum, [100.0] * 50)  # as slow as can be, from the first iteration
+    assert at is not None and at + 1 >= persist
 
 
 def test_a_larger_target_false_rate_alarms_sooner() -> None:
@@ -93,7 +98,8 @@ def test_one_episode_one_alarm_and_it_closes_when_the_rank_recovers() -> None:
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    ("shift", 1.0), ("false_per_1k", 0.0), ("window", 0), ("clip", 1.0), ("sigma_scale", 0.0), ("sigma_floor", -1.0),
+    ("shift", 1.0), ("false_per_1k", 0.0), ("window", 0), ("clip", 1.0), ("persist", 0), ("sigma_scale", 0.0),
+    ("sigma_floor", -1.0),
 ])
 def test_bad_settings_name_their_field(field: str, value: float) -> None:
     with pytest.raises(InvalidArgument, match=field):

@@ -9,12 +9,13 @@ may wait long for its streak. A CUSUM adds the evidence up instead:
     z_t = clip(log(ratio_t) / σ, −c·κ, c·κ),   S_t = max(0, S_{t−1} + z_t − κ),   κ = log(shift) / (2σ)
 
 and alarms when S_t > h while the median of the last W ratios is past √shift (halfway, in
-log terms, to the slowdown it looks for). σ is the series' own robust spread (1.4826 ×
+log terms, to the slowdown it looks for). The clip c is lowered where needed so that one
+iteration adds at most h / `persist`. σ is the series' own robust spread (1.4826 ×
 MAD of the warm-up's log ratios, times `sigma_scale`); h is set by Siegmund's
 approximation of the in-control run length, so that a rank alarms by chance about once
-per `ranks × 1000 / false_per_1k` iterations. The clip bounds what one iteration can add
-((c − 1)·κ), so an alarm needs at least h / ((c − 1)·κ) iterations of evidence: a short
-transient cannot raise one however slow it is.
+per `ranks × 1000 / false_per_1k` iterations. The clip bounds what one iteration can add,
+so an alarm needs at least `persist` iterations of evidence: a transient shorter than that
+cannot raise one on its own however slow it is (noise must supply the rest).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class SequentialConfig:
     shift: float = 1.2  # the smallest persistent slowdown to find
     false_per_1k: float = 0.3  # target chance alarms per 1,000 iterations, per job
     window: int = 9  # W: the median of the last W ratios must be past √shift
-    clip: float = 3.0  # c: one iteration adds at most (c − 1)·κ
+    clip: float = 3.0  # c: one iteration adds at most (c − 1)·κ ...
+    persist: int = 8  # ... and at most h / persist: an alarm needs this many iterations of evidence
     sigma_scale: float = 1.0  # σ estimated × this (in-sample spread under-states the noise)
     sigma_floor: float = 0.01  # σ never below this (a near-noiseless series)
 
@@ -47,6 +49,8 @@ class SequentialConfig:
             raise InvalidArgument("window", f"must be at least 1 (got {self.window})")
         if not (math.isfinite(self.clip) and self.clip > 1):
             raise InvalidArgument("clip", f"must be above 1 (got {self.clip})")
+        if self.persist < 1:
+            raise InvalidArgument("persist", f"must be at least 1 (got {self.persist})")
         if not (math.isfinite(self.sigma_scale) and self.sigma_scale > 0):
             raise InvalidArgument("sigma_scale", f"must be positive (got {self.sigma_scale})")
         if not (math.isfinite(self.sigma_floor) and self.sigma_floor > 0):
@@ -108,13 +112,18 @@ class Cusum:
     def kappa(self) -> float:
         return math.log(self.config.shift) / (2 * self.sigma)
 
+    @property
+    def cap(self) -> float:
+        """The clip, in units of κ: c, or less where (c − 1)·κ would pass h / persist."""
+        return min(self.config.clip, 1 + self.h / (self.config.persist * self.kappa))
+
     def update(self, ratio: float) -> bool:
-        cfg, kappa = self.config, self.kappa
+        cfg, kappa, cap = self.config, self.kappa, self.cap
         self.recent.append(ratio)
         while len(self.recent) > cfg.window:
             self.recent.popleft()
-        z = math.log(ratio) / self.sigma if ratio > 0 else -cfg.clip * kappa
-        z = min(max(z, -cfg.clip * kappa), cfg.clip * kappa)
+        z = math.log(ratio) / self.sigma if ratio > 0 else -cap * kappa
+        z = min(max(z, -cap * kappa), cap * kappa)
         self.s = max(0.0, self.s + z - kappa)
         past = statistics.median(self.recent) > math.sqrt(cfg.shift)
         if self.flagged:
@@ -129,4 +138,4 @@ class Cusum:
 
     def min_iterations(self) -> int:
         """The fewest iterations that can raise an alarm from a zero sum."""
-        return math.floor(self.h / ((self.config.clip - 1) * self.kappa)) + 1
+        return math.floor(self.h / ((self.cap - 1) * self.kappa) + 1e-9) + 1
