@@ -14,7 +14,8 @@ Each stage times its own compute edges (forward and backward of each micro-batch
 would give it: with ``--clock device`` (the default) the CPU time the stage spent inside
 those edges plus the time its cgroup's CPU quota held it back (``cpu.stat``: a throttled
 stage is a slow device), so other processes competing for the machine's cores do not count;
-``--clock wall`` takes the edges' wall time, which includes them. Stage 0 gathers the busy
+Both are read at each edge's start and end (``device_clock``), so a hold outside the
+edges (in a send, the optimizer) does not count. ``--clock wall`` takes the edges' wall time, which includes them. Stage 0 gathers the busy
 times every iteration and calls
 ``rota.runtime.report_iteration`` with them, the micro-batches' sequence lengths and the
 step's wall time. Every stage also beats its own heartbeat (``rota.runtime.heartbeat``)
@@ -152,6 +153,27 @@ def throttled_s() -> float:
     return 0.0
 
 
+class _Held:
+    """Quota holds summed over the cgroups this process has been in."""
+
+    cgroup = ""
+    last = 0.0
+    total = 0.0
+
+
+def device_clock() -> float:
+    """The stage's device time so far: its CPU time plus the time its quota held it back
+    (read at each compute edge, so only holds inside the edges count, as a slow GPU's
+    kernels would). A fault harness may move the process to another cgroup between two
+    reads: the holds then count from the new cgroup's first read, so the clock never runs back."""
+    cgroup = Path("/proc/self/cgroup").read_text()
+    held = throttled_s()
+    if cgroup == _Held.cgroup:
+        _Held.total += max(0.0, held - _Held.last)
+    _Held.cgroup, _Held.last = cgroup, held
+    return time.process_time() + _Held.total
+
+
 def _beat(rank: int, every: float, stop: threading.Event) -> None:
     while not stop.wait(every):
         rota.runtime.heartbeat(rank)
@@ -177,7 +199,7 @@ def stage_main(rank: int, args: argparse.Namespace) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=STAGES)
     torch.manual_seed(args.seed + rank)
     split = _split(args)
-    clock = BubbleClock(clock=time.process_time if args.clock == "device" else time.perf_counter)
+    clock = BubbleClock(clock=device_clock if args.clock == "device" else time.perf_counter)
     inner = Stage(rank, split[rank], args.width, args.heads, args.tokens)
     module: nn.Module = FirstStage(inner, clock) if rank == 0 else EdgeMarker(inner, clock)
     stage = PipelineStage(module, stage_index=rank, num_stages=STAGES, device=torch.device("cpu"))
@@ -201,7 +223,7 @@ def _step(rank: int, step: int, args: argparse.Namespace, schedule: ScheduleGPip
           clock: BubbleClock, optimizer: torch.optim.Optimizer, batches: Iterator[tuple[list[int], bytes]]) -> None:
     mbs = [next(batches) for _ in range(args.microbatches)]
     inner.queue = [lengths for lengths, _ in mbs]
-    started, held = time.perf_counter(), throttled_s() if args.clock == "device" else 0.0
+    started = time.perf_counter()
     first = len(clock.compute)
     if rank == 0:
         x = torch.tensor([list(data) for _, data in mbs], dtype=torch.int64).view(args.microbatches, args.tokens)
@@ -213,8 +235,6 @@ def _step(rank: int, step: int, args: argparse.Namespace, schedule: ScheduleGPip
         schedule.step()
     clock.step_boundary()
     busy = sum(e - s for s, e in clock.compute[first:])
-    if args.clock == "device":
-        busy += throttled_s() - held
     del clock.compute[:]  # only this step's edges matter
     optimizer.step()
     optimizer.zero_grad()

@@ -35,11 +35,41 @@ def find_backend(v2_roots: tuple[Path, ...] = ROOTS, v1_cpu: Path = V1_CPU) -> t
     return None
 
 
+MIN_QUOTA_US = 1_000  # the kernel's floor
+
+
+def period_for(fraction: float, period_us: int = PERIOD_US) -> int:
+    """The period to use for `fraction`: `period_us`, lengthened (in whole ms) where the
+    quota would fall under the kernel's 1 ms floor."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction: must be in (0, 1] (got {fraction})")
+    return max(period_us, -(-round(MIN_QUOTA_US / fraction) // 1000) * 1000)
+
+
 def quota_us(fraction: float, period_us: int = PERIOD_US) -> int:
     """The quota for `fraction` of one CPU (the kernel takes at least 1 ms)."""
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction: must be in (0, 1] (got {fraction})")
-    return max(1000, round(fraction * period_us))
+    return max(MIN_QUOTA_US, round(fraction * period_us))
+
+
+@dataclass(frozen=True)
+class CpuUse:
+    """A process's main thread's scheduler counters (/proc/PID/schedstat: the thread that
+    runs a stage's compute): ns on a CPU and ns runnable but waiting for one."""
+
+    run_ns: int
+    wait_ns: int
+
+    @classmethod
+    def read(cls, pid: int) -> CpuUse:
+        fields = Path(f"/proc/{pid}/schedstat").read_text().split()
+        return cls(int(fields[0]), int(fields[1]))
+
+    def rate_since(self, before: CpuUse, wall_ns: int) -> float:
+        """CPUs used on average over `wall_ns` of wall time since `before`."""
+        return (self.run_ns - before.run_ns) / wall_ns if wall_ns > 0 else 0.0
+
 
 
 def limit_files(kind: str, fraction: float | None, period_us: int = PERIOD_US) -> list[tuple[str, str]]:
@@ -89,8 +119,14 @@ class CpuThrottle:
         (self.path / "cgroup.procs").write_text(str(pid))
 
     def limit(self, fraction: float | None) -> None:
-        for name, content in limit_files(self.kind, fraction, self.period_us):
+        period = self.period_us if fraction is None else period_for(fraction, self.period_us)
+        for name, content in limit_files(self.kind, fraction, period):
             (self.path / name).write_text(content)
+
+    def throttled_ns(self) -> int:
+        """How long the quota has held the cgroup back (cpu.stat), ns."""
+        stat = dict(line.split() for line in (self.path / "cpu.stat").read_text().splitlines())
+        return int(stat["throttled_time"]) if "throttled_time" in stat else int(stat.get("throttled_usec", 0)) * 1000
 
     def close(self) -> None:
         """Lifts the limit, moves every process left back home, and removes the cgroup."""

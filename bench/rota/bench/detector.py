@@ -1,7 +1,8 @@
 """`rota bench detector`: normalised fail-slow detection against the raw-time baseline.
 
     rota bench detector --config FILE [--json]
-    rota bench detector --real [--runs N] [--json]   (the real pipeline job under real faults)
+    rota bench detector --real [--runs N] [--save DIR] [--json]   (the real pipeline job under real faults)
+    rota bench detector --replay DIR [--tune-seeds 0,1] [--json]   (saved real runs, rescored)
     python -m rota.bench.detector ...   (the same, without the CLI)
 
 The generator (`rota.bench.detector_workload`) plays the config's iterations, with its faults,
@@ -151,17 +152,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real", action="store_true",
                         help="run the real pipeline job (examples/pipeline_failslow.py) under real faults")
     parser.add_argument("--runs", type=int, default=3, help="--real: seeds per fault (default 3)")
+    parser.add_argument("--save", type=Path, help="--real: keep each run's lines and fault windows here (JSON)")
+    parser.add_argument("--replay", type=Path, help="rescore runs saved by --real --save DIR, running nothing")
+    parser.add_argument("--tune-seeds", default="", help="--replay: tune the sequential detector on these seeds "
+                        "(comma-separated) and score the other seeds only")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
+    if args.replay is not None:
+        from rota.bench.detector_real_eval import evaluate, print_eval
+
+        try:
+            seeds = {int(s) for s in args.tune_seeds.split(",") if s.strip()}
+        except ValueError:
+            parser.error(f"--tune-seeds: give seeds as integers separated by commas (got {args.tune_seeds!r})")
+        evaluated = evaluate(args.replay, seeds or None)
+        if args.json:
+            json.dump({"replay": evaluated}, sys.stdout, indent=2)
+            print()
+        else:
+            print_eval(evaluated)
+        return 0
     if args.config is None and not args.real:
-        parser.error("give --config FILE, --real, or both")
+        parser.error("give --config FILE, --real, --replay DIR, or a combination")
     if args.runs < 1:
         parser.error(f"--runs: must be at least 1 (got {args.runs})")
     result = _generated(args.config) if args.config is not None else {}
     if args.real:
         from rota.bench.detector_real_bench import print_real, run_real  # torch, cgroups: only here
 
-        result["real"] = run_real(args.runs, log=lambda line: print(line, file=sys.stderr, flush=True))
+        result["real"] = run_real(args.runs, log=lambda line: print(line, file=sys.stderr, flush=True), save_to=args.save)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()

@@ -5,7 +5,8 @@ on packed standard-library sources) with ``ROTA_ITERATIONS_FILE`` set, tails the
 the agent would (each line stamped when it is read), and injects one fault when the job
 reports iteration `at`:
 - ``slow``: the rank's process goes into a cgroup whose CPU quota makes it `factor` times
-  slower (the quota is calibrated first: `calibrate`), to the run's end;
+  slower (the quota set from the rank's measured CPU use and trimmed to the slowdown it
+  gives: `_Injector`), to the run's end (or for `length` iterations);
 - ``transient``: the same for `length` iterations only (fewer than the detector's k):
   it must not mark the device bad;
 - ``stop``: the rank's process is killed (SIGKILL); its stage's heartbeats stop, while the
@@ -31,13 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rota.bench.cpu_throttle import CpuThrottle
+from rota.bench.cpu_throttle import CpuThrottle, CpuUse
 
 REPO = Path(__file__).resolve().parents[3]
 JOB = REPO / "examples" / "pipeline_failslow.py"
 STAGES = 4
 BEAT_S = 0.5  # each stage's heartbeat interval (the monitor's timeout is three of them)
 STOP_WATCH_S = 4.0  # after a kill, how long the other stages' beats are recorded
+SHARE_WINDOW = 10  # iterations over which the throttled rank's CPU use is measured (ours)
+TRIM_EVERY = 3  # iterations between trims of a throttle's quota to the slowdown it gives (ours)
+TRIM_GAIN = 0.7  # the share of the gap (in 1/quota) a trim closes (ours)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ class Recording:
     start: int | None = None  # first iteration under the fault
     end: int | None = None  # first iteration after it (transient)
     end_s: float = 0.0
+    quotas: list[tuple[int, float, float]] = field(default_factory=list)  # (iteration, CPU use, quota) as set
+    more: list[Recording] = field(default_factory=list)  # the windows of a run's further faults
+    load: tuple[float, float] = (0.0, 0.0)  # the 1-minute load average when the job started and ended
 
 
 def _free_port() -> int:
@@ -82,21 +89,68 @@ class _Tail:
 
 @dataclass
 class _Injector:
-    """Applies one fault as the iterations arrive; `close` undoes everything it made."""
+    """Applies one fault as the iterations arrive; `close` undoes everything it made.
+
+    With `fraction` None a throttle's quota starts at the rank's measured CPU use (its main
+    thread's scheduler counters over `SHARE_WINDOW` iterations) / factor and is trimmed
+    to the slowdown it measurably gives (`_track`); a number fixes the quota instead."""
 
     fault: RealFault
     pid_dir: Path
-    fraction: float
+    fraction: float | None
     name: str
     rec: Recording
     throttle: CpuThrottle | None = None
     killed_at: float | None = None
+    uses: list[tuple[CpuUse, int, int]] = field(default_factory=list)  # per iteration: counters, quota holds, wall ns
+    ratios: list[float] = field(default_factory=list)  # per iteration: the rank's busy time over its peers' mean
+    baseline: float = 1.0  # that ratio before the fault
+    under: int = 0  # ratios seen when the quota was last set
+    first: int = 0  # ratios seen when the fault began
 
     def pid(self) -> int:
         return int((self.pid_dir / f"rank{self.fault.rank}.pid").read_text())
 
-    def on_iteration(self, iteration: int, now: float) -> None:
+    def _use(self) -> float:
+        """CPUs the rank used on average over the window (its main thread)."""
+        (first, _, t0), (last, _, t1) = self.uses[0], self.uses[-1]
+        return last.rate_since(first, t1 - t0)
+
+    def _track(self, iteration: int, line: dict[str, Any]) -> None:
+        """Reads the rank's counters and its busy time over its peers'; while throttled,
+        sets the quota: first to the rank's measured CPU use over the window / factor, then
+        trimmed to the slowdown it measurably gives (the median of its last 2·TRIM_EVERY
+        ratios under the fault over the one before; in 1/q, by TRIM_GAIN of the gap to the
+        factor, every TRIM_EVERY iterations)."""
+        times = line.get("rank_seconds") or []
+        r = self.fault.rank
+        if len(times) > r and all(t is not None for t in times):
+            others = [t for i, t in enumerate(times) if i != r]
+            self.ratios.append(times[r] / statistics.mean(others) if statistics.mean(others) > 0 else 1.0)
+        try:
+            held = self.throttle.throttled_ns() if self.throttle is not None else 0
+            self.uses = [*self.uses, (CpuUse.read(self.pid()), held, time.monotonic_ns())][-SHARE_WINDOW - 1:]
+        except (OSError, ValueError):  # not started yet, or gone
+            return
+        if self.throttle is None or self.rec.end is not None or len(self.uses) < 2 or self.fraction is not None:
+            return
+        if not self.rec.quotas:
+            self.baseline = statistics.median(self.ratios[-20:]) if self.ratios else 1.0
+            self.under = self.first = len(self.ratios)
+            q = min(1.0, max(0.02, self._use() / self.fault.factor))
+        else:
+            if len(self.ratios) - self.under < TRIM_EVERY:
+                return
+            got = statistics.median(self.ratios[max(self.first, len(self.ratios) - 2 * TRIM_EVERY):]) / self.baseline
+            q = 1 / min(50.0, max(1.0, 1 / self.rec.quotas[-1][2] + TRIM_GAIN * (self.fault.factor - got)))
+            self.under = len(self.ratios)
+        self.throttle.limit(q)
+        self.rec.quotas.append((iteration, round(self._use(), 4), round(q, 4)))
+
+    def on_iteration(self, iteration: int, now: float, line: dict[str, Any] | None = None) -> None:
         f, rec = self.fault, self.rec
+        if f.kind in ("slow", "transient"):
+            self._track(iteration, line or {})
         if f.kind == "none" or iteration < f.at - 1:
             return
         if rec.start is None:
@@ -104,11 +158,16 @@ class _Injector:
             if f.kind == "stop":
                 os.kill(self.pid(), signal.SIGKILL)
                 self.killed_at = now
-            else:
+            elif self.fraction is not None:
                 self.throttle = CpuThrottle.create(self.name)
                 self.throttle.add(self.pid())
                 self.throttle.limit(self.fraction)
-        elif f.kind == "transient" and rec.end is None and iteration + 1 >= rec.start + f.length:
+            else:
+                self.throttle = CpuThrottle.create(self.name)
+                self.throttle.add(self.pid())
+                self.uses = [(u, 0, t) for u, _, t in self.uses]
+                self._track(iteration, {})
+        elif f.kind != "stop" and f.length > 0 and rec.end is None and iteration + 1 >= rec.start + f.length:
             assert self.throttle is not None
             self.throttle.limit(None)
             rec.end = iteration + 1
@@ -121,7 +180,29 @@ class _Injector:
             self.throttle.close()
 
 
-def _follow(proc: subprocess.Popen[bytes], tail: _Tail, inject: _Injector,
+@dataclass
+class _Injectors:
+    """Several faults in one run, in turn (each its own window and cgroup)."""
+
+    each: list[_Injector]
+
+    @property
+    def rec(self) -> Recording:
+        return self.each[0].rec
+
+    def on_iteration(self, iteration: int, now: float, line: dict[str, Any]) -> None:
+        for inject in self.each:
+            inject.on_iteration(iteration, now, line)
+
+    def done(self, now: float) -> bool:
+        return any(inject.done(now) for inject in self.each)
+
+    def close(self) -> None:
+        for inject in self.each:
+            inject.close()
+
+
+def _follow(proc: subprocess.Popen[bytes], tail: _Tail, inject: _Injector | _Injectors,
             on_line: Callable[[float, dict[str, Any]], None] | None, deadline: float) -> None:
     """Reads the job's lines as they come, injecting the fault, until the job ends (or a
     killed stage's silence has been watched long enough)."""
@@ -132,7 +213,7 @@ def _follow(proc: subprocess.Popen[bytes], tail: _Tail, inject: _Injector,
             if on_line is not None:
                 on_line(now, line)
             if "iteration" in line:
-                inject.on_iteration(int(line["iteration"]), now)
+                inject.on_iteration(int(line["iteration"]), now, line)
         if proc.poll() is not None or inject.done(now):
             inject.rec.end_s = now
             return
@@ -141,11 +222,12 @@ def _follow(proc: subprocess.Popen[bytes], tail: _Tail, inject: _Injector,
         time.sleep(0.02)
 
 
-def run_job(fault: RealFault, *, seed: int, iterations: int, fraction: float = 1.0,
+def run_job(fault: RealFault, *, seed: int, iterations: int, fraction: float | None = None,
             layers: str = "2,2,2,2", timeout_s: float = 1500,
             on_line: Callable[[float, dict[str, Any]], None] | None = None,
-            on_start: Callable[[Path], None] | None = None) -> Recording:
-    """One real run of the job under `fault`; every cgroup made is removed, every process ended."""
+            on_start: Callable[[Path], None] | None = None, also: tuple[RealFault, ...] = ()) -> Recording:
+    """One real run of the job under `fault` (and then `also`, each in its own window:
+    `Recording.more`); every cgroup made is removed, every process ended."""
     rec = Recording()
     with tempfile.TemporaryDirectory(prefix="rota-failslow-") as tmp:
         work = Path(tmp)
@@ -155,10 +237,15 @@ def run_job(fault: RealFault, *, seed: int, iterations: int, fraction: float = 1
                 "--port", str(_free_port()), "--beat", str(BEAT_S), "--pid-dir", str(work),
                 "--layers-per-stage", layers, "--linger", str(STOP_WATCH_S + 30)]
         log = (work / "job.log").open("wb")
+        rec.load = (os.getloadavg()[0], 0.0)
         proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         if on_start is not None:
             on_start(work)  # where the stages write their pids
-        inject = _Injector(fault, work, fraction, f"{os.getpid()}-{seed}-{fault.kind}-{layers.replace(',', '')}", rec)
+        name = f"{os.getpid()}-{seed}-{layers.replace(',', '')}"
+        more = [Recording() for _ in also]
+        rec.more = more
+        inject = _Injectors([_Injector(f, work, fraction, f"{name}-{i}-{f.kind}", r)
+                             for i, (f, r) in enumerate(zip((fault, *also), (rec, *more), strict=True))])
         try:
             _follow(proc, _Tail(work / "iterations.jsonl"), inject, on_line, time.monotonic() + timeout_s)
             if proc.returncode not in (None, 0) and fault.kind != "stop":
@@ -169,6 +256,7 @@ def run_job(fault: RealFault, *, seed: int, iterations: int, fraction: float = 1
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             log.close()
+            rec.load = (rec.load[0], os.getloadavg()[0])
     return rec
 
 
@@ -184,50 +272,12 @@ def busy_ratio(rec: Recording, rank: int, first: int, last: int) -> float:
     return statistics.median(out) if out else float("nan")
 
 
-def calibrate(factors: tuple[float, ...], *, rank: int = 1, fractions: tuple[float, ...] = (0.5, 0.35, 0.25),
-              block: int = 12, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """The CPU fraction that slows a stage by each factor: one run stepping through `fractions`
-    in blocks of `block` iterations (after an unthrottled block), the slowdown measured as the
-    rank's busy time over its peers', against the unthrottled block; interpolated."""
-    steps = [1.0, *fractions]
-    iterations = 10 + block * len(steps)
-    state: dict[str, CpuThrottle | None] = {"throttle": None}
-    pids: dict[str, Path] = {}
-
-    def on_line(_: float, line: dict[str, Any]) -> None:
-        it = line.get("iteration")
-        if it is None or it < 10 or (it - 10) % block != block - 1:
-            return
-        k = (it - 10) // block + 1
-        if k >= len(steps):
-            return
-        throttle = state["throttle"]
-        if throttle is None:
-            throttle = state["throttle"] = CpuThrottle.create(f"{os.getpid()}-calibrate")
-            throttle.add(int((pids["dir"] / f"rank{rank}.pid").read_text()))
-        throttle.limit(steps[k])
-
-    try:
-        rec = run_job(RealFault("none"), seed=99, iterations=iterations, on_line=on_line,
-                      on_start=lambda work: pids.__setitem__("dir", work))
-    finally:
-        made = state["throttle"]
-        if made is not None:
-            made.close()
-    base = busy_ratio(rec, rank, 10 + 2, 10 + block)
-    measured = [(f, busy_ratio(rec, rank, 10 + k * block + 2, 10 + (k + 1) * block) / base)
-                for k, f in enumerate(steps) if k > 0]
-    log(f"calibration (rank {rank}): " + ", ".join(f"{f:.2f} CPU -> {s:.2f}x" for f, s in measured))
-    return {"measured": [{"fraction": f, "slowdown": round(s, 3)} for f, s in measured],
-            "fractions": {str(x): round(_interpolate(measured, x), 3) for x in factors}}
-
-
-def _interpolate(measured: list[tuple[float, float]], factor: float) -> float:
-    """The fraction giving `factor`: linear in 1/fraction between measured points (clamped)."""
-    points = sorted([(1.0, 1.0), *measured], key=lambda p: p[1])
-    for (f0, s0), (f1, s1) in zip(points, points[1:], strict=False):
-        if s0 <= factor <= s1 and s1 > s0:
-            w = (factor - s0) / (s1 - s0)
-            return 1 / ((1 - w) / f0 + w / f1)
-    low = min(f for f, _ in points)
-    return low if factor > points[-1][1] else 1.0
+def achieved(rec: Recording, rank: int, before: int = 20) -> float | None:
+    """The slowdown the fault really gave: the rank's busy time over its peers' while under
+    it, against the same over the `before` iterations before it (None: no fault window)."""
+    if rec.start is None:
+        return None
+    seen = max((int(line["iteration"]) for _, line in rec.lines if "iteration" in line), default=0) + 1
+    end = rec.end if rec.end is not None else seen
+    base = busy_ratio(rec, rank, max(0, rec.start - before), rec.start)
+    return busy_ratio(rec, rank, rec.start + 1, end) / base if end > rec.start + 1 and base > 0 else None

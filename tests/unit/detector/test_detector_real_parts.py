@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from rota.bench.cpu_throttle import V1, V2, find_backend, limit_files, quota_us
+from rota.bench.cpu_throttle import V1, V2, CpuUse, find_backend, limit_files, period_for, quota_us
 from rota.bench.detector import run
-from rota.bench.detector_real import _interpolate
 from rota.bench.detector_score import Pool, replay
 from rota.bench.detector_workload import LINK, Fault, parse_config
 from rota.core.detection.failslow import JOB, SLOW, STOP, DetectorConfig, Verdict
@@ -42,11 +41,17 @@ def test_limit_files_for_both_versions() -> None:
         quota_us(1.5)
 
 
-def test_interpolation_between_measured_slowdowns() -> None:
-    measured = [(0.5, 1.0), (0.35, 1.27), (0.25, 1.55)]
-    assert _interpolate(measured, 1.27) == pytest.approx(0.35)
-    assert 0.25 < _interpolate(measured, 1.5) < 0.35
-    assert _interpolate(measured, 3.0) == 0.25  # beyond what was measured: the strongest throttle
+@pytest.mark.parametrize(("fraction", "period"), [(1.0, 4000), (0.25, 4000), (0.2, 5000), (0.107, 10000), (0.02, 50000)])
+def test_the_period_grows_so_the_quota_stays_over_the_kernels_floor(fraction: float, period: int) -> None:
+    assert period_for(fraction) == period
+    assert quota_us(fraction, period_for(fraction)) >= 1000
+    assert quota_us(fraction, period_for(fraction)) / period_for(fraction) == pytest.approx(fraction, rel=0.08)
+
+
+def test_cpu_use_is_cpu_time_over_wall_time() -> None:
+    before, after = CpuUse(1_000, 50), CpuUse(301_000, 90)
+    assert after.rate_since(before, 1_200_000) == pytest.approx(0.25)
+    assert after.rate_since(before, 0) == 0.0
 
 
 def _line(it: int, seconds: list[float], lengths: list[list[int]]) -> dict[str, Any]:

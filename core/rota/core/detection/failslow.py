@@ -25,12 +25,15 @@ from typing import Any
 from rota.core.detection.costmodel import StageFit, features, fit, replica_features
 from rota.core.detection.layout import IterationReport, Layout
 from rota.core.detection.pipeline import makespan
+from rota.core.detection.sequential import Cusum, SequentialConfig
 from rota.core.errors import InvalidArgument
 
 JOB = -1  # the rank of a verdict about the job as a whole
 OVERHEAD_RATE = 0.05  # how fast the per-step overhead estimate follows clean iterations
 SLOW = "slow"
 STOP = "stop"
+STREAK = "streak"  # k ratios over the threshold in a row
+CUSUM = "cusum"  # the sequential test of rota.core.detection.sequential
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,9 @@ class DetectorConfig:
     warmup: int = 50  # healthy iterations the model is first fitted on
     decay: float = 0.995  # forgetting per sample of the running fit
     window: int = 100  # the raw baseline's rolling median
+    mode: str = STREAK  # how the normalised detector decides: STREAK or CUSUM
+    common_mode: bool = False  # divide each rank's ratio by the median of all ranks' that iteration
+    sequential: SequentialConfig = field(default_factory=SequentialConfig)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.threshold) and self.threshold > 1):
@@ -52,6 +58,8 @@ class DetectorConfig:
             raise InvalidArgument("decay", f"must be in (0, 1] (got {self.decay})")
         if self.window < 3:
             raise InvalidArgument("window", f"must be at least 3 (got {self.window})")
+        if self.mode not in (STREAK, CUSUM):
+            raise InvalidArgument("mode", f"must be {STREAK} or {CUSUM} (got {self.mode!r})")
 
     @property
     def clean(self) -> float:
@@ -114,6 +122,7 @@ class FailSlowDetector:
         self.last_iteration = -1
         # Reports waiting k iterations before they may refit the model (see `_learn`).
         self.pending: deque[tuple[IterationReport, list[int], float | None]] = deque()
+        self.cusums: dict[int, Cusum] = {}  # mode CUSUM: per rank, and JOB for the step
 
     # Expected times.
     def expected_rank(self, rank: int, report: IterationReport) -> float:
@@ -160,8 +169,39 @@ class FailSlowDetector:
             self.fits[s] = f
         gaps = [rep.iteration_seconds - self.pipeline_seconds(rep) for rep in self.warm if rep.iteration_seconds > 0]
         self.overhead = max(0.0, statistics.median(gaps)) if gaps else 0.0
+        if self.config.mode == CUSUM:
+            self._calibrate_cusums()
         self.warm = []
         self.ready = True
+
+    def _calibrate_cusums(self) -> None:
+        """σ and h of each series from the warm-up's own ratios (its no-fault calibration):
+        the ranks share one noise estimate, the step has its own."""
+        noise: list[float] = []
+        steps: list[float] = []
+        for rep in self.warm:
+            noise += self._ratios(rep).values()
+            expected = self.expected_iteration(rep)
+            if rep.iteration_seconds > 0 and expected > 0:
+                steps.append(rep.iteration_seconds / expected)
+        cfg = self.config.sequential
+        series = self.layout.ranks + 1
+        self.cusums = {r: Cusum.calibrated(noise, series, cfg) for r in range(self.layout.ranks)}
+        self.cusums[JOB] = Cusum.calibrated(steps, series, cfg)
+
+    def _ratios(self, report: IterationReport) -> dict[int, float]:
+        """Each reporting rank's busy time over its expected time (over the iteration's
+        median of them, with `common_mode`: what slowed every rank at once is not a device's)."""
+        ratios: dict[int, float] = {}
+        for r, y in enumerate(report.rank_seconds):
+            expected = self.expected_rank(r, report) if y is not None else 0.0
+            if y is not None and expected > 0:
+                ratios[r] = y / expected
+        if self.config.common_mode and len(ratios) >= 3:
+            common = statistics.median(ratios.values())
+            if common > 0:
+                ratios = {r: v / common for r, v in ratios.items()}
+        return ratios
 
     # One report.
     def observe(self, report: IterationReport) -> list[Verdict]:
@@ -176,22 +216,25 @@ class FailSlowDetector:
                 self._fit_warm()
             return self._against_prediction(report)
         cfg = self.config
-        ratios: dict[int, float] = {}
-        for r, y in enumerate(report.rank_seconds):
-            expected = self.expected_rank(r, report) if y is not None else 0.0
-            if y is not None and expected > 0:
-                ratios[r] = y / expected
+        ratios = self._ratios(report)
         self.last_ratios = ratios
         expected_iter = self.expected_iteration(report)
         job_ratio = report.iteration_seconds / expected_iter if report.iteration_seconds > 0 and expected_iter > 0 else None
         self.recent_job.append(job_ratio)
         verdicts: list[Verdict] = []
+        sequential = cfg.mode == CUSUM
         for r, ratio in ratios.items():
             self.recent.setdefault(r, deque(maxlen=cfg.consecutive)).append(ratio)
-            if self.ranks.update(r, ratio > cfg.threshold):
+            fired = self.cusums[r].update(ratio) if sequential else self.ranks.update(r, ratio > cfg.threshold)
+            if fired:
                 verdicts.append(self._rank_verdict(r, report, ratios, expected_iter))
         blamed = any(v > cfg.threshold for v in ratios.values())
-        if job_ratio is not None and self.job.update(JOB, job_ratio > cfg.threshold and not blamed):
+        if sequential:
+            blamed = any(self.cusums[r].flagged or self.cusums[r].s > 0 for r in ratios)
+            job_fired = job_ratio is not None and self.cusums[JOB].update(job_ratio) and not blamed
+        else:
+            job_fired = job_ratio is not None and self.job.update(JOB, job_ratio > cfg.threshold and not blamed)
+        if job_fired:
             verdicts.append(self._job_verdict(report, expected_iter,
                                               "the step is slower than its critical path while no rank's own time explains it"))
         self._learn(report, ratios, job_ratio, expected_iter)
@@ -240,7 +283,8 @@ class FailSlowDetector:
     def _suspect(self, r: int) -> bool:
         """Flagged, or its recent median ratio past the clean band."""
         recent = self.recent.get(r)
-        return r in self.ranks.flagged or (recent is not None and statistics.median(recent) > self.config.clean)
+        flagged = r in self.ranks.flagged or (r in self.cusums and self.cusums[r].flagged)
+        return flagged or (recent is not None and statistics.median(recent) > self.config.clean)
 
     def _learn(self, report: IterationReport, ratios: dict[int, float], job_ratio: float | None, expected_iter: float) -> None:
         """Refits on the report from k iterations ago, judged with hindsight.
