@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -53,6 +54,19 @@ def job_processes() -> dict[int, dict[str, str]]:
         env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
         found[int(environ.parent.name)] = {k: v for k, v in env.items() if k.startswith("ROTA_")}
     return found
+
+
+def alive_pids(pids: Iterable[int]) -> set[int]:
+    """Those of `pids` still running on this machine (a zombie, waiting to be reaped, is gone)."""
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            alive.add(pid)
+    return alive
 
 
 class Watch:
