@@ -35,7 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from rota.bench.fault_harness import TENANT, Harness, alive_pids
-from rota.bench.slurm_conf import Start, batch_script, mark_key, parse_begin_time, parse_starts, parse_submitted
+from rota.bench.slurm_conf import (
+    Start,
+    batch_script,
+    mark_key,
+    parse_begin_time,
+    parse_starts,
+    parse_submitted,
+)
 from rota.bench.slurm_local import LocalSlurm, missing
 
 COMMAND = "rota bench slurm"
@@ -171,14 +178,15 @@ def slurm_arm(slurm: LocalSlurm, work: Path) -> Arm:
                slurm.env, work / "slurm")
 
 
+def _cell(s: dict[str, Any] | None) -> str:
+    return "—" if s is None else f"{s['median']:.3f} ({s['min']:.3f}–{s['max']:.3f})"
+
+
 def table(report: dict[str, Any]) -> str:
     rows = ["| figure, s (median, min–max) | Rota | Slurm | Rota / Slurm |", "|---|---|---|---|"]
     rota, slurm, ratio = report["rota"], report["slurm"], report["rota_over_slurm"]
     for name in sorted(set(rota) | set(slurm)):
-        def cell(side: dict[str, Any]) -> str:
-            s = side.get(name)
-            return "—" if s is None else f"{s['median']:.3f} ({s['min']:.3f}–{s['max']:.3f})"
-        rows.append(f"| {name} | {cell(rota)} | {cell(slurm)} | {ratio.get(name, '—')} |")
+        rows.append(f"| {name} | {_cell(rota.get(name))} | {_cell(slurm.get(name))} | {ratio.get(name, '—')} |")
     return "\n".join(rows)
 
 

@@ -71,7 +71,7 @@ class LocalSlurm:
     def _wait(self, ready: object, timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
         while not ready():  # type: ignore[operator]
-            dead = [p.args[0] for p in self.processes if p.poll() is not None]  # type: ignore[index]
+            dead = [str(p.args[0]) for p in self.processes if p.poll() is not None]  # type: ignore[index]
             if dead or time.monotonic() > deadline:
                 raise RuntimeError(f"local Slurm: no {what} ({'exited: ' + ', '.join(dead) if dead else 'timed out'}); "
                                    f"logs: {self.logs()}")
