@@ -69,6 +69,34 @@ def alive_pids(pids: Iterable[int]) -> set[int]:
     return alive
 
 
+class GoneTimer:
+    """Polls /proc every 10 ms, from `start()`, until every one of `pids` is gone."""
+
+    def __init__(self, pids: Iterable[int]) -> None:
+        self.pids = set(pids)
+        self.started = 0.0
+        self.gone_at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        self._thread.start()
+
+    def _run(self) -> None:
+        while alive_pids(self.pids):
+            if self._stop.wait(0.01):
+                return
+        self.gone_at = time.monotonic()
+
+    def result(self, timeout_s: float) -> float | None:
+        """Seconds from `start()` until all were gone; None if some still ran after `timeout_s`."""
+        self._thread.join(max(0.0, self.started + timeout_s - time.monotonic()))
+        self._stop.set()
+        self._thread.join()
+        return None if self.gone_at is None else self.gone_at - self.started
+
+
 class Watch:
     """Samples job processes every 0.1 s: GPUs held twice, jobs running on two nodes."""
 
