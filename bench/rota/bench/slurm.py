@@ -192,8 +192,8 @@ def table(report: dict[str, Any]) -> str:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=5, help="rounds of the idle-submit and cancel figures (requeue: half)")
-    ap.add_argument("--array", type=int, default=40, help="jobs in the array figure")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the idle-submit and cancel figures (requeue: half)")
+    ap.add_argument("--array", type=int, default=20, help="jobs in the array figure")
     ap.add_argument("--slots", type=int, default=4, help="job slots on each side: Slurm CPUs, Rota GPU slots")
     ap.add_argument("--requeue-wait", type=float, default=20.0, help="seconds to wait for a requeued job's restart")
     ap.add_argument("--database-url", default="", help="Rota's PostgreSQL; default: an embedded one")
