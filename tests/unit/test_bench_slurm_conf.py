@@ -100,5 +100,6 @@ def test_the_table_puts_both_systems_side_by_side_with_the_ratio() -> None:
               "slurm": {"cancel_to_gone_s": summary([0.4]), "requeue_to_eligible_s": summary([120.0])},
               "rota_over_slurm": {"cancel_to_gone_s": 0.5}}
     lines = table(report).splitlines()
-    assert lines[2] == "| cancel_to_gone_s | 0.200 (0.100–0.300) | 0.400 (0.400–0.400) | 0.5 |"
-    assert lines[3] == "| requeue_to_eligible_s | — | 120.000 (120.000–120.000) | — |"
+    assert lines[0] == "| figure, s (median, min–max) | Slurm | rota | rota / Slurm |"
+    assert lines[2] == "| cancel_to_gone_s | 0.400 (0.400–0.400) | 0.200 (0.100–0.300) | 0.5 |"
+    assert lines[3] == "| requeue_to_eligible_s | 120.000 (120.000–120.000) | — | — |"

@@ -4,7 +4,9 @@ Slurm and through Rota, in the same run, on this machine.
 Slurm: Debian's slurm-wlm (slurmctld and one slurmd on 127.0.0.1, `--slots` CPU slots, its
 default scheduler settings; `rota.bench.slurm_local`). Rota: a local cluster (`rota up`, one
 node of `--slots` GPU slots, one allocator, one api worker, the default timers) driven by its
-Slurm front door (`python -m rota.slurm sbatch|scancel|scontrol`, what `rota-sbatch` runs).
+Slurm front door twice: as processes (`python -m rota.slurm sbatch|scancel|scontrol`, what
+`rota-sbatch` runs: arm `rota`), and the same functions called in this process (arm
+`rota_in_process`: what the commands cost without Python's start and imports).
 Both run the same script (`rota.bench.slurm_conf.batch_script`), which stamps its own start
 time and pids in a file; every figure is read from those stamps and from /proc, the same way
 on both sides; rounds alternate which system goes first. Figures:
@@ -15,12 +17,15 @@ on both sides; rounds alternate which system goes first. Figures:
 - requeue: from before `scontrol requeue` until the running copy is gone, and until it
   starts again (waited for up to `--requeue-wait` s; Slurm holds a requeued job back, and
   then its expected start is read from `squeue -o %S`).
-Ratios are Rota's median over Slurm's (below 1: Rota is faster).
+Ratios are each Rota arm's median over Slurm's (below 1: Rota took less time; for
+`array_jobs_per_s`, above 1 is Rota faster).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -77,6 +82,32 @@ class Arm:
     def starts(self, key: str) -> list[Start]:
         path = self.marks / f"{key}.start"
         return parse_starts(path.read_text()) if path.exists() else []
+
+
+class InProcessArm(Arm):
+    """Rota's Slurm commands called in this process (`rota.slurm.commands`, the code the CLI
+    runs, a new connection each call): the front door without the interpreter's start."""
+
+    def call(self, name: str, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+        from rota.slurm import commands
+
+        entry = {"sbatch": commands.sbatch, "scancel": commands.scancel, "scontrol": commands.scontrol,
+                 "squeue": commands.squeue}[name]
+        saved, cwd, out, err = dict(os.environ), Path.cwd(), io.StringIO(), io.StringIO()
+        os.environ.update({k: v for k, v in self.env.items() if k.startswith("ROTA_")})
+        os.chdir(self.marks)
+        t0 = time.perf_counter()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = entry(list(args))
+        finally:
+            took = time.perf_counter() - t0
+            os.chdir(cwd)
+            os.environ.clear()
+            os.environ.update(saved)
+        if code != 0 and name != "squeue":
+            raise RuntimeError(f"{self.name}: {name} {' '.join(args)}: {err.getvalue().strip()[-400:]}")
+        return subprocess.CompletedProcess([name, *args], code, out.getvalue(), err.getvalue()), took
 
 
 def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
@@ -156,21 +187,27 @@ def run(arms: list[Arm], rounds: int, array_jobs: int, requeue_wait_s: float) ->
         lambda a: array_round(a, array_jobs), *([cancel_round] * rounds),
         *([lambda a: requeue_round(a, requeue_wait_s)] * max(1, rounds // 2))]
     for i, case in enumerate(cases):
-        for arm in arms if i % 2 == 0 else arms[::-1]:  # who goes first alternates
+        for arm in arms if i % 2 == 0 else arms[::-1]:  # the order alternates
             record(arm, case(arm))
     out: dict[str, Any] = {arm: {k: summary(v) for k, v in figures.items()} for arm, figures in samples.items()}
-    slurm, rota = out["slurm"], out["rota"]
-    out["rota_over_slurm"] = {k: round(rota[k]["median"] / slurm[k]["median"], 3)
-                              for k in rota if k in slurm and slurm[k]["median"] > 0}
+    slurm = out["slurm"]
+    for arm in arms:
+        if arm.name != "slurm":
+            mine = out[arm.name]
+            out[f"{arm.name}_over_slurm"] = {k: round(mine[k]["median"] / slurm[k]["median"], 3)
+                                             for k in mine if k in slurm and slurm[k]["median"] > 0}
     return out
 
 
-def rota_arm(h: Harness, work: Path) -> Arm:
+def rota_arms(h: Harness, work: Path) -> list[Arm]:
+    """Rota's Slurm commands as processes (what a user types), and the same code in-process."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
     env.update(ROTA_HOME=str(h.home), ROTA_SLURM_SPOOL=str(work / "spool"))
     prefix = [sys.executable, "-m", "rota.slurm"]
-    return Arm("rota", {n: [*prefix, n] for n in ("sbatch", "scancel", "scontrol", "squeue")}, env, work / "rota",
-               sbatch_extra=(f"--account={TENANT}",))
+    argv = {n: [*prefix, n] for n in ("sbatch", "scancel", "scontrol", "squeue")}
+    account = (f"--account={TENANT}",)
+    return [Arm("rota", argv, env, work / "rota", sbatch_extra=account),
+            InProcessArm("rota_in_process", argv, env, work / "rota_in_process", sbatch_extra=account)]
 
 
 def slurm_arm(slurm: LocalSlurm, work: Path) -> Arm:
@@ -183,10 +220,14 @@ def _cell(s: dict[str, Any] | None) -> str:
 
 
 def table(report: dict[str, Any]) -> str:
-    rows = ["| figure, s (median, min–max) | Rota | Slurm | Rota / Slurm |", "|---|---|---|---|"]
-    rota, slurm, ratio = report["rota"], report["slurm"], report["rota_over_slurm"]
-    for name in sorted(set(rota) | set(slurm)):
-        rows.append(f"| {name} | {_cell(rota.get(name))} | {_cell(slurm.get(name))} | {ratio.get(name, '—')} |")
+    """A markdown table: each figure's median (min–max) per system, and Rota's over Slurm's."""
+    arms = [a for a in ("rota", "rota_in_process") if a in report]
+    rows = ["| figure, s (median, min–max) | Slurm | " + " | ".join(f"{a} | {a} / Slurm" for a in arms) + " |",
+            "|---|---|" + "---|---|" * len(arms)]
+    slurm = report["slurm"]
+    for name in sorted(set(slurm).union(*(report[a] for a in arms))):
+        cells = [f"{_cell(report[a].get(name))} | {report[f'{a}_over_slurm'].get(name, '—')}" for a in arms]
+        rows.append(f"| {name} | {_cell(slurm.get(name))} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
@@ -207,7 +248,7 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"skipped": why}) if args.json else f"{COMMAND}: skipped: {why}")
         return 0
     work = Path(tempfile.mkdtemp(prefix="rota-bench-slurm-"))
-    for side in ("rota", "slurm", "spool"):
+    for side in ("rota", "rota_in_process", "slurm", "spool"):
         (work / side).mkdir()
     slurm = LocalSlurm(cpus=args.slots)
     h = Harness(work / "home", args.database_url, args.redis_url, nodes=1, gpus_per_node=args.slots, allocators=1,
@@ -216,7 +257,7 @@ def main(argv: list[str]) -> int:
     try:
         slurm.start()
         h.start()
-        report = run([slurm_arm(slurm, work), rota_arm(h, work)], args.rounds, args.array, args.requeue_wait)
+        report = run([slurm_arm(slurm, work), *rota_arms(h, work)], args.rounds, args.array, args.requeue_wait)
     except (RuntimeError, TimeoutError) as exc:
         print(f"{COMMAND}: {exc}", file=sys.stderr)
         return 1
