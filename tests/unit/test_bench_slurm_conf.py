@@ -15,6 +15,7 @@ from rota.bench.slurm_conf import (
     batch_script,
     mark_key,
     parse_begin_time,
+    parse_end,
     parse_node_states,
     parse_starts,
     parse_submitted,
@@ -60,7 +61,8 @@ def test_the_batch_script_stamps_its_start_and_end_under_its_key(tmp_path: Path)
     starts = parse_starts((tmp_path / f"{mark_key('17')}.start").read_text())
     assert len(starts) == 2 and starts[0].at <= starts[1].at
     assert all(len(s.pids) == 2 and s.pids[0] != s.pids[1] for s in starts)
-    assert float((tmp_path / "17_x.end").read_text()) >= starts[1].at
+    assert (parse_end((tmp_path / "17_x.end").read_text()) or 0) >= starts[1].at
+    assert parse_end("") is None and parse_end("1796322") == 1796322.0
     array_env = {**env, "SLURM_ARRAY_JOB_ID": "16", "SLURM_ARRAY_TASK_ID": "3"}
     subprocess.run(["bash", str(script)], env=array_env, check=True, timeout=30)
     assert (tmp_path / f"{mark_key('16', 3)}.end").exists()

@@ -45,6 +45,7 @@ from rota.bench.slurm_conf import (
     batch_script,
     mark_key,
     parse_begin_time,
+    parse_end,
     parse_starts,
     parse_submitted,
 )
@@ -119,6 +120,14 @@ def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
     return value
 
 
+def end_stamp(path: Path) -> float | None:
+    """A KEY.end file's time, once it is written (it exists, empty, for a moment before)."""
+    try:
+        return parse_end(path.read_text())
+    except OSError:
+        return None
+
+
 def gone(pids: tuple[int, ...]) -> bool:
     return not alive_pids(pids)
 
@@ -127,15 +136,16 @@ def idle_round(arm: Arm) -> dict[str, float]:
     number, before, call = arm.submit(0.2)
     key = mark_key(number)
     first = wait_for(lambda: arm.starts(key), 120, f"{arm.name} job {number} start")[0]
-    wait_for(lambda: (arm.marks / f"{key}.end").exists(), 120, f"{arm.name} job {number} end")
+    wait_for(lambda: end_stamp(arm.marks / f"{key}.end") is not None, 120, f"{arm.name} job {number} end")
     return {"submit_call_s": call, "submit_to_start_s": first.at - before}
 
 
 def array_round(arm: Arm, jobs: int) -> dict[str, float]:
     number, before, call = arm.submit(0, f"--array=0-{jobs - 1}")
     ends = [arm.marks / f"{mark_key(number, i)}.end" for i in range(jobs)]
-    wait_for(lambda: all(p.exists() for p in ends), 600, f"{arm.name} array {number}'s {jobs} jobs to end")
-    last = max(float(p.read_text().split()[0]) for p in ends)
+    at = wait_for(lambda: all(t is not None for t in (v := [end_stamp(p) for p in ends])) and v, 600,
+                  f"{arm.name} array {number}'s {jobs} jobs to end")
+    last = max(at)
     return {"array_submit_call_s": call, "array_makespan_s": last - before, "array_jobs_per_s": jobs / (last - before)}
 
 

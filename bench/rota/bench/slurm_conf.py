@@ -118,6 +118,14 @@ def parse_starts(text: str) -> list[Start]:
     return starts
 
 
+def parse_end(text: str) -> float | None:
+    """A KEY.end file's time; None while it is empty or half written."""
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None
+
+
 _SUBMITTED = re.compile(r"(?:Submitted batch job )?(\d+)(?:;\S+)?")
 
 
