@@ -143,9 +143,11 @@ def idle_round(arm: Arm) -> dict[str, float]:
 def array_round(arm: Arm, jobs: int) -> dict[str, float]:
     number, before, call = arm.submit(0, f"--array=0-{jobs - 1}")
     ends = [arm.marks / f"{mark_key(number, i)}.end" for i in range(jobs)]
-    at = wait_for(lambda: all(t is not None for t in (v := [end_stamp(p) for p in ends])) and v, 600,
-                  f"{arm.name} array {number}'s {jobs} jobs to end")
-    last = max(at)
+    def all_ended() -> list[float] | None:
+        stamps = [end_stamp(p) for p in ends]
+        return None if None in stamps else [t for t in stamps if t is not None]
+
+    last = max(wait_for(all_ended, 600, f"{arm.name} array {number}'s {jobs} jobs to end"))
     return {"array_submit_call_s": call, "array_makespan_s": last - before, "array_jobs_per_s": jobs / (last - before)}
 
 
