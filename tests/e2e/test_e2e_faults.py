@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import REPO, RunningCluster, job_processes, processes_of
+from cluster import REPO, RunningCluster, job_processes, own_cluster, processes_of, wait_until
 from sqlalchemy import create_engine, text
 
-from rota.bench.fault_harness import Watch
+from rota.bench.fault_harness import Watch, alive_pids
+from rota.bench.faults import rank_pids
 from rota.client import job_spec_from_mapping, load_job_file
 
 
@@ -40,6 +41,32 @@ def _overlapping_claims(database_url: str) -> list[Any]:
 @pytest.fixture
 def fresh(cluster: RunningCluster) -> Iterator[RunningCluster]:
     yield cluster
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory, databases: Any, redis_url: str) -> Iterator[RunningCluster]:
+    yield from own_cluster(tmp_path_factory, databases, redis_url, "faults-gang", nodes=2, gpus_per_node=1)
+
+
+def test_killing_one_node_of_a_gang_stops_the_surviving_nodes_ranks_by_pid(two_nodes: RunningCluster) -> None:
+    cluster = two_nodes
+    job_id = cluster.submit_job("gang-kill", ["python", "examples/sleep_job.py", "--seconds", "300"],
+                                gpus=0, nodes=2, gpus_per_node=1, restart="on-failure", max_retries=2)
+    first = cluster.wait_job(job_id, ("RUNNING",), timeout_s=120)
+    ranks = wait_until(lambda: rank_pids(cluster.home, job_id, first.epoch, set(first.nodes)), 60, "a rank on each node")
+    dead = first.nodes[1]
+    survivors = {pid for node, pids in ranks.items() if node != dead for pid in pids}
+    assert survivors and alive_pids(survivors) == survivors
+    os.kill(cluster.info["pids"][dead], signal.SIGKILL)
+    # The surviving node's rank processes (by pid) exit, stopped by its own agent, long
+    # before their 300 s and while the killed node stays dead (the gang cannot run again
+    # without it); the killed node's rank is fenced too.
+    wait_until(lambda: not alive_pids(survivors), 60, f"the surviving node's ranks {sorted(survivors)} to exit")
+    wait_until(lambda: not alive_pids(ranks[dead]), 60, f"the killed node's ranks {sorted(ranks[dead])} to exit")
+    nodes = {n["name"]: n["health"] for n in cluster.cli_json("nodes")}
+    assert nodes[dead] != "ALIVE", nodes
+    cluster.wait_job(job_id, ("PENDING", "LOST"), timeout_s=30)  # waiting for a second live node
+    cluster.cli("cancel", job_id)
 
 
 def test_killing_an_agent_makes_its_node_dead_and_its_job_lost_then_requeued(cluster: RunningCluster) -> None:

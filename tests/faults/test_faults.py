@@ -52,6 +52,9 @@ def test_a_gang_that_loses_a_node_stops_whole_and_runs_again(report: Any) -> Non
     # epoch ran beside the new one (no two running copies), and it was billed on each node.
     gang = report["cases"]["gang_node_kill"]
     assert gang["rounds"] == 1 and gang["gang_stopped_after_s"]["n"] == 1
+    # On the surviving node, the old epoch's rank processes (by pid, from /proc) were gone
+    # before they could have ended on their own: its agent stopped them.
+    assert gang["survivors_left"] == 0 and gang["survivors_gone_after_s"]["n"] == 1, gang
 
 
 def test_every_gpu_second_is_counted_once(report: Any) -> None:

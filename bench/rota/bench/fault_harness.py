@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -53,6 +54,47 @@ def job_processes() -> dict[int, dict[str, str]]:
         env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
         found[int(environ.parent.name)] = {k: v for k, v in env.items() if k.startswith("ROTA_")}
     return found
+
+
+def alive_pids(pids: Iterable[int]) -> set[int]:
+    """Those of `pids` still running on this machine (a zombie, waiting to be reaped, is gone)."""
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            alive.add(pid)
+    return alive
+
+
+class GoneTimer:
+    """Polls /proc every 10 ms, from `start()`, until every one of `pids` is gone."""
+
+    def __init__(self, pids: Iterable[int]) -> None:
+        self.pids = set(pids)
+        self.started = 0.0
+        self.gone_at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        self._thread.start()
+
+    def _run(self) -> None:
+        while alive_pids(self.pids):
+            if self._stop.wait(0.01):
+                return
+        self.gone_at = time.monotonic()
+
+    def result(self, timeout_s: float) -> float | None:
+        """Seconds from `start()` until all were gone; None if some still ran after `timeout_s`."""
+        self._thread.join(max(0.0, self.started + timeout_s - time.monotonic()))
+        self._stop.set()
+        self._thread.join()
+        return None if self.gone_at is None else self.gone_at - self.started
 
 
 class Watch:

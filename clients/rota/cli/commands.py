@@ -370,7 +370,7 @@ def bench(args: argparse.Namespace) -> int:
         "load": "rota.bench.load", "detector": "rota.bench.detector",
         "checkpoint": "rota.bench.checkpoint", "moves": "rota.bench.moves",
         "concur": "rota.bench.concur", "hydro": "rota.bench.hydro", "overlap": "rota.bench.overlap",
-        "shares": "rota.bench.shares",
+        "shares": "rota.bench.shares", "slurm": "rota.bench.slurm",
     }
     if args.target not in targets:
         raise ValueError(f"bench: unknown target {args.target!r}; one of {', '.join(targets)}")
