@@ -95,8 +95,11 @@ def check_live_fairness(cluster: RunningCluster, losses: Path) -> None:
         held = {t.tenant: t for t in client.standings().tenants}
     assert spread(last) < spread(first)
     before, after = fairness(first), fairness(last)
-    for t in ("demo", "small"):  # the late tenants were owed GPU-time and are being paid it
+    for t in ("demo", "small"):  # the late tenants were owed GPU-time and are being paid it,
         assert (after[t] or 0) > (before[t] or 0), (t, before, after)
+        # at their quotas, not beyond: a yield given twice while a pause was under way took
+        # big below its quota and gave demo two GPUs (F 1.49 before the fix)
+        assert (after[t] or 0) < 1.1, (t, after)
     assert (after["big"] or 0) < (before["big"] or 0)  # and big's lead shrinks
     assert {t: held[t].quota for t in ("big", "demo", "small")} == {"big": 2, "demo": 1, "small": 1}
     listed = cluster.cli_json("fairness")

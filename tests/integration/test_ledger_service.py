@@ -85,6 +85,7 @@ def test_standings_follow_the_spec_definitions(db: Database, server: LedgerServe
     # big demands 2 for 4 h, plus 8 more in the second hour (capped at 6 that hour).
     assert big.deserved == pytest.approx(2 * 1 + 6 * 1 + 2 * 2) and big.used == pytest.approx(2 * 4)
     assert small.fairness == pytest.approx(small.used / small.deserved)
+    assert big.fairness is not None and small.fairness is not None
     assert big.fairness == pytest.approx(big.used / big.deserved) and big.fairness < 1 < small.fairness
 
 

@@ -14,8 +14,9 @@
    as `fair` walks them (`rota.core.fairness.twostage.tenant_walk`, `fair_tenant_key`):
    the tenant furthest below its share of weighted GPU-time takes its next job in that
    order, is charged a lease, and the choice repeats; so a tenant's shares count without
-   `fair`'s preemptions, and within a tenant the order is kept. Without standings (one
-   tenant, the benchmarks) the order is the queue's.
+   `fair`'s preemptions, and within a tenant the order is kept (priority then orders a
+   tenant's own jobs, not another tenant's). Without standings (one tenant waiting, no
+   ledger, the benchmarks) the order is the queue's.
 
 Every write goes through `Board`, which refuses a busy cell, so the grid is legal by
 construction; the tests still run the independent checker on it.
