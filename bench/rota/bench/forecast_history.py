@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from rota.core.forecasting.history import HistoryConfig, Past, replay
+from rota.core.forecasting.survival import expected_durations
 from rota.sim import traces as sim_traces
 from rota.sim.estimates import declared_limit
 
@@ -110,12 +111,14 @@ class Scored:
     p50: dict[str, np.ndarray]  # arm -> seconds
     p90: np.ndarray  # the model's
     scored: np.ndarray  # bool per job
+    expected: np.ndarray  # the model's expected seconds (what sjf orders by; survival.py)
 
 
 def forecast_log(name: str, jobs: list[LogJob], seed: int, cfg: HistoryConfig | None = None) -> Scored:
     rng = random.Random(f"{name}:{seed}")
     declared = [declared_limit(j.seconds, rng) for j in jobs]
-    preds = replay((j.past(d) for j, d in zip(jobs, declared, strict=True)), cfg)
+    past = [j.past(d) for j, d in zip(jobs, declared, strict=True)]
+    preds = replay(past, cfg)
     glob, gpus = running_medians(jobs)
     scored = np.array([p is not None for p in preds])
     nan = math.nan
@@ -125,7 +128,9 @@ def forecast_log(name: str, jobs: list[LogJob], seed: int, cfg: HistoryConfig | 
         "median_by_gpus": np.array([v if v is not None else nan for v in gpus]),
         "declared": np.array(declared),
     }
-    return Scored(name, jobs, p50, np.array([p.p90_seconds if p else nan for p in preds]), scored)
+    fallback = [p.p50_seconds if p else d for p, d in zip(preds, declared, strict=True)]
+    expected = np.array(expected_durations(past, fallback, (cfg or HistoryConfig()).min_same))
+    return Scored(name, jobs, p50, np.array([p.p90_seconds if p else nan for p in preds]), scored, expected)
 
 
 def accuracy(s: Scored) -> dict[str, object]:

@@ -1,6 +1,8 @@
 """Planning on forecasts: each Philly log replayed by `rota sim`'s engine with the durations
-the planner would know (oracle, the history model's P50 or its P90, drawn declared limits,
-none). The issue's JSON reports the P50 arm as `forecast`; the P90 arm is a text row.
+the planner would know (oracle; the history model's expected duration, its P50 or its
+P90; drawn declared limits; none). The issue's JSON reports the expected-duration arm
+(`rota.core.forecasting.survival`: what sjf should order by) as `forecast`; the P50 and
+P90 arms are text rows.
 
 Jobs keep their real submit times, GPU counts (rounded up to a power of two, as the
 buddy allocator places them) and run times; one tenant (the log has no users). The
@@ -23,7 +25,7 @@ from rota.sim.orderings import POLICIES
 from rota.sim.workload import Job
 
 GPUS = 320
-ARMS = ("oracle", "forecast", "forecast_p90", "declared", "none")
+ARMS = ("oracle", "forecast", "forecast_p50", "forecast_p90", "declared", "none")
 JSON_ARMS = ("oracle", "forecast", "declared", "none")
 PLANNING_POLICIES = ("sjf", "easy")  # the JSON reports the first
 
@@ -40,6 +42,8 @@ def planned(s: Scored, arm: str) -> list[float]:
     declared = s.p50["declared"]
     if arm == "declared":
         return [float(v) for v in declared]
+    if arm == "forecast":
+        return [float(v) for v in s.expected]
     model = s.p90 if arm == "forecast_p90" else s.p50["model"]
     return [float(m) if np.isfinite(m) else float(d) for m, d in zip(model, declared, strict=True)]
 

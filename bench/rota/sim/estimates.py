@@ -1,12 +1,13 @@
 """What the planner knows of each job's duration: `rota sim --durations oracle|forecast|declared|none`.
 
 - oracle:   the true duration (what `rota sim` always planned on before);
-- forecast: the history model's P50 (rota.core.forecasting.history, given the job's
-  declared limit as users set them, below) from the jobs of the
-  trace that had finished by the job's submission, a job counting as finished at
-  submit + duration (the trace holds no real finish times; queueing would only delay
-  them, so this is the most the model could know); the declared limit while fewer than
-  `HistoryConfig.min_jobs` have finished;
+- forecast: the history model's expected duration (rota.core.forecasting.survival: the
+  Kaplan–Meier mean of the jobs that declared the same limit, those still running
+  censored at their age; else its P50, rota.core.forecasting.history), given the job's
+  declared limit as users set them (below), from the jobs of the trace submitted before
+  it, a job counting as finished at submit + duration (the trace holds no real finish
+  times; queueing would only delay them, so this is the most the model could know); the
+  declared limit while fewer than `HistoryConfig.min_jobs` have finished;
 - declared: a time limit as users set them, drawn from the true duration (below);
 - none:     unknown: a job holds its GPUs until it ends, as far as the plan knows.
 
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from rota.core.forecasting.history import HistoryConfig, Past, replay
+from rota.core.forecasting.survival import expected_durations
 from rota.sim.workload import Job
 
 DURATIONS = ("oracle", "forecast", "declared", "none")
@@ -50,9 +52,10 @@ def declared_limits(jobs: Sequence[Job], seed: int) -> list[float]:
 
 
 def forecasts(jobs: Sequence[Job], declared: Sequence[float], cfg: HistoryConfig | None = None) -> list[float]:
-    past = (Past(j.submit_s, j.submit_s + j.duration_s, j.duration_s, j.gpus, (j.submit_s / HOUR) % 24, d)
-            for j, d in zip(jobs, declared, strict=True))
-    return [p.p50_seconds if p is not None else d for p, d in zip(replay(past, cfg), declared, strict=True)]
+    past = [Past(j.submit_s, j.submit_s + j.duration_s, j.duration_s, j.gpus, (j.submit_s / HOUR) % 24, d)
+            for j, d in zip(jobs, declared, strict=True)]
+    p50 = [p.p50_seconds if p is not None else d for p, d in zip(replay(past, cfg), declared, strict=True)]
+    return expected_durations(past, p50, (cfg or HistoryConfig()).min_same)
 
 
 def with_durations(jobs: Sequence[Job], mode: str, seed: int = 0) -> list[Job]:

@@ -10,7 +10,7 @@ import pytest
 from rota.core.fairness.ltgf import FairnessConfig
 from rota.sim.backfill import shadow
 from rota.sim.engine import SimConfig, Simulator
-from rota.sim.estimates import declared_limit, with_durations
+from rota.sim.estimates import declared_limit, forecasts, with_durations
 from rota.sim.orderings import POLICIES
 from rota.sim.workload import Job
 
@@ -55,3 +55,10 @@ def test_sjf_orders_by_what_the_plan_believes() -> None:
     ends = _run(jobs, "sjf")
     assert ends["a"] == pytest.approx(110.0) and ends["b"] == pytest.approx(130.0)
     assert _run([*jobs[:1], Job("a", "t", 1.0, 100.0, 8), jobs[2]], "sjf")["b"] == pytest.approx(30.0)
+
+
+def test_forecast_plans_on_the_mean_of_the_limits_past_jobs_not_their_median() -> None:
+    runs = [10.0] * 20 + [1000.0] * 5  # heavy tail: median 10, mean 208
+    jobs = [Job(f"j{i}", "t", 2000.0 * i, d, 1) for i, d in enumerate([*runs, 10.0])]  # each ends before the next
+    planned = forecasts(jobs, [86400.0] * len(jobs))
+    assert planned[-1] == pytest.approx(sum(runs) / len(runs))
