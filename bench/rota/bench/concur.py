@@ -301,7 +301,8 @@ def _run_rota(args: argparse.Namespace, workloads: list[tuple[Workload, list[int
 def _run_vllm(args: argparse.Namespace, workloads: list[tuple[Workload, list[int]]], policy: Policy) -> dict[str, Any]:
     from rota.bench.concur_vllm import run_vllm_arms, vllm_or_reason
 
-    python = vllm_or_reason(args.install_vllm)
+    # a running server needs no import probe of the venv (minutes on a loaded machine)
+    python = vllm_or_reason(args.install_vllm) if args.vllm_url is None else Path(sys.executable)
     if isinstance(python, str):
         return {"engine": "vllm", "clock": "measured", "skipped": python, "workloads": []}
     ran = run_vllm_arms(python, [(w, caps, controller_for(w, policy)) for w, caps in workloads], url=args.vllm_url)
