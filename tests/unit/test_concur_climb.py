@@ -47,17 +47,19 @@ def epochs(*tokens: float) -> list[dict[str, float]]:
     return [{"tokens": t} for t in tokens for _ in range(2)]
 
 
+START = [{"tokens": 0.0}, {"tokens": 100.0}]  # the counters' base, then the first interval
+
 CASES = [
-    Case("slow start doubles while goodput rises", [{"tokens": 0}, *epochs(100, 150, 220)],
-         [8, 8, 16, 16, 32, 32, 64]),
-    Case("goodput falling after a doubling goes back", [{"tokens": 0}, *epochs(100, 150, 120)],
-         [8, 8, 16, 16, 32, 32, 16]),
+    Case("slow start doubles while goodput rises (the first doubling after one interval)",
+         [*START, *epochs(150, 220)], [8, 16, 16, 32, 32, 64]),
+    Case("goodput falling after a doubling goes back", [*START, *epochs(150, 120)],
+         [8, 16, 16, 32, 32, 16]),
     Case("a re-measure where it went back that holds probes up by half the step",
-         [{"tokens": 0}, *epochs(100, 150, 120, 150)], [8, 8, 16, 16, 32, 32, 16, 16, 24]),
+         [*START, *epochs(150, 120, 150)], [8, 16, 16, 32, 32, 16, 16, 24]),
     Case("a re-measure where it went back that fell probes down",
-         [{"tokens": 0}, *epochs(100, 150, 120, 110)], [8, 8, 16, 16, 32, 32, 16, 16, 8]),
-    Case("no worse is on: the climb goes on through a plateau", [{"tokens": 0}, *epochs(100, 150, 148)],
-         [8, 8, 16, 16, 32, 32, 64]),
+         [*START, *epochs(150, 120, 110)], [8, 16, 16, 32, 32, 16, 16, 8]),
+    Case("no worse is on: the climb goes on through a plateau", [*START, *epochs(150, 148)],
+         [8, 16, 16, 32, 32, 64]),
     Case("after a back-off the climb probes up by one per epoch while goodput holds",
          [{"tokens": 0}, {"tokens": 100, "pre": 1}, *epochs(100, 100, 80)], [8, 5, 5, 6, 6, 7, 7, 6]),
     Case("a preemption cuts at once, whatever the goodput",
@@ -69,8 +71,8 @@ CASES = [
          {"backoff": 0.5}),
     Case("an epoch of one interval moves every interval", [{"tokens": 0}, {"tokens": 40}, {"tokens": 80}],
          [8, 16, 32], {"epoch_intervals": 1}),
-    Case("the window never exceeds w_max (the agents)", [{"tokens": 0}, *epochs(100, 200, 400)],
-         [8, 8, 16, 16, 20, 20, 20], w_init=8),
+    Case("the window never exceeds w_max (the agents)", [*START, *epochs(200, 400)],
+         [8, 16, 16, 20, 20, 20], w_init=8),
 ]
 
 

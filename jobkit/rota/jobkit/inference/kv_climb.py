@@ -24,7 +24,8 @@ The law, per control interval:
   ``epoch_tokens_per_agent * W`` tokens were generated in it (a slow engine's epochs last
   longer). Its goodput is compared with the previous epoch's: no worse (within
   ``tolerance``): the climb goes on the same way (doubling in slow start, the first moves
-  up from ``w_init``); worse: back to the previous window, with half the step. An epoch
+  up from ``w_init``; the first doubling comes after one interval, since it compares
+  nothing); worse: back to the previous window, with half the step. An epoch
   measured where the climb went back to probes down if goodput fell there too (the batch
   drifted: histories grow), else up. While no agent is held the window holds: goodput then
   says nothing about it.
@@ -136,7 +137,9 @@ class GoodputClimb(AdmissionController):
         k.tokens += generated
         k.seconds += elapsed
         k.intervals += 1
-        if k.intervals < self.climb.epoch_intervals or k.tokens < self.climb.epoch_tokens_per_agent * s.window:
+        starting = k.step == 0 and k.last_goodput is None  # the first probe compares nothing: no need to wait
+        if not starting and (k.intervals < self.climb.epoch_intervals
+                             or k.tokens < self.climb.epoch_tokens_per_agent * s.window):
             return self._decide("hold", "measuring goodput", sample, hit)
         return self._epoch(sample, hit)
 
