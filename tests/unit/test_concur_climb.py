@@ -138,3 +138,13 @@ def test_bad_climb_config_is_refused_naming_the_field(field_name: str, value: fl
     change: dict[str, Any] = {field_name: value}
     with pytest.raises(ValueError, match=field_name):
         ClimbConfig(**change)
+
+
+def test_the_scrape_reads_goodput_from_the_generation_counter() -> None:
+    from rota.jobkit.inference.scrape import parse_text, sample_from
+
+    page = ('vllm:kv_cache_usage_perc{engine="0"} 0.25\n'
+            'vllm:generation_tokens_total{engine="0"} 120\nvllm:generation_tokens_total{engine="1"} 30\n')
+    sample = sample_from(parse_text(page))
+    assert sample is not None and (sample.usage, sample.generated) == (0.25, 150.0)
+    assert sample_from(parse_text('vllm:kv_cache_usage_perc 0.5\n')).generated is None  # type: ignore[union-attr]

@@ -66,7 +66,7 @@ W_INIT_FRACTION = 1 / 2
 CONTROL_INTERVAL_S = 0.1
 # The controller arm's law (`"law"` in a config): "climb", a hill-climb of the window on
 # measured goodput with preemption and recompute as a fast back-off (`rota.jobkit.inference.kv_climb`;
-# its constants, CLIMB, are ours, chosen on DEFAULT_WORKLOADS), or "threshold", the
+# its constants, CLIMB, are ours, chosen on the thrash shape of DEFAULT_WORKLOADS), or "threshold", the
 # thresholds of `kv_window` alone (CONTROLLER), kept for comparison.
 CLIMB = ClimbConfig(epoch_intervals=2, tolerance=0.1, backoff=0.7, max_step_fraction=0.5, epoch_tokens_per_agent=4.0)
 LAWS = ("climb", "threshold")
