@@ -43,6 +43,12 @@ def test_bad_config_files_are_refused(tmp_path: Path, capsys: pytest.CaptureFixt
     assert capsys.readouterr().err.startswith("rota: workloads: ")
     assert concur.main(["--config", write(tmp_path, {"workloads": [TINY], "controller": {"w_min": 0}})]) == 2
     assert capsys.readouterr().err.startswith("rota: controller.w_min: ")
+    assert concur.main(["--config", write(tmp_path, {"workloads": [TINY], "law": "guess"})]) == 2
+    assert capsys.readouterr().err.startswith("rota: law: ")
+    assert concur.main(["--config", write(tmp_path, {"workloads": [TINY], "climb": {"backoff": 2}})]) == 2
+    assert capsys.readouterr().err.startswith("rota: climb.backoff: ")
+    assert concur.main(["--config", write(tmp_path, {"workloads": [TINY], "climb": {"pace": 1}})]) == 2
+    assert capsys.readouterr().err.startswith("rota: climb.pace: ")
 
 
 def test_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

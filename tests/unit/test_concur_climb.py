@@ -47,30 +47,32 @@ def epochs(*tokens: float) -> list[dict[str, float]]:
     return [{"tokens": t} for t in tokens for _ in range(2)]
 
 
+START = [{"tokens": 0.0}, {"tokens": 100.0}]  # the counters' base, then the first interval
+
 CASES = [
-    Case("slow start doubles while goodput rises", [{"tokens": 0}, *epochs(100, 150, 220)],
-         [8, 8, 16, 16, 32, 32, 64]),
-    Case("goodput falling after a doubling goes back", [{"tokens": 0}, *epochs(100, 150, 120)],
-         [8, 8, 16, 16, 32, 32, 16]),
+    Case("slow start doubles while goodput rises (the first doubling after one interval)",
+         [*START, *epochs(150, 220)], [8, 16, 16, 32, 32, 64]),
+    Case("goodput falling after a doubling goes back", [*START, *epochs(150, 120)],
+         [8, 16, 16, 32, 32, 16]),
     Case("a re-measure where it went back that holds probes up by half the step",
-         [{"tokens": 0}, *epochs(100, 150, 120, 150)], [8, 8, 16, 16, 32, 32, 16, 16, 24]),
+         [*START, *epochs(150, 120, 150)], [8, 16, 16, 32, 32, 16, 16, 24]),
     Case("a re-measure where it went back that fell probes down",
-         [{"tokens": 0}, *epochs(100, 150, 120, 110)], [8, 8, 16, 16, 32, 32, 16, 16, 8]),
-    Case("no worse is on: the climb goes on through a plateau", [{"tokens": 0}, *epochs(100, 150, 148)],
-         [8, 8, 16, 16, 32, 32, 64]),
+         [*START, *epochs(150, 120, 110)], [8, 16, 16, 32, 32, 16, 16, 8]),
+    Case("no worse is on: the climb goes on through a plateau", [*START, *epochs(150, 148)],
+         [8, 16, 16, 32, 32, 64]),
     Case("after a back-off the climb probes up by one per epoch while goodput holds",
          [{"tokens": 0}, {"tokens": 100, "pre": 1}, *epochs(100, 100, 80)], [8, 5, 5, 6, 6, 7, 7, 6]),
     Case("a preemption cuts at once, whatever the goodput",
-         [{"tokens": 0}, {"tokens": 100}, {"tokens": 100, "pre": 1}], [8, 8, 5]),
+         [{"tokens": 0}, {"tokens": 100}, {"tokens": 100, "pre": 1}], [8, 16, 11]),
     Case("recompute of live prefixes cuts at once (where the engine counts it)",
          [{"tokens": 0}, {"tokens": 100, "rec": 30}], [8, 5]),
-    Case("recompute within the tolerance is no congestion", [{"tokens": 0}, {"tokens": 100, "rec": 3}], [8, 8]),
+    Case("recompute within the tolerance is no congestion", [{"tokens": 0}, {"tokens": 100, "rec": 3}], [8, 16]),
     Case("a deeper back-off factor cuts deeper", [{"tokens": 0}, {"tokens": 100, "pre": 1}], [8, 4],
          {"backoff": 0.5}),
     Case("an epoch of one interval moves every interval", [{"tokens": 0}, {"tokens": 40}, {"tokens": 80}],
          [8, 16, 32], {"epoch_intervals": 1}),
-    Case("the window never exceeds w_max (the agents)", [{"tokens": 0}, *epochs(100, 200, 400)],
-         [8, 8, 16, 16, 20, 20, 20], w_init=8),
+    Case("the window never exceeds w_max (the agents)", [*START, *epochs(200, 400)],
+         [8, 16, 16, 20, 20, 20], w_init=8),
 ]
 
 
@@ -133,5 +135,16 @@ def test_recompute_of_agents_resumed_after_a_pause_is_not_congestion() -> None:
 @pytest.mark.parametrize(("field_name", "value"), [("epoch_intervals", 0), ("tolerance", 1.0), ("backoff", 1.0),
                                                    ("backoff", 0.0), ("max_step_fraction", 0.0)])
 def test_bad_climb_config_is_refused_naming_the_field(field_name: str, value: float) -> None:
+    change: dict[str, Any] = {field_name: value}
     with pytest.raises(ValueError, match=field_name):
-        ClimbConfig(**{field_name: value})
+        ClimbConfig(**change)
+
+
+def test_the_scrape_reads_goodput_from_the_generation_counter() -> None:
+    from rota.jobkit.inference.scrape import parse_text, sample_from
+
+    page = ('vllm:kv_cache_usage_perc{engine="0"} 0.25\n'
+            'vllm:generation_tokens_total{engine="0"} 120\nvllm:generation_tokens_total{engine="1"} 30\n')
+    sample = sample_from(parse_text(page))
+    assert sample is not None and (sample.usage, sample.generated) == (0.25, 150.0)
+    assert sample_from(parse_text('vllm:kv_cache_usage_perc 0.5\n')).generated is None  # type: ignore[union-attr]

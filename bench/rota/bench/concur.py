@@ -66,7 +66,7 @@ W_INIT_FRACTION = 1 / 2
 CONTROL_INTERVAL_S = 0.1
 # The controller arm's law (`"law"` in a config): "climb", a hill-climb of the window on
 # measured goodput with preemption and recompute as a fast back-off (`rota.jobkit.inference.kv_climb`;
-# its constants, CLIMB, are ours, chosen on DEFAULT_WORKLOADS), or "threshold", the
+# its constants, CLIMB, are ours, chosen on the thrash shape of DEFAULT_WORKLOADS), or "threshold", the
 # thresholds of `kv_window` alone (CONTROLLER), kept for comparison.
 CLIMB = ClimbConfig(epoch_intervals=2, tolerance=0.1, backoff=0.7, max_step_fraction=0.5, epoch_tokens_per_agent=4.0)
 LAWS = ("climb", "threshold")
@@ -301,7 +301,8 @@ def _run_rota(args: argparse.Namespace, workloads: list[tuple[Workload, list[int
 def _run_vllm(args: argparse.Namespace, workloads: list[tuple[Workload, list[int]]], policy: Policy) -> dict[str, Any]:
     from rota.bench.concur_vllm import run_vllm_arms, vllm_or_reason
 
-    python = vllm_or_reason(args.install_vllm)
+    # a running server needs no import probe of the venv (minutes on a loaded machine)
+    python = vllm_or_reason(args.install_vllm) if args.vllm_url is None else Path(sys.executable)
     if isinstance(python, str):
         return {"engine": "vllm", "clock": "measured", "skipped": python, "workloads": []}
     ran = run_vllm_arms(python, [(w, caps, controller_for(w, policy)) for w, caps in workloads], url=args.vllm_url)

@@ -14,19 +14,21 @@ The law, per control interval:
 
 - **fast back-off**: the engine preempted a request, or live agents' prefixes were
   recomputed (more than ``recompute_tolerance`` of the interval's queried tokens, where the
-  engine counts recompute): the window is cut to ``floor(W * backoff)`` (at most once per
-  ``cooldown_s``; recompute while agents this controller paused are in their first turn
-  back is the price of a cut, not congestion: their histories were evicted while they
-  waited) and the climb turns down;
-- otherwise the interval's generated tokens and seconds add to the current **epoch**; an
-  epoch ends after ``epoch_intervals`` intervals in which the window was binding (agents
-  held) once ``epoch_tokens_per_agent * W`` tokens were generated in them (a slow engine's
-  epochs last longer: each active agent must have made progress). Its goodput is compared with the previous epoch's:
-  better by more than ``tolerance``: the climb goes on in its direction, the step doubling;
-  worse by more than ``tolerance``: back to the best window of the two and the direction
-  turns, the step halving; within ``tolerance``: the window holds (a plateau), and the
-  next epoch probes upwards by one. The first moves double the window (slow start) until
-  an epoch is no better than the one before, or a back-off.
+  engine counts recompute): the window is cut to ``floor(W * backoff)``, at most once per
+  ``cooldown_s``. Recompute while agents this controller paused are in their first turn
+  back is the price of a cut (their histories were evicted while they waited), not
+  congestion, and cuts nothing. After a cut the climb starts again from a baseline and
+  probes up by one per epoch (additive increase, each step checked by goodput);
+- otherwise, while agents are held (the window binds), the interval's generated tokens and
+  seconds add to the current **epoch**, which ends after ``epoch_intervals`` intervals once
+  ``epoch_tokens_per_agent * W`` tokens were generated in it (a slow engine's epochs last
+  longer). Its goodput is compared with the previous epoch's: no worse (within
+  ``tolerance``): the climb goes on the same way (doubling in slow start, the first moves
+  up from ``w_init``; the first doubling comes after one interval, since it compares
+  nothing); worse: back to the previous window, with half the step. An epoch
+  measured where the climb went back to probes down if goodput fell there too (the batch
+  drifted: histories grow), else up. While no agent is held the window holds: goodput then
+  says nothing about it.
 
 Agents a shrink takes the slot from (they give it up at their next step boundary) are
 resumed before agents that never ran: their histories may still be cached, and they are
@@ -135,7 +137,9 @@ class GoodputClimb(AdmissionController):
         k.tokens += generated
         k.seconds += elapsed
         k.intervals += 1
-        if k.intervals < self.climb.epoch_intervals or k.tokens < self.climb.epoch_tokens_per_agent * s.window:
+        starting = k.step == 0 and k.last_goodput is None  # the first probe compares nothing: no need to wait
+        if not starting and (k.intervals < self.climb.epoch_intervals
+                             or k.tokens < self.climb.epoch_tokens_per_agent * s.window):
             return self._decide("hold", "measuring goodput", sample, hit)
         return self._epoch(sample, hit)
 

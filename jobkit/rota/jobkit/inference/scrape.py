@@ -1,7 +1,8 @@
 """Reads an engine's cache signals from any Prometheus ``/metrics`` page.
 
 vLLM's names are read first (``vllm:kv_cache_usage_perc``, or the older
-``vllm:gpu_cache_usage_perc``; the prefix-cache query and hit counters; preemptions), and
+``vllm:gpu_cache_usage_perc``; the prefix-cache query and hit counters; preemptions;
+generated tokens, the goodput of `rota.jobkit.inference.kv_climb`), and
 ``rota:recomputed_prefill_tokens_total`` where the engine exports it (ours). SGLang's
 (``--enable-metrics``) come through an adapter: ``sglang:token_usage`` as usage and
 ``sglang:cache_hit_rate`` as the hit rate (a gauge, so the controller uses it as is). A
