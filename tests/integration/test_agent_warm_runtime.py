@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -157,3 +158,29 @@ def test_a_job_restored_through_the_warm_runtime_ends_as_the_uninterrupted_run(
     result = json.loads((tmp_path / "restored.json").read_text())
     assert result["restored_at"] == record.step and reference["restored_at"] == 0
     assert result["warm"] and result["weights"] == reference["weights"]
+
+
+def test_a_pool_without_refill_warms_at_normal_priority_only_when_asked(tmp_path: Path) -> None:
+    """The bench's pool: not replaced on hand-over (no import beside a timed arm), and warmed
+    at normal priority; an agent's warms at idle priority."""
+    home = tmp_path / "bench-node"
+    home.mkdir()
+    (home / "lease").touch()
+    table = ProcessTable("bench-node", home, home / "lease", 3600)
+    pool = table.start_warm_runtime(idle=False, refill=False)
+    agents = ProcessTable("agent-node", tmp_path, home / "lease", 3600).start_warm_runtime()
+    try:
+        assert pool.ready is not None and agents.ready is not None
+        assert os.sched_getscheduler(pool.ready.pid) == os.SCHED_OTHER
+        assert wait_until(lambda: os.sched_getscheduler(agents.ready.pid) == os.SCHED_IDLE)  # type: ignore[union-attr]
+        assert pool.wait_ready(120)
+        job = table.launch("one", 1, [0], [PY, "-c", "pass"], str(tmp_path), {}, True)
+        (tmp_path / "one.py").write_text("print('ran', flush=True)\n")
+        handed = table.launch("two", 1, [1], [PY, "-m", "one"], str(tmp_path), {}, True)
+        assert wait_exit(job) == 0 and wait_exit(handed) == 0 and "ran" in handed.log_path.read_text()
+        assert pool.handed == 1 and pool.ready is None  # not replaced until the bench asks
+        assert pool.wait_ready(120) and pool.ready is not None
+    finally:
+        table.stop_all("test done", 5)
+        pool.close()
+        agents.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -21,11 +22,11 @@ from rota.runtime import Checkpointer, state
 KIB = 1024
 
 
-def model_and_opt(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+def model_and_opt(seed: int) -> tuple[Any, torch.optim.Optimizer]:  # Any: a Sequential with an extra child
     torch.manual_seed(seed)
     # A large weight (its own segment, several chunks), small ones (packed), a BatchNorm
     # (its own _load_from_state_dict: loaded by copy) and a weight tied to another.
-    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.BatchNorm1d(512), torch.nn.Linear(512, 512))
+    model: Any = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.BatchNorm1d(512), torch.nn.Linear(512, 512))
     model.add_module("tied", torch.nn.Linear(512, 512))
     model.tied.weight = model[2].weight
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -39,7 +40,7 @@ def model_and_opt(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     return model, opt
 
 
-def losses(model: torch.nn.Module, opt: torch.optim.Optimizer) -> list[float]:
+def losses(model: Any, opt: torch.optim.Optimizer) -> list[float]:
     gen = torch.Generator().manual_seed(42)
     out = []
     for _ in range(3):
@@ -51,8 +52,8 @@ def losses(model: torch.nn.Module, opt: torch.optim.Optimizer) -> list[float]:
     return out
 
 
-def restored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[torch.nn.Module, torch.optim.Optimizer,
-                                                                          list[float], FileChunkStore, list[str]]:
+def restored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, torch.optim.Optimizer, list[float],
+                                                                          FileChunkStore, dict[str, int]]:
     model, opt = model_and_opt(1)
     ckpt = Checkpointer(model=model, optimizer=opt)
     ckpt.step = 2
