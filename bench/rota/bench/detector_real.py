@@ -277,12 +277,14 @@ def busy_ratio(rec: Recording, rank: int, first: int, last: int) -> float:
     return statistics.median(out) if out else float("nan")
 
 
-def achieved(rec: Recording, rank: int, before: int = 20) -> float | None:
+def achieved(rec: Recording, rank: int, before: int = 20, settle: int = 0) -> float | None:
     """The slowdown the fault really gave: the rank's busy time over its peers' while under
-    it, against the same over the `before` iterations before it (None: no fault window)."""
+    it (from `settle` iterations after its start), against the same over the `before`
+    iterations before it (None: no fault window)."""
     if rec.start is None:
         return None
     seen = max((int(line["iteration"]) for _, line in rec.lines if "iteration" in line), default=0) + 1
     end = rec.end if rec.end is not None else seen
     base = busy_ratio(rec, rank, max(0, rec.start - before), rec.start)
-    return busy_ratio(rec, rank, rec.start + 1, end) / base if end > rec.start + 1 and base > 0 else None
+    first = rec.start + max(1, settle) if settle < end - rec.start else rec.start + 1
+    return busy_ratio(rec, rank, first, end) / base if end > first and base > 0 else None
