@@ -13,6 +13,7 @@ the rest only.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -47,9 +48,10 @@ def save(path: Path, name: str, seed: int, lines: list[tuple[float, dict[str, An
 
 
 def load(path: Path) -> list[SavedRun]:
+    """The runs saved under `path` and its folders (``*.json``, or gzipped ``*.json.gz``)."""
     out = []
-    for f in sorted(path.glob("*.json")):
-        d = json.loads(f.read_text())
+    for f in sorted([*path.rglob("*.json"), *path.rglob("*.json.gz")]):
+        d = json.loads(gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_text())
         out.append(SavedRun(d["name"], int(d["seed"]), [(float(t), line) for t, line in d["lines"]],
                             d["windows"], (float(d["load"][0]), float(d["load"][1]))))
     return out
