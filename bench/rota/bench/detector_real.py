@@ -42,6 +42,11 @@ STOP_WATCH_S = 4.0  # after a kill, how long the other stages' beats are recorde
 SHARE_WINDOW = 10  # iterations over which the throttled rank's CPU use is measured (ours)
 TRIM_EVERY = 3  # iterations between trims of a throttle's quota to the slowdown it gives (ours)
 TRIM_GAIN = 0.7  # the share of the gap (in 1/quota) a trim closes (ours)
+# The first quota is USE_GAIN × the rank's CPU use / factor. Its use (CPU seconds per wall
+# second, ~0.03 at load 30-45) counts the time it waits on its peers, so use / factor
+# alone throttled its compute bursts 46-57x for a "1.5x" transient; the trimmed quotas of
+# the first runs (seeds 0-2, 1.2x) settled at 8-11 x use / factor. Ours, from those runs.
+USE_GAIN = 10.0
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,7 @@ class _Injector:
 
     def _track(self, iteration: int, line: dict[str, Any]) -> None:
         """Reads the rank's counters and its busy time over its peers'; while throttled,
-        sets the quota: first to the rank's measured CPU use over the window / factor, then
+        sets the quota: first to USE_GAIN × the rank's measured CPU use over the window / factor, then
         trimmed to the slowdown it measurably gives (the median of its last 2·TRIM_EVERY
         ratios under the fault over the one before; in 1/q, by TRIM_GAIN of the gap to the
         factor, every TRIM_EVERY iterations)."""
@@ -137,7 +142,7 @@ class _Injector:
         if not self.rec.quotas:
             self.baseline = statistics.median(self.ratios[-20:]) if self.ratios else 1.0
             self.under = self.first = len(self.ratios)
-            q = min(1.0, max(0.02, self._use() / self.fault.factor))
+            q = min(1.0, max(0.02, USE_GAIN * self._use() / self.fault.factor))
         else:
             if len(self.ratios) - self.under < TRIM_EVERY:
                 return
@@ -272,12 +277,14 @@ def busy_ratio(rec: Recording, rank: int, first: int, last: int) -> float:
     return statistics.median(out) if out else float("nan")
 
 
-def achieved(rec: Recording, rank: int, before: int = 20) -> float | None:
+def achieved(rec: Recording, rank: int, before: int = 20, settle: int = 0) -> float | None:
     """The slowdown the fault really gave: the rank's busy time over its peers' while under
-    it, against the same over the `before` iterations before it (None: no fault window)."""
+    it (from `settle` iterations after its start), against the same over the `before`
+    iterations before it (None: no fault window)."""
     if rec.start is None:
         return None
     seen = max((int(line["iteration"]) for _, line in rec.lines if "iteration" in line), default=0) + 1
     end = rec.end if rec.end is not None else seen
     base = busy_ratio(rec, rank, max(0, rec.start - before), rec.start)
-    return busy_ratio(rec, rank, rec.start + 1, end) / base if end > rec.start + 1 and base > 0 else None
+    first = rec.start + max(1, settle) if settle < end - rec.start else rec.start + 1
+    return busy_ratio(rec, rank, first, end) / base if end > first and base > 0 else None

@@ -33,6 +33,7 @@ FACTORS = (1.2, 1.5)
 ITERATIONS = 130
 FAULT_AT = 95  # 45 judged iterations after the 50-iteration warm-up (a transient among them), then 35 under the fault
 TRANSIENT = 3  # iterations; the detector needs k = 5 in a row
+SETTLE = 9  # iterations a throttle's quota takes to be trimmed (three trims): its achieved slowdown after them
 REPLAN_LAYERS = "4,4,4,4"
 REPLAN_ITERATIONS = (90, 70)  # the detection run (fault at 60), each of the three side-by-side runs
 REPLAN_AT = 25  # the side-by-side runs' fault (after 20 iterations that set the throttle's baseline)
@@ -54,7 +55,8 @@ def _windows(faults: tuple[RealFault, ...], rec: Recording) -> list[dict[str, An
     for f, r in zip(faults, (rec, *rec.more), strict=True):
         window = Recording(lines=rec.lines, start=r.start, end=r.end)
         out.append({"kind": f.kind, "factor": f.factor, "rank": f.rank, "start": r.start, "end": r.end,
-                    "quotas": r.quotas, "achieved": achieved(window, f.rank) if f.kind in ("slow", "transient") else None})
+                    "quotas": r.quotas, "achieved": achieved(window, f.rank) if f.kind in ("slow", "transient") else None,
+                    "achieved_settled": achieved(window, f.rank, settle=SETTLE) if f.kind == "slow" else None})
     return out
 
 

@@ -13,12 +13,14 @@ the rest only.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rota.bench.detector_real import Recording, achieved
 from rota.bench.detector_score import Pool, replay
 from rota.bench.detector_workload import Fault
 from rota.core.detection.failslow import CUSUM, SLOW, STOP, DetectorConfig, Verdict
@@ -46,9 +48,10 @@ def save(path: Path, name: str, seed: int, lines: list[tuple[float, dict[str, An
 
 
 def load(path: Path) -> list[SavedRun]:
+    """The runs saved under `path` and its folders (``*.json``, or gzipped ``*.json.gz``)."""
     out = []
-    for f in sorted(path.glob("*.json")):
-        d = json.loads(f.read_text())
+    for f in sorted([*path.rglob("*.json"), *path.rglob("*.json.gz")]):
+        d = json.loads(gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_text())
         out.append(SavedRun(d["name"], int(d["seed"]), [(float(t), line) for t, line in d["lines"]],
                             d["windows"], (float(d["load"][0]), float(d["load"][1]))))
     return out
@@ -131,9 +134,17 @@ def evaluate(path: Path, tune_seeds: set[int] | None) -> dict[str, Any]:
         "sequential": dataclasses.asdict(chosen), "tuning": table,
         "all": score(held, chosen), "cases": {k: score(v, chosen) for k, v in by_kind.items()},
         "achieved": [{"run": r.name, "seed": r.seed, "kind": w["kind"], "factor": w.get("factor"),
-                      "achieved": w.get("achieved"), "load": r.load} for r in held for w in r.windows
-                     if w["kind"] != "none"],
+                      "achieved": w.get("achieved"), "achieved_settled": settled(r, w), "load": r.load}
+                     for r in held for w in r.windows if w["kind"] in ("slow", "transient")],
     }
+
+
+def settled(run: SavedRun, window: dict[str, Any], settle: int = 9) -> float | None:
+    """A slow window's achieved slowdown from `settle` iterations after its start (once its quota is trimmed)."""
+    if window["kind"] != "slow" or window.get("start") is None:
+        return None
+    rec = Recording(lines=run.lines, start=int(window["start"]), end=window.get("end"))
+    return achieved(rec, int(window["rank"]), settle=settle)
 
 
 def print_eval(result: dict[str, Any]) -> None:
@@ -148,4 +159,6 @@ def print_eval(result: dict[str, Any]) -> None:
                   f"{delay:>7} {r['transient_marked_bad']:>9}")
     for a in result["achieved"]:
         got = "-" if a["achieved"] is None else f"{a['achieved']:.2f}x"
-        print(f"  {a['run']} seed {a['seed']}: {a['kind']} intended {a['factor']}x, achieved {got} (load {a['load'][0]:.1f}-{a['load'][1]:.1f})")
+        later = "" if a.get("achieved_settled") is None else f", {a['achieved_settled']:.2f}x once trimmed"
+        print(f"  {a['run']} seed {a['seed']}: {a['kind']} intended {a['factor']}x, achieved {got}{later} "
+              f"(load {a['load'][0]:.1f}-{a['load'][1]:.1f})")

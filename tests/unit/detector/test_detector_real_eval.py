@@ -42,3 +42,14 @@ def test_saved_runs_load_back(tmp_path: Path) -> None:
     (back,) = load(tmp_path)
     assert (back.name, back.seed, back.windows, back.load) == ("slow 1.5x", 3, WINDOWS, (4.0, 5.0))
     assert back.lines == [(1.5, {"iteration": 0, "rank_seconds": [0.1]})]
+
+
+def test_gzipped_runs_in_folders_load_too(tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    (tmp_path / "batch").mkdir()
+    record = {"name": "n", "seed": 7, "windows": [], "load": [1, 2], "lines": [[0.5, {"beat": [0]}]]}
+    (tmp_path / "batch" / "n.json.gz").write_bytes(gzip.compress(json.dumps(record).encode()))
+    (back,) = load(tmp_path)
+    assert (back.seed, back.lines) == (7, [(0.5, {"beat": [0]})])

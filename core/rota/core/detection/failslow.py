@@ -121,7 +121,7 @@ class FailSlowDetector:
         self.last_ratios: dict[int, float] = {}
         self.last_iteration = -1
         # Reports waiting k iterations before they may refit the model (see `_learn`).
-        self.pending: deque[tuple[IterationReport, list[int], float | None]] = deque()
+        self.pending: deque[tuple[IterationReport, dict[int, float], float | None]] = deque()
         self.cusums: dict[int, Cusum] = {}  # mode CUSUM: per rank, and JOB for the step
 
     # Expected times.
@@ -296,11 +296,15 @@ class FailSlowDetector:
         """
         L = self.layout
         gap = report.iteration_seconds - (expected_iter - self.overhead) if job_ratio is not None else None
-        self.pending.append((report, list(ratios), gap))
+        self.pending.append((report, dict(ratios), gap))
         if len(self.pending) <= self.config.consecutive:
             return
-        old, ranks, old_gap = self.pending.popleft()
+        old, old_ratios, old_gap = self.pending.popleft()
+        ranks = list(old_ratios)
         suspects = {r for r in ranks if self._suspect(r)}
+        if self.config.mode == CUSUM:  # a sample far past any slowdown looked for (a transient) teaches nothing
+            far = self.config.sequential.shift ** 2
+            suspects |= {r for r, v in old_ratios.items() if v > far}
         touched: set[int] = set()
         for r in ranks:
             y = old.rank_seconds[r]

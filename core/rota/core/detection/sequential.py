@@ -6,11 +6,11 @@ iteration noise of σ ≈ 0.13 on the ratio (two contended cores), a 1.2× slowd
 k ratios over 1.1 in a row happen by chance every few hundred iterations, and a 1.2× rank
 may wait long for its streak. A CUSUM adds the evidence up instead:
 
-    z_t = clip(log(ratio_t) / σ, −c·κ, c·κ),   S_t = max(0, S_{t−1} + z_t − κ),   κ = log(shift) / (2σ)
+    z_t = clip(log(ratio_t) / σ − κ, −m, m),   S_t = max(0, S_{t−1} + z_t),   κ = log(shift) / (2σ)
 
 and alarms when S_t > h while the median of the last W ratios is past √shift (halfway, in
-log terms, to the slowdown it looks for). The clip c is lowered where needed so that one
-iteration adds at most h / `persist`. σ is the series' own robust spread (1.4826 ×
+log terms, to the slowdown it looks for). The clip m = min((c − 1)·κ, h / `persist`) is
+symmetric about κ (a Huber-like CUSUM): one iteration adds or takes away at most m. σ is the series' own robust spread (1.4826 ×
 MAD of the warm-up's log ratios, times `sigma_scale`); h is set by Siegmund's
 approximation of the in-control run length, so that a rank alarms by chance about once
 per `ranks × 1000 / false_per_1k` iterations. The clip bounds what one iteration can add,
@@ -35,7 +35,7 @@ class SequentialConfig:
     shift: float = 1.2  # the smallest persistent slowdown to find
     false_per_1k: float = 0.3  # target chance alarms per 1,000 iterations, per job
     window: int = 9  # W: the median of the last W ratios must be past √shift
-    clip: float = 3.0  # c: one iteration adds at most (c − 1)·κ ...
+    clip: float = 3.0  # c: one iteration adds (or takes) at most (c − 1)·κ ...
     persist: int = 8  # ... and at most h / persist: an alarm needs this many iterations of evidence
     sigma_scale: float = 1.0  # σ estimated × this (in-sample spread under-states the noise)
     sigma_floor: float = 0.01  # σ never below this (a near-noiseless series)
@@ -114,17 +114,16 @@ class Cusum:
 
     @property
     def cap(self) -> float:
-        """The clip, in units of κ: c, or less where (c − 1)·κ would pass h / persist."""
-        return min(self.config.clip, 1 + self.h / (self.config.persist * self.kappa))
+        """m: the most one iteration adds to (or takes from) the sum, (c − 1)·κ or h / persist."""
+        return min((self.config.clip - 1) * self.kappa, self.h / self.config.persist)
 
     def update(self, ratio: float) -> bool:
         cfg, kappa, cap = self.config, self.kappa, self.cap
         self.recent.append(ratio)
         while len(self.recent) > cfg.window:
             self.recent.popleft()
-        z = math.log(ratio) / self.sigma if ratio > 0 else -cap * kappa
-        z = min(max(z, -cap * kappa), cap * kappa)
-        self.s = max(0.0, self.s + z - kappa)
+        z = math.log(ratio) / self.sigma - kappa if ratio > 0 else -cap
+        self.s = max(0.0, self.s + min(max(z, -cap), cap))
         past = statistics.median(self.recent) > math.sqrt(cfg.shift)
         if self.flagged:
             self.calm = 0 if statistics.median(self.recent) > cfg.shift ** 0.25 else self.calm + 1
@@ -138,4 +137,4 @@ class Cusum:
 
     def min_iterations(self) -> int:
         """The fewest iterations that can raise an alarm from a zero sum."""
-        return math.floor(self.h / ((self.cap - 1) * self.kappa) + 1e-9) + 1
+        return math.floor(self.h / self.cap + 1e-9) + 1
