@@ -114,10 +114,7 @@ class GoodputClimb(AdmissionController):
         s, c, k = self._s, self.config, self._c
         if sample is None:
             return self._no_signal(now)
-        s.missing_since = None
-        if s.resumed:
-            s.last_resume, s.resumed = now, 0
-        previous, s.previous = s.previous, sample
+        previous = self._accept(sample, now)
         elapsed = 0.0 if k.last_now is None else max(0.0, now - k.last_now)
         k.last_now = now
         hit, recompute_frac, preempted = self._interval(previous, sample)

@@ -207,10 +207,7 @@ class AdmissionController:
         s, c = self._s, self.config
         if sample is None:
             return self._no_signal(now)
-        s.missing_since = None
-        if s.resumed:
-            s.last_resume, s.resumed = now, 0
-        previous, s.previous = s.previous, sample
+        previous = self._accept(sample, now)
         hit, recompute_frac, preempted = self._interval(previous, sample)
         ewma = s.hit_ewma
         if hit is not None:
@@ -238,6 +235,15 @@ class AdmissionController:
         if usage_high:
             return self._decide("hold", f"usage {sample.usage:.0%}: near saturation", sample, hit)
         return self._grow(sample, previous, hit)
+
+    def _accept(self, sample: CacheSample, now: float) -> CacheSample | None:
+        """Record an answered sample (and the end of a resume); the sample before it."""
+        s = self._s
+        s.missing_since = None
+        if s.resumed:
+            s.last_resume, s.resumed = now, 0
+        previous, s.previous = s.previous, sample
+        return previous
 
     def _no_signal(self, now: float) -> Decision:
         s = self._s
