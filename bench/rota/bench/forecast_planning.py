@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,8 +57,13 @@ class PlanFigures:
 
 
 def simulate(s: Scored, arm: str, policy: str, gpus: int = GPUS) -> PlanFigures:
-    jobs = [Job(j.id, "philly", j.submit_s, j.seconds, min(_pow2(j.gpus), gpus), planned_s=p)
-            for j, p in zip(s.jobs, planned(s, arm), strict=True)]
+    return simulate_planned(s, planned(s, arm), policy, gpus)
+
+
+def simulate_planned(s: Scored, plan: Sequence[float], policy: str, gpus: int = GPUS) -> PlanFigures:
+    """`s`'s jobs replayed with `plan` as the planner's durations (they run their true ones)."""
+    jobs = [Job(j.id, "philly", j.submit_s, j.seconds, min(_pow2(j.gpus), gpus), planned_s=float(p))
+            for j, p in zip(s.jobs, plan, strict=True)]
     cfg = SimConfig(gpus, 8, FairnessConfig())
     runs = Simulator(jobs, {"philly": 1.0}, cfg, POLICIES[policy]()).run()
     span = max(r.end_s for r in runs) - min(r.job.submit_s for r in runs)

@@ -41,6 +41,11 @@ HORIZON = 6  # hours the profile plan looks ahead (so a rise is met early)
 RESIDUAL_HOURS = 168  # the forecast's window of past misses (ours: one week)
 MIN_RESIDUALS = 24
 ARMS = ("forecast", "reactive", "reactive_hour_mean", "profile")
+# The frontier (`frontier`): each arm at several settings, so that the two are compared at
+# equal GPU-hours. Forecast: the quantile of the app's past misses it adds; reactive: the
+# share of the current demand it holds on top (whole GPUs, rounded down).
+FRONTIER_LEVELS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+HEADROOM_SHARES = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3)
 
 Target = Callable[[int], float]  # hour index -> GPUs wanted (NaN: nothing seen, hold)
 
@@ -61,9 +66,14 @@ def _seen(values: np.ndarray) -> Target:
     return lambda t: float(values[t - 1])
 
 
-def _nowcast(y: np.ndarray, last: np.ndarray) -> Target:
+def _headroom(values: np.ndarray, share: float) -> Target:
+    """Scale to what was seen plus `share` of it (rounded down: whole GPUs, a small app gets none)."""
+    return lambda t: float(values[t - 1]) + math.floor(share * float(values[t - 1]))
+
+
+def _nowcast(y: np.ndarray, last: np.ndarray, level: float = 0.5) -> Target:
     def target(t: int) -> float:
-        misses = OnlineQuantile(0.5, RESIDUAL_HOURS, MIN_RESIDUALS)
+        misses = OnlineQuantile(level, RESIDUAL_HOURS, MIN_RESIDUALS)
         for s in range(max(1, t - RESIDUAL_HOURS), t):
             if not (np.isnan(y[s]) or np.isnan(last[s - 1])):
                 misses.add(float(y[s] - last[s - 1]))
@@ -79,17 +89,27 @@ def _profile(y: np.ndarray, start_hour: int) -> Target:
     return target
 
 
+def _targets(traffic: Traffic, vc: str) -> dict[str, Target]:
+    y, last = traffic.series[vc], traffic.last[vc]
+    out: dict[str, Target] = {
+        "forecast": _nowcast(y, last),
+        "reactive": _seen(last),
+        "reactive_hour_mean": _seen(y),
+        "profile": _profile(y, traffic.start_hour),
+    }
+    for level in FRONTIER_LEVELS:
+        out[f"forecast_q{level:g}"] = _nowcast(y, last, level)
+    for share in HEADROOM_SHARES:
+        out[f"reactive_plus{share:g}"] = _headroom(last, share)
+    return out
+
+
 def week(traffic: Traffic, apps: list[str], first: int, arms: tuple[str, ...] = ARMS) -> dict[str, dict[str, float]]:
     """{arm: {unmet_gpu_steps, gpu_hours}} over the 7 days from hour index `first`."""
     out = {arm: {"unmet_gpu_steps": 0.0, "gpu_hours": 0.0} for arm in arms}
     for vc in apps:
-        y, last = traffic.series[vc], traffic.last[vc]
-        targets: dict[str, Target] = {
-            "forecast": _nowcast(y, last),
-            "reactive": _seen(last),
-            "reactive_hour_mean": _seen(y),
-            "profile": _profile(y, traffic.start_hour),
-        }
+        y = traffic.series[vc]
+        targets = _targets(traffic, vc)
         for arm in arms:
             for k, held in enumerate(_plan(y, first, targets[arm])):
                 d = y[first + k]
@@ -111,3 +131,49 @@ def realtime_vs_reactive(src: Path | None = None, min_share: float = 0.9, profil
     judged = week(traffic, apps, first, ARMS if profile else ARMS[:3])
     tune = week(traffic, apps, first - 24 * DAYS, ARMS[:3])
     return {arm: judged[arm] for arm in ("forecast", "reactive")}, {"apps": len(apps), "judged": judged, "tune": tune}
+
+
+Point = tuple[float, float]  # (GPU-hours, unmet GPU-steps)
+
+
+def unmet_at(points: list[Point], gpu_hours: float) -> float | None:
+    """Unmet GPU-steps of the frontier through `points` at `gpu_hours` (linear between the two
+    settings around it; None outside their range: no extrapolation). The frontier is the lower
+    envelope: a setting that holds more and leaves more unmet than another is left out."""
+    pts = sorted(points)
+    env = [p for i, p in enumerate(pts) if all(q[1] > p[1] for q in pts[:i])]
+    for (h0, u0), (h1, u1) in zip(env, env[1:], strict=False):
+        if h0 <= gpu_hours <= h1:
+            return u0 if h1 == h0 else u0 + (u1 - u0) * (gpu_hours - h0) / (h1 - h0)
+    if env and env[0][0] == gpu_hours:
+        return env[0][1]
+    return None
+
+
+def frontier(src: Path | None = None, min_share: float = 0.9) -> dict[str, dict[str, dict[str, float]]]:
+    """{week (judged, tune): {arm setting: {unmet_gpu_steps, gpu_hours}}} for every frontier setting."""
+    traffic = helios_hourly(src)
+    apps = [vc for vc, v in sorted(traffic.series.items()) if np.mean(v[~np.isnan(v)] > 0) >= min_share]
+    first = 24 * (len(next(iter(traffic.series.values()))) // 24 - DAYS)
+    arms = tuple(f"forecast_q{q:g}" for q in FRONTIER_LEVELS) + tuple(f"reactive_plus{s:g}" for s in HEADROOM_SHARES)
+    return {"judged": week(traffic, apps, first, arms), "tune": week(traffic, apps, first - 24 * DAYS, arms)}
+
+
+def frontier_lines(weeks: dict[str, dict[str, dict[str, float]]]) -> list[str]:
+    """Each forecast setting beside the reactive frontier at the forecast's GPU-hours."""
+    lines = ["realtime frontier (unmet GPU-steps at equal GPU-hours; reactive interpolated between its settings)"]
+    for key, arms in weeks.items():
+        reactive = [(v["gpu_hours"], v["unmet_gpu_steps"]) for a, v in arms.items() if a.startswith("reactive")]
+        lines.append(f"  {key}: reactive + share of demand: " + ", ".join(
+            f"{a.removeprefix('reactive_plus')} {v['unmet_gpu_steps']:.0f}/{v['gpu_hours']:.0f}"
+            for a, v in arms.items() if a.startswith("reactive")))
+        for a, v in arms.items():
+            if a.startswith("forecast"):
+                r = unmet_at(reactive, v["gpu_hours"])
+                lines.append(f"    {a:13} {v['unmet_gpu_steps']:6.0f} unmet {v['gpu_hours']:9.0f} GPU-h   reactive there: "
+                             + ("outside its range" if r is None else f"{r:.0f} unmet"))
+    return lines
+
+
+if __name__ == "__main__":
+    print("\n".join(frontier_lines(frontier())))
