@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,7 +60,7 @@ def simulate(s: Scored, arm: str, policy: str, gpus: int = GPUS) -> PlanFigures:
     return simulate_planned(s, planned(s, arm), policy, gpus)
 
 
-def simulate_planned(s: Scored, plan: Sequence[float], policy: str, gpus: int = GPUS) -> PlanFigures:
+def simulate_planned(s: Scored, plan: Iterable[float], policy: str, gpus: int = GPUS) -> PlanFigures:
     """`s`'s jobs replayed with `plan` as the planner's durations (they run their true ones)."""
     jobs = [Job(j.id, "philly", j.submit_s, j.seconds, min(_pow2(j.gpus), gpus), planned_s=float(p))
             for j, p in zip(s.jobs, plan, strict=True)]
