@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from rota.core.fairness.twostage import (
     JobView,
