@@ -24,10 +24,13 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rota.core.fairness.twostage import (
     JobView,
     TenantState,
+    attained_tier,
+    burst_borrower,
     fair_job_key,
     fair_tenant_key,
     may_displace,
@@ -147,10 +150,19 @@ class Drf:
 class Fair:
     """ASTRAEA. At lease expiry only a job of a tenant holding more than its quota is up for
     grabs, and only a job that keeps its tenant within quota (or a starving job) may take
-    its GPUs: a borrower yields to an under-served tenant, never to another borrower."""
+    its GPUs: a borrower yields to an under-served tenant, and to another borrower only for
+    a short burst (`bursts`, `twostage.burst_borrower`).
+
+    With `bursts` (ours, the default) the walk runs in three passes over the same
+    standings: (a) what keeps each tenant within its quota, and starving jobs; (b) bursts:
+    waiting jobs still in the lowest attained tier and forecast (`Job.planned`) to end
+    within a lease, which may take the GPUs of other borrowers' expired jobs that have
+    attained more; (c) the rest, borrowing only idle GPUs. Without it, one walk (the
+    previous rule, kept for comparison)."""
 
     name: str = "fair"
     preemptive: bool = True
+    bursts: bool = True
 
     def walk(self, sim: Simulator, now: float, cands: list[Run], try_place: TryPlace, done: Done) -> None:
         cfg = sim.fcfg
@@ -184,12 +196,61 @@ class Fair:
             return try_place(r, displace=may_displace(t.allocated, t.quota, r.gpus) or r.idx in starving)
 
         # 3. The two-stage walk over the rest.
-        tenant_walk(tenants, jobs_of, lambda t: fair_tenant_key(t, cfg), place, cfg.lease_s, done)
+        if not self.bursts:
+            tenant_walk(tenants, jobs_of, lambda t: fair_tenant_key(t, cfg), place, cfg.lease_s, done)
+        else:
+            _three_passes(sim, now, contest, tenants, key, place, try_place, done)
         # 4. The oldest waiting job (pending is in queueing order), if starving and still
         #    unplaced, gets a block reserved and drained for it.
         oldest = next(iter(sim.pending.values()), None)
         if oldest is not None and now - oldest.pending_since >= cfg.starvation_s:
             sim.reserve(oldest)
+
+
+def _three_passes(sim: Simulator, now: float, contest: dict[str, list[Run]], tenants: dict[str, TenantState],
+                  key: Callable[[Run], tuple[int, float, float]], place: Callable[[Run], bool],
+                  try_place: TryPlace, done: Done) -> None:
+    """`Fair`'s walk with bursts: within quota, then bursts, then the rest (see `Fair`)."""
+    cfg = sim.fcfg
+    placed: set[int] = set()
+
+    def once(fn: Callable[[Run], bool]) -> Callable[[Run], bool]:
+        def go(r: Run) -> bool:
+            if r.idx in placed or not fn(r):
+                return False
+            placed.add(r.idx)
+            return True
+        return go
+
+    def within(r: Run) -> bool:
+        t = tenants[r.tenant]
+        if not may_displace(t.allocated, t.quota, r.gpus) and key(r)[0] != 0:  # key 0: starving
+            return False
+        return try_place(r, displace=True)
+
+    def walk(queues: dict[str, list[Run]], fn: Callable[[Run], bool], order: Callable[[Run], Any]) -> None:
+        queues = {t: q for t, q in queues.items() if q}
+        if queues and not done():
+            tenant_walk({t: tenants[t] for t in queues}, lambda t: sorted(queues[t], key=order),
+                        lambda t: fair_tenant_key(t, cfg), once(fn), cfg.lease_s, done)
+
+    # a. Within quota (and starving jobs), tenants in two-stage order.
+    walk(contest, within, key)
+    # b. Bursts. A bursting tenant keeps its own expired jobs first (a burst borrows from
+    #    others, it does not evict its own tenant), and an expired job still in the lowest
+    #    tier keeps its GPUs; a burst may take the rest of the borrowers' expired GPUs.
+    bursts: dict[str, list[Run]] = {}
+    for t, rs in contest.items():
+        left = [r for r in rs if r.idx not in placed]
+        takers = [r for r in left if r.state == PENDING
+                  and burst_borrower(r.gpus * r.held_s, r.job.planned - (r.job.duration_s - r.remaining), cfg.lease_s)]
+        if takers:
+            bursts[t] = [r for r in left if r.state != PENDING] + takers
+        else:
+            bursts[t] = [r for r in left if r.state != PENDING and attained_tier(r.gpus * r.held(now)) == 0]
+    walk(bursts, lambda r: try_place(r, displace=True), lambda r: (r.state == PENDING, key(r)))
+    # c. The rest: a borrower yields only to what keeps its taker within quota (`place`).
+    walk({t: [r for r in rs if r.idx not in placed] for t, rs in contest.items()}, place, key)
 
 
 def _renew_within_quota(sim: Simulator, cands: list[Run], alloc: dict[str, int], try_place: TryPlace,

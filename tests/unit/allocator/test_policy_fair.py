@@ -256,3 +256,37 @@ def test_own_yields_at_lease_expiry(leases: list[Lease], queue: list[JobView], e
     assert [y.job_id for y in got] == expected
     for y in got:
         assert y.to_tenant == y.tenant == "lab" and "least attained service" in y.reason
+
+
+# Short bursts borrowing from another borrower (twostage.burst_borrower) ----------------
+
+BOTH_OVER = {"hog": tenant("hog", 2, allocated=4), "bursty": tenant("bursty", 2, allocated=3)}
+
+
+@pytest.mark.parametrize(
+    ("leases", "left", "expected"),
+    [
+        pytest.param([lease("h1", "hog", used=TEN_GPU_H)], {"b1": 600.0}, ["h1"],
+                     id="a short burst of an over-quota tenant takes a borrower's long-served expired lease"),
+        pytest.param([lease("h1", "hog", used=TEN_GPU_H)], {}, [],
+                     id="not without a forecast of its remaining time"),
+        pytest.param([lease("h1", "hog", used=TEN_GPU_H)], {"b1": 2 * CFG.lease_s}, [],
+                     id="nor when it is forecast to outlive the lease"),
+        pytest.param([lease("h1", "hog", used=600.0)], {"b1": 600.0}, [],
+                     id="nor from a lease still in the lowest attained tier"),
+        pytest.param([lease("h1", "hog", used=TEN_GPU_H, started=NOW - CFG.lease_s / 2)], {"b1": 600.0}, [],
+                     id="nor from a lease that has not expired"),
+    ],
+)
+def test_bursts_at_lease_expiry(leases: list[Lease], left: dict[str, float], expected: list[str]) -> None:
+    got = lease_yields(leases, [waiting("b1", "bursty")], BOTH_OVER, 0, NOW, CFG, left_s=left)
+    assert [y.job_id for y in got] == expected
+    for y in got:
+        assert (y.tenant, y.to_tenant) == ("hog", "bursty") and "short burst" in y.reason
+
+
+def test_a_burst_never_takes_from_a_tenant_within_its_quota() -> None:
+    tenants = {"lab": tenant("lab", 4, allocated=4), "bursty": tenant("bursty", 2, allocated=3)}
+    got = lease_yields([lease("l1", "lab", used=TEN_GPU_H)], [waiting("b1", "bursty")], tenants, 0, NOW, CFG,
+                       left_s={"b1": 60.0})
+    assert got == []

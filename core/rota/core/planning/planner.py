@@ -142,7 +142,14 @@ def _lease_yields(
         nodes = gang_shape(waiting_job, live.layout.slot)[0] if waiting_job is not None else 1
         return len({lease.node for lease in picked}) <= nodes
 
-    return policy_fair.lease_yields(leases, waiting, tenants, free_now, now, fair.config, fits=fits)
+    # Forecast or declared remaining time of each waiting job (for short bursts): its
+    # duration less the time it has held GPUs; unknown durations make no burst.
+    left_s: dict[str, float] = {}
+    for j in waiting:
+        duration = live.jobs[j.id].duration_s
+        if duration is not None:
+            left_s[j.id] = duration - j.used / max(1, j.gpus)
+    return policy_fair.lease_yields(leases, waiting, tenants, free_now, now, fair.config, fits=fits, left_s=left_s)
 
 
 def _promised(live: LiveScenario, tenants: Mapping[str, TenantState], moves: MoveInputs) -> dict[str, TenantState]:

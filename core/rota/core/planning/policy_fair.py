@@ -23,6 +23,7 @@ from rota.core.fairness.twostage import (
     JobView,
     TenantState,
     attained_tier,
+    burst_borrower,
     fair_job_key,
     fair_tenant_key,
     may_displace,
@@ -151,6 +152,7 @@ def lease_yields(
     now: float,
     cfg: FairnessConfig | None = None,
     fits: Callable[[JobView, Sequence[Lease]], bool] | None = None,
+    left_s: Mapping[str, float] | None = None,
 ) -> list[Yield]:
     """Which running jobs yield, at lease expiry, to an under-served tenant's waiting job.
 
@@ -164,6 +166,10 @@ def lease_yields(
     it (and `fits(job, leases)` agrees when given, e.g. that they lie on one node).
     Then, inside each tenant within its quota, expired leases yield to the tenant's own
     waiting jobs of a lower attained-service tier (`twostage.own_yields`, as the simulator).
+    Last, short bursts (`twostage.burst_borrower` on `left_s`, each waiting job's forecast
+    or declared remaining seconds; a job without one is not a burst) take, in two-stage
+    order, other over-quota tenants' expired leases that have attained a higher tier,
+    as the simulator's `fair` does.
     """
     cfg = cfg or FairnessConfig()
     up = [x for x in leases if x.preemptible and (x.pausable or x.restart == ON_FAILURE) and expired(x, now, cfg)]
@@ -180,6 +186,12 @@ def lease_yields(
     for t in sorted(queues):
         if y.over(t) <= 0:
             y.own(t, [j for j in jobs_of(t) if j.id not in y.taken])
+    if left_s:
+        bursts = {t: [j for j in jobs_of(t) if j.id not in y.taken and j.id in left_s
+                      and burst_borrower(j.used, left_s[j.id], cfg.lease_s)] for t in queues}
+        bursts = {t: q for t, q in bursts.items() if q}
+        tenant_walk({t: walkers[t] for t in bursts}, bursts.__getitem__, lambda t: fair_tenant_key(t, cfg),
+                    y.take_burst, cfg.lease_s)
     return list(y.yielded.values())
 
 
@@ -198,9 +210,10 @@ class _Yields:
     def over(self, tenant: str) -> int:
         return self.holding.get(tenant, 0) - self.quota.get(tenant, 0)
 
-    def victims_for(self, job: JobView) -> list[Lease] | None:
+    def victims_for(self, job: JobView, min_tier: int = 0) -> list[Lease] | None:
         picked: list[Lease] = []
-        pool = [x for x in self.up if x.job_id not in self.yielded and x.tenant != job.tenant]
+        pool = [x for x in self.up if x.job_id not in self.yielded and x.tenant != job.tenant
+                and attained_tier(x.used) >= min_tier]
 
         def excess(tenant: str) -> int:  # over quota, counting what it already gave up here
             return self.over(tenant) - sum(p.gpus for p in picked if p.tenant == tenant)
@@ -223,12 +236,22 @@ class _Yields:
         starving = fair_job_key(job, self.now, self.cfg)[0] == 0  # waited long and still owed (F_j < 1)
         if not may_displace(holding.get(job.tenant, 0), quota.get(job.tenant, 0), job.gpus) and not starving:
             return False
-        picked = self.victims_for(job)
+        return self._give(job, self.victims_for(job), "is under-served")
+
+    def take_burst(self, job: JobView) -> bool:
+        """A short burst borrows from another borrower whose expired lease has attained more."""
+        if job.id in self.taken:
+            return False
+        return self._give(job, self.victims_for(job, attained_tier(job.used) + 1),
+                          "is a short burst (under a GPU-hour so far, forecast to end within a lease)")
+
+    def _give(self, job: JobView, picked: list[Lease] | None, why: str) -> bool:
+        holding, quota = self.holding, self.quota
         if picked is None:
             return False
         for x in picked:
             reason = (f"tenant {x.tenant} holds {holding[x.tenant]} GPUs over its quota of {quota[x.tenant]}; "
-                      f"its lease expired and {job.tenant}'s job {job.id} is under-served")
+                      f"its lease expired and {job.tenant}'s job {job.id} {why}")
             self.yielded[x.job_id] = Yield(x.job_id, x.tenant, x.gpus, job.id, job.tenant, reason)
             holding[x.tenant] -= x.gpus
             if x.tenant in self.state:
