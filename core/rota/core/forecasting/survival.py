@@ -12,12 +12,14 @@ restricted mean (Kaplan & Meier, JASA 1958): finished jobs are events at their r
 time, running ones are censored at their age (time since submission; a lower bound of
 their run time where jobs start on submission, about it where they queue briefly).
 Where fewer than `min_same` jobs of that limit have finished, the caller's fallback
-stands (the history model's P50).
+stands (the history model's P50). A caller that knows more about a job than its limit
+(its user or group, say) may pass `keys`: the jobs pooled are then those of the same key
+(None: the job is left to its fallback).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 import numpy as np
 
@@ -43,16 +45,20 @@ def restricted_mean(events: Iterable[float], censored: Iterable[float] = ()) -> 
     return float(np.sum(before * np.diff(np.concatenate([[0.0], t]))))
 
 
-def expected_durations(jobs: Sequence[Past], fallback: Sequence[float], min_same: int = 5) -> list[float]:
-    """Each job's expected duration at its submission, from the jobs of its declared limit
-    submitted before it: finished ones as events, running ones censored at their age."""
+def expected_durations(jobs: Sequence[Past], fallback: Sequence[float], min_same: int = 5,
+                       keys: Sequence[Hashable | None] | None = None) -> list[float]:
+    """Each job's expected duration at its submission, from the jobs of its key (default: its
+    declared limit) submitted before it: finished ones as events, running ones censored at their age."""
     if len(fallback) != len(jobs):
         raise ValueError(f"fallback: must have one value per job ({len(jobs)}, got {len(fallback)})")
-    groups: dict[float, list[int]] = {}
+    if keys is not None and len(keys) != len(jobs):
+        raise ValueError(f"keys: must have one key per job ({len(jobs)}, got {len(keys)})")
+    key_of = list(keys) if keys is not None else [j.declared for j in jobs]
+    groups: dict[Hashable, list[int]] = {}
     for i in sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, i)):
-        d = jobs[i].declared
-        if d is not None:
-            groups.setdefault(d, []).append(i)
+        key = key_of[i]
+        if key is not None:
+            groups.setdefault(key, []).append(i)
     out = [float(v) for v in fallback]
     for members in groups.values():
         for k, i in enumerate(members):
