@@ -158,11 +158,19 @@ class Fair:
     waiting jobs still in the lowest attained tier and forecast (`Job.planned`) to end
     within a lease, which may take the GPUs of other borrowers' expired jobs that have
     attained more; (c) the rest, borrowing only idle GPUs. Without it, one walk (the
-    previous rule, kept for comparison)."""
+    previous rule, kept for comparison).
+
+    A starving reservation (`Simulator.reserve`) is made only for a job still owed
+    (`reserve_owed`): a job that has had its due and waits again is served like any other,
+    as in the stage-2 order, instead of draining a block, pausing whatever runs in it."""
 
     name: str = "fair"
     preemptive: bool = True
     bursts: bool = True
+    # Reserve a block only for a job starving by `fair_job_key` (still owed, F_j < 1), the
+    # same rule that lets a starving job displace borrowers; False: for the oldest job
+    # waiting past the threshold, owed or not (the rule before, kept for comparison).
+    reserve_owed: bool = True
 
     def walk(self, sim: Simulator, now: float, cands: list[Run], try_place: TryPlace, done: Done) -> None:
         cfg = sim.fcfg
@@ -200,11 +208,23 @@ class Fair:
             tenant_walk(tenants, jobs_of, lambda t: fair_tenant_key(t, cfg), place, cfg.lease_s, done)
         else:
             _three_passes(sim, now, contest, tenants, key, place, try_place, done)
-        # 4. The oldest waiting job (pending is in queueing order), if starving and still
-        #    unplaced, gets a block reserved and drained for it.
-        oldest = next(iter(sim.pending.values()), None)
-        if oldest is not None and now - oldest.pending_since >= cfg.starvation_s:
+        # 4. The oldest starving job still unplaced gets a block reserved and drained for it.
+        oldest = _to_reserve(sim, now, starving, self.reserve_owed)
+        if oldest is not None:
             sim.reserve(oldest)
+
+
+def _to_reserve(sim: Simulator, now: float, starving: set[int], owed: bool) -> Run | None:
+    """The job a starving reservation is for: the oldest waiting past the threshold that is
+    starving by `fair_job_key` (still owed, F_j < 1) when `owed`, else the oldest waiting
+    past the threshold (the rule before). Pending is in queueing order."""
+    cfg = sim.fcfg
+    for r in sim.pending.values():
+        if now - r.pending_since < cfg.starvation_s:
+            return None
+        if not owed or _fair_key(sim, r, now, starving)[0] == 0:
+            return r
+    return None
 
 
 def _three_passes(sim: Simulator, now: float, contest: dict[str, list[Run]], tenants: dict[str, TenantState],
