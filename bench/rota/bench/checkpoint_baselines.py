@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rota.agent.processes import LocalJob
-    from rota.bench.checkpoint import Case, Runner
+    from rota.bench.checkpoint import Runner
+    from rota.bench.checkpoint_report import Case
 
 WAIT_S = 600.0
 # Pre-started torch loaders: (the job's flag, the Case list their times go to).
