@@ -33,15 +33,16 @@ rank (a mapped state is not restored until its pages are read).
   against the best baseline of the case: the fastest loader (restore), the fastest save
   plus load of one format (migrate).
 
-Every time is a median over the repeats; `spread` holds [min, max] of each. ROTA_MAP_POPULATE
-and ROTA_RESTORE_IN_PLACE in the bench's environment pass on to its jobs (the restore as it
-was: ROTA_MAP_POPULATE=1 ROTA_RESTORE_IN_PLACE=0).
+Every time is a median over the repeats; `spread` holds [min, max] of each. ROTA_MAP_POPULATE,
+ROTA_RESTORE_IN_PLACE and ROTA_ZERO_COPY in the bench's environment pass on to its jobs (the
+restore as it was: ROTA_MAP_POPULATE=1 ROTA_RESTORE_IN_PLACE=0).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -50,6 +51,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -66,7 +68,10 @@ from rota.jobfiles import control
 
 FULL_SIZES = (500.0, 2048.0)
 QUICK_SIZES = (8.0,)
-REPEATS = 3  # a median with its min and max
+# Two: the spread's two ends beside their middle. One repeat of the four default cases took 467 s
+# here (load 4-8), so three would not fit the 15 minutes a default run must take on 2 cores;
+# --repeats 3 or more for a truer median where time allows.
+REPEATS = 2
 STEP_TIMEOUT_S = 600.0
 WARM_WAIT_S = 120.0
 # What the bench passes on to its jobs from its own environment: the restore's switches, so a
@@ -113,6 +118,16 @@ class Runner:
         self.epoch = 0
         self.launched_unix = 0.0
         self.image = ""  # the case's latest complete image: the baselines' savers start from it
+        self.spent: dict[str, float] = {}  # where the bench's own run time goes (Case.phases)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Adds the block's wall time to `spent[name]`: the run time's profile, timed or not."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spent[name] = self.spent.get(name, 0.0) + time.perf_counter() - began
 
     def launch(self, node: Node, command: list[str], image: str = "", wait_s: float = 0.0,
                source: str = "", job_id: str = "bench") -> LocalJob:
@@ -129,9 +144,10 @@ class Runner:
         """The nodes' warm runtimes (A and C if none is named) have their imports done, as
         the pre-started loaders have before they are timed; a runtime handed a job is
         replaced here, so no import runs beside a timed arm."""
-        for node in nodes or (self.a, self.c):
-            if node.table.warm is not None:
-                await asyncio.to_thread(node.table.warm.wait_ready, WARM_WAIT_S)
+        with self.phase("warm_runtime_wait"):
+            for node in nodes or (self.a, self.c):
+                if node.table.warm is not None:
+                    await asyncio.to_thread(node.table.warm.wait_ready, WARM_WAIT_S)
 
     async def pause(self, node: Node, job: LocalJob) -> ImageRecord:
         record = await node.checkpoints.checkpoint(job.job_id, job.epoch, f"img-bench-{job.epoch}", True, 300, False)
@@ -226,20 +242,26 @@ async def run_case(case: Case, repeats: int, chunk_size: int, base: Path, fsync:
                "--ranks", str(case.ranks), *(["--fsync"] if fsync else [])]
     try:
         for repeat in range(repeats):
-            await rota_arms(runner, case, command, first=repeat == 0)
+            await rota_arms(runner, case, command, repeat)
             if baselines:
-                await file_baselines(runner, case, command, cold=cold_loads and repeat == 0)
+                await file_baselines(runner, case, command, first=repeat == 0, cold=cold_loads and repeat == 0)
                 if repeat == 0:
-                    await dcp_baseline(runner, case, command)
+                    with runner.phase("dcp"):
+                        await dcp_baseline(runner, case, command)
     finally:
+        case.phases = {k: round(v, 2) for k, v in runner.spent.items()}
         runner.close()
         shutil.rmtree(work, ignore_errors=True)
 
 
-async def rota_arms(runner: Runner, case: Case, command: list[str], first: bool) -> None:
-    """Pause and durable write, a restore on A, a migration from A to C."""
-    job = runner.launch(runner.a, command)
-    await first_step(job, 0)
+async def rota_arms(runner: Runner, case: Case, command: list[str], repeat: int) -> None:
+    """Pause and durable write, a restore on A, a migration from A to C. Each repeat's job
+    draws a state of its own (seed): the same bytes again would be deduplicated by the store
+    and make the durable write of later repeats cheaper than the baselines' saves."""
+    first = repeat == 0
+    with runner.phase("fresh_state"):  # the job's random state and Adam step, before anything is timed
+        job = runner.launch(runner.a, [*command, "--seed", str(1 + 2 * repeat)])
+        await first_step(job, 0)
     started = time.perf_counter()
     record = await runner.pause(runner.a, job)
     case.pause.append(record.pause_s)
@@ -326,11 +348,13 @@ def main(argv: list[str]) -> int:
     base.mkdir(parents=True, exist_ok=True)
     repeats = args.repeats or (1 if args.quick else REPEATS)
     out: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
     for case in cases_of(args):
         if not fits(case.state_mb, case.ranks):
             print(f"skipped {case.state_mb:g} MB x {case.ranks} ranks: needs about "
                   f"{case.ranks * case.state_mb * 2.3 / 1024:.1f} GiB of memory, "
                   f"{available_bytes() / (1 << 30):.1f} GiB available", file=sys.stderr)
+            skipped.append({"state_mb": case.state_mb, "ranks": case.ranks, "reason": "memory"})
             continue
         asyncio.run(run_case(case, repeats, int(args.chunk_mb * MIB), base, args.fsync, warm=not args.cold,
                              baselines=not args.no_baselines, cold_loads=not (args.quick or args.no_cold_loads)))
@@ -344,7 +368,8 @@ def main(argv: list[str]) -> int:
               "cold_loads": not (args.quick or args.no_cold_loads or args.no_baselines),
               "restore_env": {k: os.environ[k] for k in PASSED_ENV if k in os.environ}}
     if args.json:
-        print(json.dumps({"cases": out, "wall_s": wall, "repeats": repeats, "policy": policy}, indent=2))
+        print(json.dumps({"cases": out, "skipped": skipped, "wall_s": wall, "repeats": repeats,
+                          "load_average": [round(x, 2) for x in os.getloadavg()], "policy": policy}, indent=2))
     else:
         print(render(out))
         print(f"wall: {wall:.0f} s; page cache: {policy['page_cache']}; fsync: {'both' if args.fsync else 'neither'}; "

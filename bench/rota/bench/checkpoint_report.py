@@ -43,6 +43,7 @@ class Case:
     st_load: list[float] = field(default_factory=list)
     dcp_async_block: list[float] = field(default_factory=list)
     breakdown: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in BREAKDOWN})
+    phases: dict[str, float] = field(default_factory=dict)  # the bench's run time by phase, all repeats
     stored_bytes: int = 0
     baseline_bytes: int = 0
 
@@ -70,7 +71,7 @@ class Case:
                               "migrate": migrate_name, "migrate_s": _round(migrate_best)},
             "restore_x": _ratio(restore_best, m["restore_s"]), "migrate_x": _ratio(migrate_best, m["migrate_s"]),
             "restore_breakdown": {k: _median(v) for k, v in self.breakdown.items()},
-            "repeats": len(self.pause),
+            "repeats": len(self.pause), "phases_s": self.phases,
             "spread": {k: [_round(min(v)), _round(max(v))] for k, v in self.timed().items() if v},
         }
 
