@@ -68,9 +68,9 @@ from rota.jobfiles import control
 
 FULL_SIZES = (500.0, 2048.0)
 QUICK_SIZES = (8.0,)
-# Two: the spread's two ends beside their middle. One repeat of the four default cases took 467 s
-# here (load 4-8), so three would not fit the 15 minutes a default run must take on 2 cores;
-# --repeats 3 or more for a truer median where time allows.
+# Two: the spread's two ends beside their middle. Two repeats of the four default cases took
+# 477 s here (load 3-6), which leaves room under the 15 minutes a default run must take on a
+# busier 2-core machine; --repeats 3 or more for a truer median where time allows.
 REPEATS = 2
 STEP_TIMEOUT_S = 600.0
 WARM_WAIT_S = 120.0
