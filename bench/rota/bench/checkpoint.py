@@ -33,25 +33,26 @@ rank (a mapped state is not restored until its pages are read).
   against the best baseline of the case: the fastest loader (restore), the fastest save
   plus load of one format (migrate).
 
-Every time is a median over the repeats; `spread` holds [min, max] of each. ROTA_MAP_POPULATE
-and ROTA_RESTORE_IN_PLACE in the bench's environment pass on to its jobs (the restore as it
-was: ROTA_MAP_POPULATE=1 ROTA_RESTORE_IN_PLACE=0).
+Every time is a median over the repeats; `spread` holds [min, max] of each. ROTA_MAP_POPULATE,
+ROTA_RESTORE_IN_PLACE and ROTA_ZERO_COPY in the bench's environment pass on to its jobs (the
+restore as it was: ROTA_MAP_POPULATE=1 ROTA_RESTORE_IN_PLACE=0).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,29 +61,19 @@ from rota.agent.processes import LocalJob, ProcessTable
 from rota.agent.streaming import StagedStreams
 from rota.bench.agent_server import AgentServer
 from rota.bench.checkpoint_baselines import dcp_baseline, file_baselines
-from rota.bench.checkpoint_report import render
+from rota.bench.checkpoint_report import Case, add_breakdown, render
 from rota.imagestore.chunks import DEFAULT_CHUNK_SIZE, MIB
 from rota.imagestore.settings import CheckpointSettings, default_staging_root
 from rota.jobfiles import control
 
 FULL_SIZES = (500.0, 2048.0)
 QUICK_SIZES = (8.0,)
-REPEATS = 3  # a median with its min and max
+# Two: the spread's two ends beside their middle. Two repeats of the four default cases took
+# 477 s here (load 3-6), which leaves room under the 15 minutes a default run must take on a
+# busier 2-core machine; --repeats 3 or more for a truer median where time allows.
+REPEATS = 2
 STEP_TIMEOUT_S = 600.0
 WARM_WAIT_S = 120.0
-# A restore's time: the process start and imports until restore() is called, waiting there
-# for the agent's image (state transfer), reading and applying it (rebuild), the first step.
-BREAKDOWN = ("process_start_s", "state_transfer_s", "rebuild_s", "first_step_s")
-RESTORE_BASELINES = {"torch.load": "load_s", "torch.load(mmap)": "load_mmap_s",
-                     "pre-started torch.load": "load_prestarted_copy_s",
-                     "pre-started torch.load(mmap)": "load_prestarted_s", "safetensors": "safetensors_load_s",
-                     "pre-started safetensors": "safetensors_prestarted_s"}
-MIGRATE_BASELINES = {"torch.save + torch.load": ("save_s", "load_s"),
-                     "torch.save + torch.load(mmap)": ("save_s", "load_mmap_s"),
-                     "torch.save + pre-started torch.load": ("save_s", "load_prestarted_copy_s"),
-                     "torch.save + pre-started torch.load(mmap)": ("save_s", "load_prestarted_s"),
-                     "safetensors": ("safetensors_save_s", "safetensors_load_s"),
-                     "safetensors, pre-started": ("safetensors_save_s", "safetensors_prestarted_s")}
 # What the bench passes on to its jobs from its own environment: the restore's switches, so a
 # run can measure the restore as it was (ROTA_MAP_POPULATE=1 ROTA_RESTORE_IN_PLACE=0).
 PASSED_ENV = ("ROTA_MAP_POPULATE", "ROTA_RESTORE_IN_PLACE", "ROTA_ZERO_COPY")
@@ -94,77 +85,6 @@ END_POINT = ("every restore and load to its first step done, which first reads e
 class Node:
     table: ProcessTable
     checkpoints: AgentCheckpoints
-
-
-@dataclass
-class Case:
-    state_mb: float
-    ranks: int
-    pause: list[float] = field(default_factory=list)
-    restore: list[float] = field(default_factory=list)
-    migrate: list[float] = field(default_factory=list)
-    durable: list[float] = field(default_factory=list)
-    save: list[float] = field(default_factory=list)
-    load: list[float] = field(default_factory=list)
-    load_mmap: list[float] = field(default_factory=list)
-    load_prestarted: list[float] = field(default_factory=list)
-    load_prestarted_copy: list[float] = field(default_factory=list)
-    st_prestarted: list[float] = field(default_factory=list)
-    st_save: list[float] = field(default_factory=list)
-    st_load: list[float] = field(default_factory=list)
-    dcp_async_block: list[float] = field(default_factory=list)
-    breakdown: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in BREAKDOWN})
-    stored_bytes: int = 0
-    baseline_bytes: int = 0
-
-    def timed(self) -> dict[str, list[float]]:
-        return {"pause_s": self.pause, "durable_s": self.durable, "restore_s": self.restore, "migrate_s": self.migrate,
-                "save_s": self.save, "load_s": self.load, "load_mmap_s": self.load_mmap,
-                "load_prestarted_s": self.load_prestarted, "load_prestarted_copy_s": self.load_prestarted_copy,
-                "safetensors_save_s": self.st_save, "safetensors_load_s": self.st_load,
-                "safetensors_prestarted_s": self.st_prestarted, "dcp_async_block_s": self.dcp_async_block}
-
-    def to_dict(self) -> dict[str, Any]:
-        m = {k: _median(v) for k, v in self.timed().items()}
-        baseline: dict[str, Any] = {k: m[k] for k in ("save_s", "load_s", "load_mmap_s", "load_prestarted_s",
-                                                       "load_prestarted_copy_s", "safetensors_save_s",
-                                                       "safetensors_load_s", "safetensors_prestarted_s")}
-        baseline["bytes"] = self.baseline_bytes
-        restore_name, restore_best = best({n: m[k] for n, k in RESTORE_BASELINES.items()})
-        migrate_name, migrate_best = best({n: m[a] + m[b] for n, (a, b) in MIGRATE_BASELINES.items()
-                                           if m[a] > 0 and m[b] > 0})
-        return {
-            "state_mb": self.state_mb, "ranks": self.ranks, "pause_s": m["pause_s"], "durable_s": m["durable_s"],
-            "restore_s": m["restore_s"], "migrate_s": m["migrate_s"], "stored_bytes": self.stored_bytes,
-            "baseline": baseline, "dcp": {"async_block_s": m["dcp_async_block_s"]},
-            "best_baseline": {"restore": restore_name, "restore_s": _round(restore_best),
-                              "migrate": migrate_name, "migrate_s": _round(migrate_best)},
-            "restore_x": _ratio(restore_best, m["restore_s"]), "migrate_x": _ratio(migrate_best, m["migrate_s"]),
-            "restore_breakdown": {k: _median(v) for k, v in self.breakdown.items()},
-            "repeats": len(self.pause),
-            "spread": {k: [_round(min(v)), _round(max(v))] for k, v in self.timed().items() if v},
-        }
-
-
-def best(times: dict[str, float]) -> tuple[str, float]:
-    """The fastest measured baseline (0.0: not measured) and its time."""
-    measured = {k: v for k, v in times.items() if v > 0}
-    if not measured:
-        return "", 0.0
-    name = min(measured, key=lambda k: measured[k])
-    return name, measured[name]
-
-
-def _ratio(baseline: float, ours: float) -> float:
-    return round(baseline / ours, 2) if ours > 0 and baseline > 0 else 0.0
-
-
-def _round(value: float) -> float:
-    return round(value, 4)
-
-
-def _median(values: list[float]) -> float:
-    return _round(statistics.median(values)) if values else 0.0
 
 
 def _node(name: str, home: Path, settings: CheckpointSettings, warm: bool,
@@ -198,6 +118,16 @@ class Runner:
         self.epoch = 0
         self.launched_unix = 0.0
         self.image = ""  # the case's latest complete image: the baselines' savers start from it
+        self.spent: dict[str, float] = {}  # where the bench's own run time goes (Case.phases)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Adds the block's wall time to `spent[name]`: the run time's profile, timed or not."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spent[name] = self.spent.get(name, 0.0) + time.perf_counter() - began
 
     def launch(self, node: Node, command: list[str], image: str = "", wait_s: float = 0.0,
                source: str = "", job_id: str = "bench") -> LocalJob:
@@ -214,9 +144,10 @@ class Runner:
         """The nodes' warm runtimes (A and C if none is named) have their imports done, as
         the pre-started loaders have before they are timed; a runtime handed a job is
         replaced here, so no import runs beside a timed arm."""
-        for node in nodes or (self.a, self.c):
-            if node.table.warm is not None:
-                await asyncio.to_thread(node.table.warm.wait_ready, WARM_WAIT_S)
+        with self.phase("warm_runtime_wait"):
+            for node in nodes or (self.a, self.c):
+                if node.table.warm is not None:
+                    await asyncio.to_thread(node.table.warm.wait_ready, WARM_WAIT_S)
 
     async def pause(self, node: Node, job: LocalJob) -> ImageRecord:
         record = await node.checkpoints.checkpoint(job.job_id, job.epoch, f"img-bench-{job.epoch}", True, 300, False)
@@ -311,20 +242,26 @@ async def run_case(case: Case, repeats: int, chunk_size: int, base: Path, fsync:
                "--ranks", str(case.ranks), *(["--fsync"] if fsync else [])]
     try:
         for repeat in range(repeats):
-            await rota_arms(runner, case, command, first=repeat == 0)
+            await rota_arms(runner, case, command, repeat)
             if baselines:
-                await file_baselines(runner, case, command, cold=cold_loads and repeat == 0)
+                await file_baselines(runner, case, command, first=repeat == 0, cold=cold_loads and repeat == 0)
                 if repeat == 0:
-                    await dcp_baseline(runner, case, command)
+                    with runner.phase("dcp"):
+                        await dcp_baseline(runner, case, command)
     finally:
+        case.phases = {k: round(v, 2) for k, v in runner.spent.items()}
         runner.close()
         shutil.rmtree(work, ignore_errors=True)
 
 
-async def rota_arms(runner: Runner, case: Case, command: list[str], first: bool) -> None:
-    """Pause and durable write, a restore on A, a migration from A to C."""
-    job = runner.launch(runner.a, command)
-    await first_step(job, 0)
+async def rota_arms(runner: Runner, case: Case, command: list[str], repeat: int) -> None:
+    """Pause and durable write, a restore on A, a migration from A to C. Each repeat's job
+    draws a state of its own (seed): the same bytes again would be deduplicated by the store
+    and make the durable write of later repeats cheaper than the baselines' saves."""
+    first = repeat == 0
+    with runner.phase("fresh_state"):  # the job's random state and Adam step, before anything is timed
+        job = runner.launch(runner.a, [*command, "--seed", str(1 + 2 * repeat)])
+        await first_step(job, 0)
     started = time.perf_counter()
     record = await runner.pause(runner.a, job)
     case.pause.append(record.pause_s)
@@ -341,15 +278,6 @@ async def rota_arms(runner: Runner, case: Case, command: list[str], first: bool)
     case.restore.append(time.perf_counter() - started)
     add_breakdown(case, report, launched)
     case.migrate.append(await runner.migrate(job, command))
-
-
-def add_breakdown(case: Case, report: dict[str, Any], launched_unix: float) -> None:
-    """The restored job's own times (see rota.bench.checkpoint_job) as the four phases."""
-    marks = [launched_unix, *(float(report.get(k, 0.0)) for k in ("t_restore", "t_ready", "t_loaded", "t_step"))]
-    if not all(marks):
-        return
-    for name, (a, b) in zip(BREAKDOWN, zip(marks, marks[1:], strict=False), strict=True):
-        case.breakdown[name].append(max(0.0, b - a))
 
 
 def available_bytes() -> int:
@@ -420,11 +348,13 @@ def main(argv: list[str]) -> int:
     base.mkdir(parents=True, exist_ok=True)
     repeats = args.repeats or (1 if args.quick else REPEATS)
     out: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
     for case in cases_of(args):
         if not fits(case.state_mb, case.ranks):
             print(f"skipped {case.state_mb:g} MB x {case.ranks} ranks: needs about "
                   f"{case.ranks * case.state_mb * 2.3 / 1024:.1f} GiB of memory, "
                   f"{available_bytes() / (1 << 30):.1f} GiB available", file=sys.stderr)
+            skipped.append({"state_mb": case.state_mb, "ranks": case.ranks, "reason": "memory"})
             continue
         asyncio.run(run_case(case, repeats, int(args.chunk_mb * MIB), base, args.fsync, warm=not args.cold,
                              baselines=not args.no_baselines, cold_loads=not (args.quick or args.no_cold_loads)))
@@ -438,7 +368,8 @@ def main(argv: list[str]) -> int:
               "cold_loads": not (args.quick or args.no_cold_loads or args.no_baselines),
               "restore_env": {k: os.environ[k] for k in PASSED_ENV if k in os.environ}}
     if args.json:
-        print(json.dumps({"cases": out, "wall_s": wall, "repeats": repeats, "policy": policy}, indent=2))
+        print(json.dumps({"cases": out, "skipped": skipped, "wall_s": wall, "repeats": repeats,
+                          "load_average": [round(x, 2) for x in os.getloadavg()], "policy": policy}, indent=2))
     else:
         print(render(out))
         print(f"wall: {wall:.0f} s; page cache: {policy['page_cache']}; fsync: {'both' if args.fsync else 'neither'}; "

@@ -7,7 +7,9 @@ same run as Rota's arms, on the same job (rota.bench.checkpoint_job) and the sam
   with their interpreter up and the warm runtime's imports done (Rota's restore starts from
   a warm runtime: the baselines start as warm): torch.load (load_prestarted_copy_s),
   torch.load(mmap=True) with the tensors assigned in place (load_prestarted_s), safetensors'
-  load_file (safetensors_prestarted_s), each from its file complete to its first step done;
+  load_file (safetensors_prestarted_s), each from its file complete to its first step done.
+  The pre-started torch.load, which copies the state (never the best baseline: 10-30x the
+  mapped loaders here), is measured in the first repeat only;
 - cold launches of the same loaders (load_s, load_mmap_s, safetensors_load_s): the launch
   to the first step done; they pay the interpreter's start, so they are measured in the
   first repeat only, and not by --quick (0.0: not measured);
@@ -35,27 +37,32 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rota.agent.processes import LocalJob
-    from rota.bench.checkpoint import Case, Runner
+    from rota.bench.checkpoint import Runner
+    from rota.bench.checkpoint_report import Case
 
 WAIT_S = 600.0
 # Pre-started torch loaders: (the job's flag, the Case list their times go to).
 TORCH_LOADERS = (("--load", "load_prestarted_copy"), ("--load-mmap", "load_prestarted"))
 
 
-async def file_baselines(runner: Runner, case: Case, command: list[str], cold: bool) -> None:
-    """torch.save and safetensors, each with its pre-started loaders (and cold ones if `cold`)."""
+async def file_baselines(runner: Runner, case: Case, command: list[str], first: bool, cold: bool) -> None:
+    """torch.save and safetensors, each with its pre-started loaders (the copying torch.load
+    one in the `first` repeat only), and cold ones if `cold`."""
     pt, st = runner.work / "state.pt", runner.work / "state.safetensors"
-    waiting = [(flag, pt, name) for flag, name in TORCH_LOADERS] + [("--st-load", st, "st_prestarted")]
+    torch_loaders = TORCH_LOADERS if first else [x for x in TORCH_LOADERS if x[1] != "load_prestarted_copy"]
+    waiting = [(flag, pt, name) for flag, name in torch_loaders] + [("--st-load", st, "st_prestarted")]
     loaders: list[tuple[LocalJob, Path, str]] = []
-    for flag, path, name in waiting:  # all importing at once, before anything is timed
-        done = runner.work / f"{name}.done"
-        job = runner.launch(runner.b, [*command, flag, str(path), "--wait-for", str(done)], job_id=name)
-        loaders.append((job, done, name))
-    for _, done, _ in loaders:
-        await wait_file(Path(f"{done}.ready"))
-    await save(runner, case, command, "--save", pt, case.save)
-    case.baseline_bytes = pt.stat().st_size
-    await save(runner, case, command, "--st-save", st, case.st_save)
+    with runner.phase("loaders_start"):
+        for flag, path, name in waiting:  # all importing at once, before anything is timed
+            done = runner.work / f"{name}.done"
+            job = runner.launch(runner.b, [*command, flag, str(path), "--wait-for", str(done)], job_id=name)
+            loaders.append((job, done, name))
+        for _, done, _ in loaders:
+            await wait_file(Path(f"{done}.ready"))
+    with runner.phase("saves"):
+        await save(runner, case, command, "--save", pt, case.save)
+        case.baseline_bytes = pt.stat().st_size
+        await save(runner, case, command, "--st-save", st, case.st_save)
     for job, done, name in loaders:
         started = time.perf_counter()
         done.touch()
@@ -63,12 +70,13 @@ async def file_baselines(runner: Runner, case: Case, command: list[str], cold: b
         getattr(case, name).append(time.perf_counter() - started)
         runner.b.table.stop(name, job.epoch, "measured", 5)
     if cold:
-        for flag, path, name in (("--load", pt, "load"), ("--load-mmap", pt, "load_mmap"), ("--st-load", st, "st_load")):
-            started = time.perf_counter()
-            job = runner.launch(runner.b, [*command, flag, str(path)])
-            await runner.first_step(job, 0)
-            getattr(case, name).append(time.perf_counter() - started)
-            runner.b.table.stop("bench", job.epoch, "measured", 5)
+        with runner.phase("cold_loads"):
+            for flag, path, name in (("--load", pt, "load"), ("--load-mmap", pt, "load_mmap"), ("--st-load", st, "st_load")):
+                started = time.perf_counter()
+                job = runner.launch(runner.b, [*command, flag, str(path)])
+                await runner.first_step(job, 0)
+                getattr(case, name).append(time.perf_counter() - started)
+                runner.b.table.stop("bench", job.epoch, "measured", 5)
     for leftover in runner.work.iterdir():
         if leftover.is_file():
             leftover.unlink(missing_ok=True)

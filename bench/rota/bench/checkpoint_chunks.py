@@ -2,7 +2,7 @@
 
 A 256 MB state (float32 tensors of up to 64 MB) on two replicated ranks is staged once;
 for each chunk size, into an empty store: the write (hash + store, both ranks: the
-second deduplicated), a restore (rank 0 read in place from the chunk files), a second image
+second deduplicated), a restore (rank 0 mapped in place from the chunk files, lazily: nothing is read), a second image
 after a typical sparse update (three contiguous 256 KB runs changed in every tensor, as an
 embedding's touched rows), whose new bytes show how finely unchanged data is reused.
 """
@@ -60,7 +60,7 @@ def measure(work: Path) -> list[dict[str, Any]]:
                 again = write_staged(store, second, 2, int(size_mb * MIB))
                 started = time.perf_counter()
                 link(store, written.manifest, work / f"restore-{size_mb:g}")
-                imageformat.load(work / f"restore-{size_mb:g}", 0)  # the restore path: read in place
+                imageformat.load(work / f"restore-{size_mb:g}", 0)  # the restore path: mapped in place, unread
                 restores.append(written.logical_bytes / 2 / (time.perf_counter() - started) / 1e9)
                 writes.append(written.logical_bytes / written.seconds / 1e9)
                 shutil.rmtree(work / f"store-{size_mb:g}", ignore_errors=True)

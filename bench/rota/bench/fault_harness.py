@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -382,3 +382,18 @@ def percentiles(values: list[float]) -> dict[str, float]:
         return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4)  # 0.1 ms
 
     return {"n": len(ordered), "p50": at(0.5), "p99": at(0.99), "max": round(ordered[-1], 4)}
+
+
+def health_is(h: Harness, node: str, health: str) -> Callable[[], bool]:
+    return lambda: h.node_health(node) == health
+
+
+def wait_for(check: Callable[[], Any], timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting after {timeout_s:.0f}s")
+        time.sleep(0.05)

@@ -15,6 +15,7 @@ Cases, each over N rounds of short real jobs (numbered as in the reliability iss
    an oversized message; plaintext and certificate-less clients of a mutual-TLS port;
    every call that names a job or an array (cancel, pause, resume, checkpoint, migrate,
    re-plan apply, explain, logs, the console's POST actions) with another tenant's token.
+Cases 3 and 6 are in rota.bench.fault_network, 5 and 7 in rota.bench.fault_requests.
 Every case ends with the same checks (see `rota.bench.fault_harness`): lost and duplicated jobs,
 double-booked GPUs, two running copies, ledger conservation.
 """
@@ -30,11 +31,7 @@ import signal
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-import uuid
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,35 +40,19 @@ import redis
 
 from rota.bench import fault_harness
 from rota.bench.fault_harness import (
-    TENANT,
     GoneTimer,
     Harness,
     Watch,
     alive_pids,
+    health_is,
     job_processes,
     percentiles,
-    sleep_spec,
+    wait_for,
 )
-from rota.bench.netproxy import FaultProxy
-from rota.bench.tls_probe import tls_cases
-from rota.client import JobSpec, RotaError
-from rota.client._wire import spec_to_proto  # raw RPCs: replays and refusals the SDK would not send
-from rota.common.bootstrap import TOKEN_CACHE_S
-from rota.v1 import (
-    agent_pb2,
-    agent_pb2_grpc,
-    allocator_pb2,
-    allocator_pb2_grpc,
-    api_pb2,
-    api_pb2_grpc,
-    checkpoint_pb2,
-    checkpoint_pb2_grpc,
-    common_pb2,
-    detector_pb2,
-    detector_pb2_grpc,
-)
-
-TOKEN_TTL = timedelta(seconds=2)  # the security case's short-lived token
+from rota.bench.fault_network import partition, postgres_outage
+from rota.bench.fault_requests import replays, security
+from rota.client import RotaError
+from rota.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
 
 def allocator_kills(h: Harness, rounds: int, rng: random.Random) -> dict[str, Any]:
@@ -242,264 +223,12 @@ def _left_epoch(h: Harness, job_id: str, epoch: int) -> bool:
     return job.epoch != epoch or job.state != "RUNNING"
 
 
-def postgres_outage(h: Harness, outage_s: float = 10.0) -> dict[str, Any]:
-    """PostgreSQL unreachable for `outage_s` mid-run while a client keeps calling."""
-    assert h.pg_proxy is not None
-    ids = h.submit(4, seconds=1.0)
-    codes: dict[str, int] = {}
-    spec = short_job_spec()
-    with h.client(timeout_s=3) as client:
-        h.pg_proxy.cut()
-        cut_at = time.monotonic()
-        while time.monotonic() - cut_at < outage_s:
-            try:
-                client.get_job(ids[0])
-                codes["OK"] = codes.get("OK", 0) + 1
-            except RotaError as exc:
-                codes[exc.code] = codes.get(exc.code, 0) + 1
-            time.sleep(0.2)
-        h.pg_proxy.heal()
-        healed = time.monotonic()
-        job = wait_for(lambda: _try_submit(client, spec), 60)
-    h.submitted.append(job)
-    return {"outage_s": outage_s, "status_codes_during": codes, "recovered_after_s": round(time.monotonic() - healed, 3),
-            "internal_errors": codes.get("INTERNAL", 0)}
-
-
-def _try_submit(client: Any, spec: JobSpec) -> str | None:
-    try:
-        return str(client.submit(spec=spec).id)
-    except RotaError:
-        return None
-
-
-# The job on the node cut off runs this long; once the node is dead it must stop within
-# STRANDED_WAIT_S, well before it would have ended by itself.
-STRANDED_JOB_S = 15.0
-STRANDED_WAIT_S = 5.0
-
-
-def partition(h: Harness, jitter_s: float = 0.2, seconds: float = 8.0) -> dict[str, Any]:
-    """One node reaches the api's node port (its registration and heartbeats) through a
-    proxy: 200 ms of jitter must not read as death; a real cut must, within the node
-    timeout; healed, the node serves again."""
-    node = sorted(h.info["agents"])[-1]
-    proxy = FaultProxy(h.info["node_endpoint"], delay_s=jitter_s / 2, jitter_s=jitter_s / 2).start()
-    try:
-        os.kill(h.agent_pid(node), signal.SIGKILL)
-        wait_for(health_is(h, node, "DEAD"), 60)
-        h.restart_agent(node, node_addr=proxy.address)
-        wait_for(health_is(h, node, "ALIVE"), 60)
-        h.submit(2, seconds=2.0)
-        false_dead = 0
-        until = time.monotonic() + seconds
-        while time.monotonic() < until:
-            false_dead += h.node_health(node) == "DEAD"
-            time.sleep(0.2)
-        # A whole-node job on every node, so one runs on the node that is cut off: its agent
-        # lives on (its launchers' lease stays fresh) and only the allocator can stop it.
-        # The earlier cases' jobs end first, or one of them could hold that node meanwhile.
-        h.wait_final(list(h.submitted))
-        ids = h.submit(len(h.info["agents"]), seconds=STRANDED_JOB_S, gpus=h.gpus_per_node)
-        placed = [wait_for(functools.partial(h.wait_running, job_id), 60) for job_id in ids]
-        stranded = next((job.id for job in placed if job.node == node), "")
-        proxy.cut()
-        cut_at = time.monotonic()
-        wait_for(health_is(h, node, "DEAD"), 60)
-        dead_at = time.monotonic()
-        stopped_after = _stopped_within(stranded, node, STRANDED_WAIT_S) if stranded else None
-        proxy.heal()
-        wait_for(health_is(h, node, "ALIVE"), 60)
-    finally:
-        proxy.delay_s = proxy.jitter_s = 0.0
-    return {"jitter_ms": jitter_s * 1000, "false_dead_samples": false_dead, "cut_dead_after_s": round(dead_at - cut_at, 3),
-            "stranded_job": stranded, "stranded_stopped_after_dead_s": stopped_after}
-
-
-def _stopped_within(job_id: str, node: str, timeout_s: float) -> float | None:
-    """Seconds until no process of the job runs on the node; None if one still runs after timeout_s."""
-    began = time.monotonic()
-    while time.monotonic() - began < timeout_s:
-        if not any(env.get("ROTA_JOB_ID") == job_id and env.get("ROTA_NODE") == node for env in job_processes().values()):
-            return round(time.monotonic() - began, 3)
-        time.sleep(0.05)
-    return None
-
-
-def replays(h: Harness, rounds: int) -> dict[str, Any]:
-    """Each submission sent three times under a client timeout too short to see the answer."""
-    spec = short_job_spec()
-    conflict_refused = True
-    with h.client() as client:
-        channel = grpc.insecure_channel(h.info["endpoint"])
-        stub = api_pb2_grpc.JobServiceStub(channel)
-        meta = (("authorization", f"Bearer {h.token}"),)
-        for _ in range(rounds):
-            rid = str(uuid.uuid4())
-            request = api_pb2.SubmitJobRequest(spec=spec_to_proto(spec), request_id=rid)
-            for _ in range(3):
-                try:
-                    stub.SubmitJob(request, timeout=0.002, metadata=meta)
-                except grpc.RpcError:
-                    pass  # DEADLINE_EXCEEDED: the client cannot tell whether it landed
-            job = client.submit(spec=spec, request_id=rid)
-            h.submitted.append(job.id)
-            other = api_pb2.SubmitJobRequest(spec=spec_to_proto(spec), request_id=rid)
-            other.spec.priority = spec.priority % 10 + 1
-            try:
-                stub.SubmitJob(other, timeout=10, metadata=meta)
-                conflict_refused = False
-            except grpc.RpcError as exc:
-                conflict_refused &= exc.code() == grpc.StatusCode.ALREADY_EXISTS
-        channel.close()
-    by_request = h.sql(f"SELECT request_id, count(*) FROM jobs WHERE tenant = '{TENANT}' AND request_id IS NOT NULL "
-                       "GROUP BY request_id HAVING count(*) > 1")
-    return {"rounds": rounds, "duplicates": len(by_request), "different_body_already_exists": conflict_refused}
-
-
-def short_job_spec() -> JobSpec:
-    return sleep_spec(0.5, interval=0.1)
-
-
-def security(h: Harness) -> dict[str, Any]:
-    """Each hostile call and the status it must get; `ok` is whether it got exactly that."""
-    results: dict[str, Any] = {}
-    channel = grpc.insecure_channel(h.info["endpoint"])
-    jobs = api_pb2_grpc.JobServiceStub(channel)
-
-    def expect(name: str, want: grpc.StatusCode, call: Callable[[], Any]) -> None:
-        try:
-            call()
-            got = "OK"
-        except grpc.RpcError as exc:
-            got = exc.code().name
-        results[name] = {"expected": want.name, "got": got, "ok": got == want.name}
-
-    def list_as(token: str) -> Callable[[], Any]:
-        return lambda: jobs.ListJobs(api_pb2.ListJobsRequest(), timeout=10, metadata=(("authorization", f"Bearer {token}"),))
-
-    with h.client() as admin:
-        other_token = admin.create_tenant("faults-other-" + uuid.uuid4().hex[:6])[1]
-        issued_at = time.monotonic()
-        short_lived = admin.create_tenant("faults-brief-" + uuid.uuid4().hex[:6], token_ttl=TOKEN_TTL)[1]
-        expect("token_before_expiry", grpc.StatusCode.OK, list_as(short_lived))
-        replaced, first_token = admin.create_tenant("faults-moved-" + uuid.uuid4().hex[:6])
-        expect("token_before_replacement", grpc.StatusCode.OK, list_as(first_token))  # now cached
-        admin.issue_token(replaced.name)
-        victim = h.submitted[0] if h.submitted else h.submit(1, 0.5)[0]
-        # An array of the suite's tenant, running (at most one task at once): not in h.submitted,
-        # cancelled by its owner's side (the admin) once the hostile calls are made.
-        array = admin.submit_array(spec=sleep_spec(30, interval=0.5), indices="0-1%1").id
-
-    get = api_pb2.GetJobRequest(id=victim)
-    expect("no_token", grpc.StatusCode.UNAUTHENTICATED, lambda: jobs.GetJob(get, timeout=10))
-    expect("bad_token", grpc.StatusCode.UNAUTHENTICATED,
-           lambda: jobs.GetJob(get, timeout=10, metadata=(("authorization", "Bearer rt_forged"),)))
-    # Past its expiry a token is refused at once; a replaced one once the api's cached
-    # lookup of it has expired.
-    time.sleep(max(0.0, issued_at + max(TOKEN_TTL.total_seconds(), TOKEN_CACHE_S) - time.monotonic()) + 0.2)
-    expect("expired_token", grpc.StatusCode.UNAUTHENTICATED, list_as(short_lived))
-    expect("replaced_token", grpc.StatusCode.UNAUTHENTICATED, list_as(first_token))
-    as_other = (("authorization", f"Bearer {other_token}"),)
-    expect("other_tenants_job", grpc.StatusCode.NOT_FOUND, lambda: jobs.GetJob(get, timeout=10, metadata=as_other))
-    foreign = api_pb2.SubmitJobRequest(spec=spec_to_proto(short_job_spec()))
-    expect("body_names_another_tenant", grpc.StatusCode.INVALID_ARGUMENT,
-           lambda: jobs.SubmitJob(foreign, timeout=10, metadata=as_other))
-    huge = api_pb2.SubmitJobRequest(spec=spec_to_proto(short_job_spec()), request_id="x")
-    huge.spec.env["PAD"] = "x" * (5 * 1024 * 1024)
-    expect("oversized_message", grpc.StatusCode.RESOURCE_EXHAUSTED,
-           lambda: jobs.SubmitJob(huge, timeout=10, metadata=(("authorization", f"Bearer {h.token}"),)))
-    results.update(cross_tenant_cases(h, channel, as_other, victim, array))
-    with h.client() as admin:
-        admin.cancel_array(array, reason="the security case is over")
-    results.update(tls_cases())  # a TLS server of its own: this cluster runs in plaintext
-    channel.close()
-    return results
-
-
-def cross_tenant_cases(h: Harness, channel: grpc.Channel, as_other: tuple[tuple[str, str], ...], victim: str,
-                       array: str) -> dict[str, Any]:
-    """Every call that names a job or an array, made with another tenant's token on the
-    suite's tenant's: each reads as missing (NOT_FOUND, as GetJob answers), so ids cannot
-    be probed, and the job or array is left as it was."""
-    results: dict[str, Any] = {}
-    jobs = api_pb2_grpc.JobServiceStub(channel)
-    checkpoints = checkpoint_pb2_grpc.CheckpointServiceStub(channel)
-    detector = detector_pb2_grpc.DetectorServiceStub(channel)
-    allocator = allocator_pb2_grpc.AllocatorServiceStub(channel)
-    task = f"{array}_0"
-    calls: dict[str, Callable[[], Any]] = {
-        "other_tenants_array_cancel": lambda: jobs.CancelJob(api_pb2.CancelJobRequest(id=array), timeout=10, metadata=as_other),
-        "other_tenants_array_read": lambda: jobs.GetJobArray(api_pb2.GetJobArrayRequest(id=array), timeout=10,
-                                                             metadata=as_other),
-        "other_tenants_job_cancel": lambda: jobs.CancelJob(api_pb2.CancelJobRequest(id=task), timeout=10, metadata=as_other),
-        "other_tenants_job_pause": lambda: checkpoints.Pause(checkpoint_pb2.PauseRequest(job_id=task), timeout=10,
-                                                             metadata=as_other),
-        "other_tenants_job_resume": lambda: checkpoints.Resume(checkpoint_pb2.ResumeRequest(job_id=victim), timeout=10,
-                                                               metadata=as_other),
-        "other_tenants_job_checkpoint": lambda: checkpoints.Checkpoint(checkpoint_pb2.CheckpointRequest(job_id=task),
-                                                                       timeout=10, metadata=as_other),
-        "other_tenants_job_migrate": lambda: checkpoints.Migrate(checkpoint_pb2.MigrateRequest(job_id=task), timeout=10,
-                                                                 metadata=as_other),
-        "other_tenants_job_replan_apply": lambda: detector.Replan(
-            detector_pb2.ReplanRequest(job_id=task, apply=True), timeout=10, metadata=as_other),
-        "other_tenants_job_explain": lambda: allocator.Explain(allocator_pb2.ExplainRequest(job_id=task), timeout=10,
-                                                               metadata=as_other),
-        "other_tenants_job_logs": lambda: list(jobs.StreamLogs(api_pb2.StreamLogsRequest(id=task), timeout=10,
-                                                               metadata=as_other)),
-    }
-    for name, call in calls.items():
-        try:
-            call()
-            got = "OK"
-        except grpc.RpcError as exc:
-            got = exc.code().name
-        results[name] = {"expected": "NOT_FOUND", "got": got, "ok": got == "NOT_FOUND"}
-    console = h.info.get("console")
-    if console:  # the console's POST actions, with the other tenant's token: the api's refusal
-        for action in ("cancel", "pause", "resume"):
-            got_status = console_post(str(console), f"/jobs/{task}/{action}", as_other[0][1])
-            results[f"other_tenants_console_{action}"] = {"expected": 404, "got": got_status, "ok": got_status == 404}
-    with h.client() as admin:
-        untouched = [admin.get_job(f"{array}_{i}").state for i in range(2)]
-    results["other_tenants_calls_changed_nothing"] = {
-        "expected": "no task cancelled or paused", "got": untouched,
-        "ok": not {"CANCELLED", "PAUSED"} & set(untouched)}
-    return results
-
-
-def console_post(console: str, path: str, authorization: str) -> int:
-    """The HTTP status of a console POST (a JSON call: `Authorization: Bearer ...`)."""
-    request = urllib.request.Request(console + path, data=b"", method="POST",
-                                     headers={"Authorization": authorization})
-    try:
-        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=15) as reply:
-            return int(reply.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-
-
 def new_leader(h: Harness, old: int) -> Callable[[], int | None]:
     def check() -> int | None:
         pid = h.leader_pid()
         return pid if pid is not None and pid != old else None
 
     return check
-
-
-def health_is(h: Harness, node: str, health: str) -> Callable[[], bool]:
-    return lambda: h.node_health(node) == health
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up waiting after {timeout_s:.0f}s")
-        time.sleep(0.05)
 
 
 CASES = ("allocator_kill", "redis_flush", "redis_kill", "agent_kill_and_freeze", "gang_node_kill",

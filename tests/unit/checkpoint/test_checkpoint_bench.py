@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from rota.bench.checkpoint import BREAKDOWN, Case, add_breakdown, best, cases_of, parse_args, render
+from rota.bench.checkpoint import cases_of, parse_args
+from rota.bench.checkpoint_report import BREAKDOWN, Case, add_breakdown, best, render
 
 
 def measured() -> Case:
