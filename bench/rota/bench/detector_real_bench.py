@@ -30,8 +30,8 @@ from rota.core.detection.replan import replan
 from rota.core.detection.sequential import SequentialConfig
 
 FACTORS = (1.2, 1.5)
-ITERATIONS = 130
-FAULT_AT = 95  # 45 judged iterations after the 50-iteration warm-up (a transient among them), then 35 under the fault
+ITERATIONS = 145
+FAULT_AT = 95  # 45 judged iterations after the 50-iteration warm-up (a transient among them), then 50 under the fault
 TRANSIENT = 3  # iterations; the detector needs k = 5 in a row
 SETTLE = 9  # iterations a throttle's quota takes to be trimmed (three trims): its achieved slowdown after them
 REPLAN_LAYERS = "4,4,4,4"
