@@ -33,7 +33,7 @@ FACTORS = (1.2, 1.5)
 ITERATIONS = 145
 FAULT_AT = 95  # 45 judged iterations after the 50-iteration warm-up (a transient among them), then 50 under the fault
 TRANSIENT = 3  # iterations; the detector needs k = 5 in a row
-SETTLE = 9  # iterations a throttle's quota takes to be trimmed (three trims): its achieved slowdown after them
+SETTLE = 9  # iterations after a throttle's start: its achieved slowdown from then on (once settled)
 REPLAN_LAYERS = "4,4,4,4"
 REPLAN_ITERATIONS = (80, 50)  # the detection run (fault at 60), each of the three measured runs
 REPLAN_AT = 5  # the measured runs' fault: the caps need no baseline, so it starts near the start
@@ -144,7 +144,7 @@ def print_real(real: dict[str, Any]) -> None:
         print("re-plan: the slow stage was not flagged")
         return
     print(f"re-plan: {p['before_it_s']} it/s healthy, {p['slow_it_s']} while slow, {p['after_it_s']} re-planned "
-          f"(side by side; layers {p['layers_before']} -> {p['layers_after']}, recovered {p['recovered_share']} of the loss; "
+          f"(one after another; layers {p['layers_before']} -> {p['layers_after']}, recovered {p['recovered_share']} of the loss; "
           f"flagged at {p['flagged_at']}, fault at {p['fault_at']})")
 
 
