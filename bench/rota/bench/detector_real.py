@@ -3,10 +3,11 @@
 Each run starts ``examples/pipeline_failslow.py`` (4 gloo stage processes, a transformer
 on packed standard-library sources) with ``ROTA_ITERATIONS_FILE`` set, tails the file as
 the agent would (each line stamped when it is read), and injects one fault when the job
-reports iteration `at`:
-- ``slow``: the rank's process goes into a cgroup whose CPU quota makes it `factor` times
-  slower (the quota set from the rank's measured CPU use and trimmed to the slowdown it
-  gives: `_Injector`), to the run's end (or for `length` iterations);
+reports iteration `at`. Every stage process runs in its own cgroup, capped at
+`STAGE_SHARE` of a CPU from its start (`_Shares`), so each stage is a device of fixed speed
+and the 2 cores' other work does not move one stage against another:
+- ``slow``: the rank's cap drops to `STAGE_SHARE` / `factor`, which makes it `factor` times
+  slower, to the run's end (or for `length` iterations);
 - ``transient``: the same for `length` iterations only (fewer than the detector's k):
   it must not mark the device bad;
 - ``stop``: the rank's process is killed (SIGKILL); its stage's heartbeats stop, while the
@@ -32,21 +33,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rota.bench.cpu_throttle import CpuThrottle, CpuUse
+from rota.bench.cpu_throttle import CpuThrottle
 
 REPO = Path(__file__).resolve().parents[3]
 JOB = REPO / "examples" / "pipeline_failslow.py"
 STAGES = 4
 BEAT_S = 0.5  # each stage's heartbeat interval (the monitor's timeout is three of them)
 STOP_WATCH_S = 4.0  # after a kill, how long the other stages' beats are recorded
-SHARE_WINDOW = 10  # iterations over which the throttled rank's CPU use is measured (ours)
-TRIM_EVERY = 3  # iterations between trims of a throttle's quota to the slowdown it gives (ours)
-TRIM_GAIN = 0.7  # the share of the gap (in 1/quota) a trim closes (ours)
-# The first quota is USE_GAIN × the rank's CPU use / factor. Its use (CPU seconds per wall
-# second, ~0.03 at load 30-45) counts the time it waits on its peers, so use / factor
-# alone throttled its compute bursts 46-57x for a "1.5x" transient; the trimmed quotas of
-# the first runs (seeds 0-2, 1.2x) settled at 8-11 x use / factor. Ours, from those runs.
-USE_GAIN = 10.0
+# Each stage's CPU cap (ours). A quota binds inside every compute burst longer than it,
+# whatever the stage's average use: at half a CPU over a 3 ms period a stage runs 1.5 ms,
+# waits 1.5 ms, and a burst of 15 ms CPU (one micro-batch's forward or backward at width
+# 128, 512 tokens) spans ten periods, so its busy time is its CPU time × 2 within a
+# period's rounding. A faulty stage at 0.5 / factor has the same rounding, so its busy
+# time really is `factor` times its peers'. With 4 µ-batches of 256 tokens at width 32
+# (bursts of ~3 ms, two to three quotas) the rounding made a "1.2x" stage 1.47-1.6x
+# slower and the log ratios' σ 0.2-0.3. Four stages at 0.5 fill the 2 cores.
+STAGE_SHARE = 0.5
+SHARE_PERIOD_US = 3_000  # 0.5 / 1.5 of it (1 ms) is the kernel's floor
+JOB_ARGS = ("--width", "128", "--heads", "4", "--tokens", "512", "--microbatches", "2")
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ class Recording:
     start: int | None = None  # first iteration under the fault
     end: int | None = None  # first iteration after it (transient)
     end_s: float = 0.0
-    quotas: list[tuple[int, float, float]] = field(default_factory=list)  # (iteration, CPU use, quota) as set
+    quotas: list[tuple[int, float]] = field(default_factory=list)  # (iteration, the rank's cap in CPUs) as set
     more: list[Recording] = field(default_factory=list)  # the windows of a run's further faults
     load: tuple[float, float] = (0.0, 0.0)  # the 1-minute load average when the job started and ended
 
@@ -93,132 +97,109 @@ class _Tail:
 
 
 @dataclass
-class _Injector:
-    """Applies one fault as the iterations arrive; `close` undoes everything it made.
+class _Shares:
+    """Every stage process in its own cgroup, each held to `share` of one CPU.
 
-    With `fraction` None a throttle's quota starts at the rank's measured CPU use (its main
-    thread's scheduler counters over `SHARE_WINDOW` iterations) / factor and is trimmed
-    to the slowdown it measurably gives (`_track`); a number fixes the quota instead."""
+    Four stages on 2 cores with no quota share whatever the cores have free: a quota on one
+    stage then hands its CPU to the others (the job got faster) and the other sessions'
+    load moves every stage's speed. With each stage capped (a cap binds inside every compute
+    burst longer than its quota), every stage computes at its cap whatever else runs, like a
+    device of fixed speed, and a faulty stage capped at share / factor is `factor` times
+    slower than its peers."""
+
+    pid_dir: Path
+    name: str
+    share: float
+    throttles: dict[int, CpuThrottle] = field(default_factory=dict)
+
+    def ensure(self) -> None:
+        """Caps the stages whose pids have appeared (each writes its own first thing)."""
+        for rank in range(STAGES):
+            if rank in self.throttles:
+                continue
+            try:
+                pid = int((self.pid_dir / f"rank{rank}.pid").read_text())
+            except (OSError, ValueError):  # not written yet
+                continue
+            throttle = self.throttles[rank] = CpuThrottle.create(f"{self.name}-stage{rank}", SHARE_PERIOD_US)
+            throttle.add(pid)
+            throttle.limit(self.share)
+
+    def slow(self, rank: int, factor: float) -> float:
+        """Caps `rank` at share / factor (1: back to its share); the fraction set."""
+        fraction = self.share / factor
+        self.throttles[rank].limit(fraction)
+        return fraction
+
+    def close(self) -> None:
+        for throttle in self.throttles.values():
+            throttle.close()
+
+
+@dataclass
+class _Injector:
+    """Applies one fault as the iterations arrive, through the stages' caps (`_Shares`)."""
 
     fault: RealFault
     pid_dir: Path
-    fraction: float | None
-    name: str
+    shares: _Shares
     rec: Recording
-    throttle: CpuThrottle | None = None
     killed_at: float | None = None
-    uses: list[tuple[CpuUse, int, int]] = field(default_factory=list)  # per iteration: counters, quota holds, wall ns
-    ratios: list[float] = field(default_factory=list)  # per iteration: the rank's busy time over its peers' mean
-    baseline: float = 1.0  # that ratio before the fault
-    under: int = 0  # ratios seen when the quota was last set
-    first: int = 0  # ratios seen when the fault began
 
-    def pid(self) -> int:
-        return int((self.pid_dir / f"rank{self.fault.rank}.pid").read_text())
-
-    def _use(self) -> float:
-        """CPUs the rank used on average over the window (its main thread)."""
-        (first, _, t0), (last, _, t1) = self.uses[0], self.uses[-1]
-        return last.rate_since(first, t1 - t0)
-
-    def _track(self, iteration: int, line: dict[str, Any]) -> None:
-        """Reads the rank's counters and its busy time over its peers'; while throttled,
-        sets the quota: first to USE_GAIN × the rank's measured CPU use over the window / factor, then
-        trimmed to the slowdown it measurably gives (the median of its last 2·TRIM_EVERY
-        ratios under the fault over the one before; in 1/q, by TRIM_GAIN of the gap to the
-        factor, every TRIM_EVERY iterations)."""
-        times = line.get("rank_seconds") or []
-        r = self.fault.rank
-        if len(times) > r and all(t is not None for t in times):
-            others = [t for i, t in enumerate(times) if i != r]
-            self.ratios.append(times[r] / statistics.mean(others) if statistics.mean(others) > 0 else 1.0)
-        try:
-            held = self.throttle.throttled_ns() if self.throttle is not None else 0
-            self.uses = [*self.uses, (CpuUse.read(self.pid()), held, time.monotonic_ns())][-SHARE_WINDOW - 1:]
-        except (OSError, ValueError):  # not started yet, or gone
-            return
-        if self.throttle is None or self.rec.end is not None or len(self.uses) < 2 or self.fraction is not None:
-            return
-        if not self.rec.quotas:
-            self.baseline = statistics.median(self.ratios[-20:]) if self.ratios else 1.0
-            self.under = self.first = len(self.ratios)
-            q = min(1.0, max(0.02, USE_GAIN * self._use() / self.fault.factor))
-        else:
-            if len(self.ratios) - self.under < TRIM_EVERY:
-                return
-            got = statistics.median(self.ratios[max(self.first, len(self.ratios) - 2 * TRIM_EVERY):]) / self.baseline
-            q = 1 / min(50.0, max(1.0, 1 / self.rec.quotas[-1][2] + TRIM_GAIN * (self.fault.factor - got)))
-            self.under = len(self.ratios)
-        self.throttle.limit(q)
-        self.rec.quotas.append((iteration, round(self._use(), 4), round(q, 4)))
-
-    def on_iteration(self, iteration: int, now: float, line: dict[str, Any] | None = None) -> None:
+    def on_iteration(self, iteration: int, now: float) -> None:
         f, rec = self.fault, self.rec
-        if f.kind in ("slow", "transient"):
-            self._track(iteration, line or {})
         if f.kind == "none" or iteration < f.at - 1:
             return
         if rec.start is None:
             rec.start = iteration + 1
             if f.kind == "stop":
-                os.kill(self.pid(), signal.SIGKILL)
+                os.kill(int((self.pid_dir / f"rank{f.rank}.pid").read_text()), signal.SIGKILL)
                 self.killed_at = now
-            elif self.fraction is not None:
-                self.throttle = CpuThrottle.create(self.name)
-                self.throttle.add(self.pid())
-                self.throttle.limit(self.fraction)
             else:
-                self.throttle = CpuThrottle.create(self.name)
-                self.throttle.add(self.pid())
-                self.uses = [(u, 0, t) for u, _, t in self.uses]
-                self._track(iteration, {})
+                rec.quotas.append((iteration, round(self.shares.slow(f.rank, f.factor), 4)))
         elif f.kind != "stop" and f.length > 0 and rec.end is None and iteration + 1 >= rec.start + f.length:
-            assert self.throttle is not None
-            self.throttle.limit(None)
+            rec.quotas.append((iteration, round(self.shares.slow(f.rank, 1.0), 4)))
             rec.end = iteration + 1
 
     def done(self, now: float) -> bool:
         return self.killed_at is not None and now - self.killed_at > STOP_WATCH_S
 
-    def close(self) -> None:
-        if self.throttle is not None:
-            self.throttle.close()
-
 
 @dataclass
 class _Injectors:
-    """Several faults in one run, in turn (each its own window and cgroup)."""
+    """Several faults in one run, in turn (each its own window), over one set of caps."""
 
     each: list[_Injector]
+    shares: _Shares
 
     @property
     def rec(self) -> Recording:
         return self.each[0].rec
 
-    def on_iteration(self, iteration: int, now: float, line: dict[str, Any]) -> None:
+    def on_iteration(self, iteration: int, now: float) -> None:
         for inject in self.each:
-            inject.on_iteration(iteration, now, line)
+            inject.on_iteration(iteration, now)
 
     def done(self, now: float) -> bool:
         return any(inject.done(now) for inject in self.each)
 
     def close(self) -> None:
-        for inject in self.each:
-            inject.close()
+        self.shares.close()
 
 
-def _follow(proc: subprocess.Popen[bytes], tail: _Tail, inject: _Injector | _Injectors,
+def _follow(proc: subprocess.Popen[bytes], tail: _Tail, inject: _Injectors,
             on_line: Callable[[float, dict[str, Any]], None] | None, deadline: float) -> None:
     """Reads the job's lines as they come, injecting the fault, until the job ends (or a
     killed stage's silence has been watched long enough)."""
     while True:
         now = time.monotonic()
+        inject.shares.ensure()
         for line in tail.read():
             inject.rec.lines.append((now, line))
             if on_line is not None:
                 on_line(now, line)
             if "iteration" in line:
-                inject.on_iteration(int(line["iteration"]), now, line)
+                inject.on_iteration(int(line["iteration"]), now)
         if proc.poll() is not None or inject.done(now):
             inject.rec.end_s = now
             return
@@ -227,8 +208,8 @@ def _follow(proc: subprocess.Popen[bytes], tail: _Tail, inject: _Injector | _Inj
         time.sleep(0.02)
 
 
-def run_job(fault: RealFault, *, seed: int, iterations: int, fraction: float | None = None,
-            layers: str = "2,2,2,2", timeout_s: float = 1500,
+def run_job(fault: RealFault, *, seed: int, iterations: int, share: float = STAGE_SHARE,
+            layers: str = "2,2,2,2", timeout_s: float = 1500, job_args: tuple[str, ...] = JOB_ARGS,
             on_line: Callable[[float, dict[str, Any]], None] | None = None,
             on_start: Callable[[Path], None] | None = None, also: tuple[RealFault, ...] = ()) -> Recording:
     """One real run of the job under `fault` (and then `also`, each in its own window:
@@ -240,7 +221,7 @@ def run_job(fault: RealFault, *, seed: int, iterations: int, fraction: float | N
         env.pop("ROTA_LAYOUT", None)
         argv = [sys.executable, str(JOB), "--iterations", str(iterations), "--seed", str(seed),
                 "--port", str(_free_port()), "--beat", str(BEAT_S), "--pid-dir", str(work),
-                "--layers-per-stage", layers, "--linger", str(STOP_WATCH_S + 30)]
+                "--layers-per-stage", layers, "--linger", str(STOP_WATCH_S + 30), *job_args]
         log = (work / "job.log").open("wb")
         rec.load = (os.getloadavg()[0], 0.0)
         proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -249,8 +230,8 @@ def run_job(fault: RealFault, *, seed: int, iterations: int, fraction: float | N
         name = f"{os.getpid()}-{seed}-{layers.replace(',', '')}"
         more = [Recording() for _ in also]
         rec.more = more
-        inject = _Injectors([_Injector(f, work, fraction, f"{name}-{i}-{f.kind}", r)
-                             for i, (f, r) in enumerate(zip((fault, *also), (rec, *more), strict=True))])
+        shares = _Shares(work, name, share)
+        inject = _Injectors([_Injector(f, work, shares, r) for f, r in zip((fault, *also), (rec, *more), strict=True)], shares)
         try:
             _follow(proc, _Tail(work / "iterations.jsonl"), inject, on_line, time.monotonic() + timeout_s)
             if proc.returncode not in (None, 0) and fault.kind != "stop":

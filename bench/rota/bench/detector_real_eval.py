@@ -140,7 +140,7 @@ def evaluate(path: Path, tune_seeds: set[int] | None) -> dict[str, Any]:
 
 
 def settled(run: SavedRun, window: dict[str, Any], settle: int = 9) -> float | None:
-    """A slow window's achieved slowdown from `settle` iterations after its start (once its quota is trimmed)."""
+    """A slow window's achieved slowdown from `settle` iterations after its start (once settled)."""
     if window["kind"] != "slow" or window.get("start") is None:
         return None
     rec = Recording(lines=run.lines, start=int(window["start"]), end=window.get("end"))
@@ -159,6 +159,6 @@ def print_eval(result: dict[str, Any]) -> None:
                   f"{delay:>7} {r['transient_marked_bad']:>9}")
     for a in result["achieved"]:
         got = "-" if a["achieved"] is None else f"{a['achieved']:.2f}x"
-        later = "" if a.get("achieved_settled") is None else f", {a['achieved_settled']:.2f}x once trimmed"
+        later = "" if a.get("achieved_settled") is None else f", {a['achieved_settled']:.2f}x from 9 iterations in"
         print(f"  {a['run']} seed {a['seed']}: {a['kind']} intended {a['factor']}x, achieved {got}{later} "
               f"(load {a['load'][0]:.1f}-{a['load'][1]:.1f})")

@@ -1,5 +1,5 @@
 """The real-run benchmark's pure parts: the CPU-throttle files, the replay of recorded lines,
-pooled scores, the quota calibration's interpolation, and the generator's model mismatch."""
+pooled scores, the fault injector's stage caps, and the generator's model mismatch."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 
 from rota.bench.cpu_throttle import V1, V2, CpuUse, find_backend, limit_files, period_for, quota_us
 from rota.bench.detector import run
+from rota.bench.detector_real import RealFault, Recording, _Injector, _Shares
+from rota.bench.detector_real_bench import main as record_main
 from rota.bench.detector_score import Pool, replay
 from rota.bench.detector_workload import LINK, Fault, parse_config
 from rota.core.detection.failslow import JOB, SLOW, STOP, DetectorConfig, Verdict
@@ -129,3 +131,42 @@ def test_bloom_replay_alarms_only_after_the_drop() -> None:
     default = next(r for r in result["held"] if r["threshold"] == 1.1)
     assert default["alarm_at"] is None  # a 5% slowdown of the whole step is under the default threshold
     assert any(r["alarm_at"] is not None for r in result["held"])
+
+
+class _FakeShares(_Shares):
+    """The stages' caps without cgroups: records each cap set."""
+
+    def __init__(self) -> None:
+        super().__init__(Path("/nonexistent"), "test", 0.5)
+        self.set: list[tuple[int, float]] = []
+
+    def slow(self, rank: int, factor: float) -> float:
+        self.set.append((rank, factor))
+        return self.share / factor
+
+
+def test_a_transient_divides_the_stage_cap_by_the_factor_then_restores_it() -> None:
+    shares, rec = _FakeShares(), Recording()
+    inject = _Injector(RealFault("transient", rank=2, at=10, factor=1.5, length=3), Path("/nonexistent"), shares, rec)
+    for it in range(20):
+        inject.on_iteration(it, float(it))
+    assert (rec.start, rec.end) == (10, 13)
+    assert shares.set == [(2, 1.5), (2, 1.0)]
+    assert rec.quotas == [(9, pytest.approx(0.3333, abs=1e-4)), (12, 0.5)]
+
+
+def test_a_persistent_throttle_and_no_fault_leave_the_caps_as_set() -> None:
+    shares, slow, none = _FakeShares(), Recording(), Recording()
+    for fault, rec in ((RealFault("slow", rank=1, at=5, factor=1.2), slow), (RealFault("none"), none)):
+        inject = _Injector(fault, Path("/nonexistent"), shares, rec)
+        for it in range(30):
+            inject.on_iteration(it, float(it))
+    assert (slow.start, slow.end, none.start) == (5, None, None)
+    assert shares.set == [(1, 1.2)]
+
+
+def test_the_recording_command_names_a_bad_field(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, field in ((["--seeds", "a"], "--seeds"), (["--case", "nope"], "--case")):
+        with pytest.raises(SystemExit):
+            record_main(argv)
+        assert field in capsys.readouterr().err
