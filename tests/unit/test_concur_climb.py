@@ -186,7 +186,7 @@ def test_after_congestion_the_window_shrinks_as_histories_grow_and_probes_stop_a
     assert ctl.observe(sample_at(engine, 100, running=20, usage=1.0, rec=50), 1.0).window == 16  # 0.7 x 24
     shrink = ctl.observe(sample_at(engine, 100, running=10, usage=1.0), 2.0)  # contexts doubled: 10 fit
     assert (shrink.window, shrink.action) == (10, "decrease")
-    assert ctl.observe(sample_at(engine, 20, running=5, usage=0.6), 2.2).window == 10  # within the cool-down
+    assert ctl.observe(sample_at(engine, 20, running=5, usage=0.55), 2.2).window == 9  # no cool-down: occupancy
     ctl.observe(sample_at(engine, 80, running=5, usage=0.5), 3.0)
     decisions = [ctl.observe(sample_at(engine, t, running=5, usage=0.5), 4.0 + i)
                  for i, t in enumerate((100, 100, 150, 150, 200, 200))]

@@ -138,8 +138,9 @@ class GoodputClimb(AdmissionController):
                    f"live agents' prefixes recomputed ({recompute_frac:.0%} of queried tokens)")
             return self._back_off(now, why, sample, hit)
         cap = self._ceiling()
-        if k.congested and cap is not None and cap < s.window and not self._cooling(now):
-            # histories grow between turns: shrink before they are evicted, not after
+        if k.congested and cap is not None and cap < s.window:
+            # histories grow between turns: shrink before they are evicted, not after. No
+            # cool-down: this reads the cache's occupancy now, not one event seen twice
             s.window, s.last_decrease = cap, now
             self._restart()
             return self._decide("decrease", f"contexts outgrow the cache: {self.fit():.1f} agents fit", sample, hit)
