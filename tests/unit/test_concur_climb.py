@@ -194,6 +194,17 @@ def test_after_congestion_the_window_shrinks_as_histories_grow_and_probes_stop_a
     assert any("probe up" in d.reason for d in decisions)
 
 
+def test_after_congestion_a_probe_down_stops_at_what_fits() -> None:
+    ctl, engine = fitting(fit_headroom=1.0, fit_samples=1), Engine()
+    ctl.observe(sample_at(engine, 0, running=20, usage=1.0), 0.0)
+    assert ctl.observe(sample_at(engine, 100, running=20, usage=1.0, pre=1), 1.0).window == 16
+    assert ctl.observe(sample_at(engine, 100, running=8, usage=1.0), 2.0).window == 8  # 8 fit
+    decisions = [ctl.observe(sample_at(engine, t, running=8, usage=1.0), 3.0 + i)
+                 for i, t in enumerate((100, 100, 80, 80, 60, 60, 40, 40))]  # the batch drains
+    assert any("probe down" in d.reason for d in decisions)
+    assert [d.window for d in decisions] == [8] * 8  # fewer agents than fit cannot relieve the cache
+
+
 @pytest.mark.parametrize(("field_name", "value"), [("epoch_intervals", 0), ("tolerance", 1.0), ("backoff", 1.0),
                                                    ("backoff", 0.0), ("max_step_fraction", 0.0),
                                                    ("fit_headroom", -0.1), ("fit_samples", 0)])

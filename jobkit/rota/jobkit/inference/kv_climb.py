@@ -218,8 +218,11 @@ class GoodputClimb(AdmissionController):
             target = s.window + direction * max(1, min(k.step, math.floor(s.window * self.climb.max_step_fraction)))
         target = max(c.w_min, min(c.w_max, target))
         cap = self._ceiling()
-        if direction > 0 and k.congested and cap is not None:
-            target = max(min(s.window, target), min(target, cap))  # a probe up stops at the fit
+        if k.congested and cap is not None:
+            if direction > 0:  # a probe up stops at the fit
+                target = max(min(s.window, target), min(target, cap))
+            else:  # and one down stops there too: below what fits, fewer agents cannot relieve the
+                target = min(s.window, max(target, cap))  # cache, and goodput falls as the batch drains
         if direction > 0 and not s.held:
             return self._decide("hold", f"{why}; window not binding", sample, None)
         action = "increase" if target > s.window else "decrease" if target < s.window else "hold"
