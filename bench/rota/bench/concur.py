@@ -54,7 +54,7 @@ from rota.jobkit.inference.model import ModelConfig
 from rota.jobkit.inference.scrape import parse_text, sample_from
 
 # Ours, chosen by measurement with this benchmark (CONCUR's constants are not published):
-# the window starts at half the agents (W_INIT_FRACTION) and doubles until the first
+# the threshold law's window starts at half the agents (W_INIT_FRACTION) and doubles until the first
 # eviction, then grows by one per interval; a decrease halves it, or, when a fraction f of
 # the interval's queried tokens was recomputed, cuts it to max(0.25, 1 - f) of itself if
 # that is deeper, at most once per 0.3 s of virtual time; the control interval is 0.1 s
