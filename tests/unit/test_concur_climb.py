@@ -132,8 +132,82 @@ def test_recompute_of_agents_resumed_after_a_pause_is_not_congestion() -> None:
     assert ctl.observe(engine.interval(10, rec=50), 4.0).window == 1  # recompute now is congestion
 
 
+def sample_at(engine: Engine, tokens: float, running: float, usage: float, **events: float) -> CacheSample:
+    """An interval of the fake engine, with ``running`` requests holding ``usage`` of the cache."""
+    base = engine.interval(tokens, events.get("pre", 0.0), events.get("rec", 0.0))
+    return CacheSample(usage=usage, prefix_queries=base.prefix_queries, prefix_hits=base.prefix_hits,
+                       preemptions=base.preemptions, recomputed_tokens=base.recomputed_tokens,
+                       generated=base.generated, running=running)
+
+
+def fitting(w_init: int = 24, **climb: Any) -> GoodputClimb:
+    ctl = GoodputClimb(ControllerConfig(w_init=w_init, w_max=w_init, cooldown_s=0.5),
+                       ClimbConfig(**({"fit_headroom": 0.5, "fit_samples": 2} | climb)))
+    for i in range(40):
+        ctl.request(f"a{i:02d}")
+    return ctl
+
+
+def test_fit_is_running_requests_per_unit_of_usage_over_the_last_samples() -> None:
+    ctl, engine = fitting(), Engine()
+    assert ctl.fit() is None  # no scrape yet
+    ctl.observe(sample_at(engine, 0, running=10, usage=0.5), 0.0)
+    assert ctl.fit() == pytest.approx(20.0)
+    ctl.observe(sample_at(engine, 50, running=0, usage=0.0), 1.0)  # nothing running: says nothing
+    ctl.observe(sample_at(engine, 50, running=6, usage=0.5), 2.0)
+    assert ctl.fit() == pytest.approx(16.0)  # (10 + 6) / (0.5 + 0.5)
+    ctl.observe(sample_at(engine, 50, running=4, usage=0.5), 3.0)
+    assert ctl.fit() == pytest.approx(10.0)  # the first sample has left the window of 2
+
+
+def test_a_cut_goes_straight_to_what_fits_when_that_is_deeper() -> None:
+    ctl, engine = fitting(), Engine()
+    ctl.observe(sample_at(engine, 0, running=12, usage=1.0), 0.0)
+    cut = ctl.observe(sample_at(engine, 100, running=12, usage=1.0, pre=1), 1.0)
+    assert (cut.window, cut.action) == (6, "decrease")  # 0.5 x 12 fit, not 0.7 x 24 = 16
+
+
+def test_without_headroom_a_cut_is_multiplicative_only() -> None:
+    ctl, engine = fitting(fit_headroom=0.0), Engine()
+    ctl.observe(sample_at(engine, 0, running=12, usage=1.0), 0.0)
+    assert ctl.observe(sample_at(engine, 100, running=12, usage=1.0, pre=1), 1.0).window == 16
+
+
+def test_what_fits_binds_only_after_congestion_was_seen() -> None:
+    ctl, engine = fitting(w_init=8), Engine()
+    windows = [ctl.observe(sample_at(engine, t, running=4, usage=1.0), float(i)).window
+               for i, t in enumerate((0, 100, 100))]
+    assert windows == [8, 8, 8]  # 2 agents fit, but nothing was evicted: the whole batch keeps its slots
+
+
+def test_after_congestion_the_window_shrinks_as_histories_grow_and_probes_stop_at_the_fit() -> None:
+    ctl, engine = fitting(fit_headroom=1.0, fit_samples=1), Engine()
+    ctl.observe(sample_at(engine, 0, running=20, usage=1.0), 0.0)
+    assert ctl.observe(sample_at(engine, 100, running=20, usage=1.0, rec=50), 1.0).window == 16  # 0.7 x 24
+    shrink = ctl.observe(sample_at(engine, 100, running=10, usage=1.0), 2.0)  # contexts doubled: 10 fit
+    assert (shrink.window, shrink.action) == (10, "decrease")
+    assert ctl.observe(sample_at(engine, 20, running=5, usage=0.55), 2.2).window == 9  # no cool-down: occupancy
+    ctl.observe(sample_at(engine, 80, running=5, usage=0.5), 3.0)
+    decisions = [ctl.observe(sample_at(engine, t, running=5, usage=0.5), 4.0 + i)
+                 for i, t in enumerate((100, 100, 150, 150, 200, 200))]
+    assert [d.window for d in decisions] == [10] * 6  # goodput rises, but 10 agents is what fits
+    assert any("probe up" in d.reason for d in decisions)
+
+
+def test_after_congestion_a_probe_down_stops_at_what_fits() -> None:
+    ctl, engine = fitting(fit_headroom=1.0, fit_samples=1), Engine()
+    ctl.observe(sample_at(engine, 0, running=20, usage=1.0), 0.0)
+    assert ctl.observe(sample_at(engine, 100, running=20, usage=1.0, pre=1), 1.0).window == 16
+    assert ctl.observe(sample_at(engine, 100, running=8, usage=1.0), 2.0).window == 8  # 8 fit
+    decisions = [ctl.observe(sample_at(engine, t, running=8, usage=1.0), 3.0 + i)
+                 for i, t in enumerate((100, 100, 80, 80, 60, 60, 40, 40))]  # the batch drains
+    assert any("probe down" in d.reason for d in decisions)
+    assert [d.window for d in decisions] == [8] * 8  # fewer agents than fit cannot relieve the cache
+
+
 @pytest.mark.parametrize(("field_name", "value"), [("epoch_intervals", 0), ("tolerance", 1.0), ("backoff", 1.0),
-                                                   ("backoff", 0.0), ("max_step_fraction", 0.0)])
+                                                   ("backoff", 0.0), ("max_step_fraction", 0.0),
+                                                   ("fit_headroom", -0.1), ("fit_samples", 0)])
 def test_bad_climb_config_is_refused_naming_the_field(field_name: str, value: float) -> None:
     change: dict[str, Any] = {field_name: value}
     with pytest.raises(ValueError, match=field_name):
@@ -148,3 +222,11 @@ def test_the_scrape_reads_goodput_from_the_generation_counter() -> None:
     sample = sample_from(parse_text(page))
     assert sample is not None and (sample.usage, sample.generated) == (0.25, 150.0)
     assert sample_from(parse_text('vllm:kv_cache_usage_perc 0.5\n')).generated is None  # type: ignore[union-attr]
+
+
+def test_the_scrape_reads_running_requests() -> None:
+    from rota.jobkit.inference.scrape import parse_text, sample_from
+
+    sample = sample_from(parse_text('vllm:kv_cache_usage_perc 0.5\nvllm:num_requests_running{engine="0"} 7\n'))
+    assert sample is not None and sample.running == 7.0
+    assert sample_from(parse_text('vllm:kv_cache_usage_perc 0.5\n')).running is None  # type: ignore[union-attr]

@@ -54,7 +54,7 @@ from rota.jobkit.inference.model import ModelConfig
 from rota.jobkit.inference.scrape import parse_text, sample_from
 
 # Ours, chosen by measurement with this benchmark (CONCUR's constants are not published):
-# the window starts at half the agents (W_INIT_FRACTION) and doubles until the first
+# the threshold law's window starts at half the agents (W_INIT_FRACTION) and doubles until the first
 # eviction, then grows by one per interval; a decrease halves it, or, when a fraction f of
 # the interval's queried tokens was recomputed, cuts it to max(0.25, 1 - f) of itself if
 # that is deeper, at most once per 0.3 s of virtual time; the control interval is 0.1 s
@@ -68,7 +68,13 @@ CONTROL_INTERVAL_S = 0.1
 # measured goodput with preemption and recompute as a fast back-off (`rota.jobkit.inference.kv_climb`;
 # its constants, CLIMB, are ours, chosen on the thrash shape of DEFAULT_WORKLOADS), or "threshold", the
 # thresholds of `kv_window` alone (CONTROLLER), kept for comparison.
-CLIMB = ClimbConfig(epoch_intervals=2, tolerance=0.1, backoff=0.7, max_step_fraction=0.5, epoch_tokens_per_agent=4.0)
+# fit_headroom 0.7 (of 0.6, 0.7, 0.8, 1.0) and fit_samples 2 (of 1, 2, 3) chosen on the same
+# three shapes. The climb starts with every agent admitted (CLIMB_W_INIT_FRACTION): before the
+# cache binds a smaller start only costs time, and the first congestion signal cuts straight
+# to what fits.
+CLIMB = ClimbConfig(epoch_intervals=2, tolerance=0.1, backoff=0.7, max_step_fraction=0.5, epoch_tokens_per_agent=4.0,
+                    fit_headroom=0.7, fit_samples=2)
+CLIMB_W_INIT_FRACTION = 1.0
 LAWS = ("climb", "threshold")
 
 
@@ -152,7 +158,8 @@ def parse_config(raw: Any) -> tuple[list[tuple[Workload, list[int]]], Policy]:
 
 def controller_for(w: Workload, policy: Policy) -> AdmissionController:
     base = policy.base
-    start = policy.w_init if policy.w_init is not None else max(1, round(w.agents * W_INIT_FRACTION))
+    fraction = W_INIT_FRACTION if policy.climb is None else CLIMB_W_INIT_FRACTION
+    start = policy.w_init if policy.w_init is not None else max(1, round(w.agents * fraction))
     config = replace(base, w_max=w.agents, w_init=max(base.w_min, min(start, w.agents)))
     return AdmissionController(config) if policy.climb is None else GoodputClimb(config, policy.climb)
 
@@ -320,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     run = _run_vllm if args.engine == "vllm" else _run_rota
     result = run(args, workloads, policy)
     result["controller_constants"] = asdict(policy.base) | {
-        "w_init": policy.w_init if policy.w_init is not None else f"{W_INIT_FRACTION:.3f} x agents",
+        "w_init": policy.w_init if policy.w_init is not None
+        else f"{W_INIT_FRACTION if policy.climb is None else CLIMB_W_INIT_FRACTION:.3f} x agents",
         "law": "threshold" if policy.climb is None else "climb",
         "climb": None if policy.climb is None else asdict(policy.climb)}
     if "skipped" in result:

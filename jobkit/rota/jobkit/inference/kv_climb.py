@@ -38,7 +38,8 @@ nearer their end. Nothing here reads a clock; ``now`` is passed in.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any
 
 from rota.jobkit.inference.kv_window import AdmissionController, CacheSample, ControllerConfig, Decision
@@ -53,6 +54,10 @@ class ClimbConfig:
     backoff: float = 0.7
     max_step_fraction: float = 0.5  # a climb step is at most this fraction of the window (and at least 1)
     epoch_tokens_per_agent: float = 4.0  # an epoch also lasts until W * this many tokens were generated
+    # > 0: once the cache was seen to bind, the window stays within this many times the agents
+    # whose current contexts fit (``GoodputClimb.fit``); 0: no such bound
+    fit_headroom: float = 0.0
+    fit_samples: int = 2  # scrapes that estimate the fit (a ratio of their sums)
 
     def __post_init__(self) -> None:
         if self.epoch_intervals < 1:
@@ -63,6 +68,10 @@ class ClimbConfig:
             raise ValueError(f"backoff: must lie in (0, 1), got {self.backoff}")
         if self.epoch_tokens_per_agent < 0:
             raise ValueError(f"epoch_tokens_per_agent: must not be negative, got {self.epoch_tokens_per_agent}")
+        if self.fit_headroom < 0:
+            raise ValueError(f"fit_headroom: must not be negative, got {self.fit_headroom}")
+        if self.fit_samples < 1:
+            raise ValueError(f"fit_samples: must be at least 1, got {self.fit_samples}")
         if not 0.0 < self.max_step_fraction <= 1.0:
             raise ValueError(f"max_step_fraction: must lie in (0, 1], got {self.max_step_fraction}")
 
@@ -77,6 +86,8 @@ class _Climb:
     last_goodput: float | None = None  # the previous epoch's, at last_window
     last_window: int | None = None
     last_now: float | None = None
+    fit: deque[tuple[float, float]] = field(default_factory=deque)  # recent scrapes' (running, usage)
+    congested: bool = False  # a preemption or a live agent's recompute was seen: the cache binds
 
 
 class GoodputClimb(AdmissionController):
@@ -86,7 +97,7 @@ class GoodputClimb(AdmissionController):
                  state: dict[str, Any] | None = None) -> None:
         super().__init__(config, state)
         self.climb = climb or ClimbConfig()
-        self._c = _Climb()
+        self._c = _Climb(fit=deque(maxlen=self.climb.fit_samples))
         self._recovering: set[str] = set()  # resumed after a pause, their first turn back not yet done
 
     def request(self, agent: str) -> bool:
@@ -115,6 +126,7 @@ class GoodputClimb(AdmissionController):
         if sample is None:
             return self._no_signal(now)
         previous = self._accept(sample, now)
+        self._track_fit(sample)
         elapsed = 0.0 if k.last_now is None else max(0.0, now - k.last_now)
         k.last_now = now
         hit, recompute_frac, preempted = self._interval(previous, sample)
@@ -125,6 +137,13 @@ class GoodputClimb(AdmissionController):
             why = ("the engine preempted requests" if preempted else
                    f"live agents' prefixes recomputed ({recompute_frac:.0%} of queried tokens)")
             return self._back_off(now, why, sample, hit)
+        cap = self._ceiling()
+        if k.congested and cap is not None and cap < s.window:
+            # histories grow between turns: shrink before they are evicted, not after. No
+            # cool-down: this reads the cache's occupancy now, not one event seen twice
+            s.window, s.last_decrease = cap, now
+            self._restart()
+            return self._decide("decrease", f"contexts outgrow the cache: {self.fit():.1f} agents fit", sample, hit)
         before = None if previous is None else previous.generated
         generated = None if sample.generated is None or before is None or sample.generated < before \
             else sample.generated - before
@@ -139,6 +158,35 @@ class GoodputClimb(AdmissionController):
                              or k.tokens < self.climb.epoch_tokens_per_agent * s.window):
             return self._decide("hold", "measuring goodput", sample, hit)
         return self._epoch(sample, hit)
+
+    def _track_fit(self, sample: CacheSample) -> None:
+        if sample.running is not None and sample.running > 0 and sample.usage > 0:
+            self._c.fit.append((sample.running, sample.usage))
+
+    def fit(self) -> float | None:
+        """How many agents' current contexts the whole cache holds: requests running per unit
+        of usage (usage counts the blocks of running requests alone, on vLLM and here), over
+        the last ``fit_samples`` scrapes; None before a scrape with both."""
+        usage = sum(u for _, u in self._c.fit)
+        return sum(r for r, _ in self._c.fit) / usage if usage > 0 else None
+
+    def _cooling(self, now: float) -> bool:
+        last = self._s.last_decrease
+        return last is not None and now - last < self.config.cooldown_s
+
+    def _restart(self) -> None:
+        """A new baseline epoch, probing up by one agent at a time."""
+        k = self._c
+        k.direction, k.step = 1, 1
+        k.tokens = k.seconds = 0.0
+        k.intervals = 0
+        k.last_goodput = k.last_window = None
+
+    def _ceiling(self) -> int | None:
+        fit = self.fit()
+        if self.climb.fit_headroom <= 0 or fit is None:
+            return None
+        return max(self.config.w_min, math.floor(self.climb.fit_headroom * fit))
 
     def _epoch(self, sample: CacheSample, hit: float | None) -> Decision:
         s, k, cl = self._s, self._c, self.climb
@@ -169,6 +217,12 @@ class GoodputClimb(AdmissionController):
         else:
             target = s.window + direction * max(1, min(k.step, math.floor(s.window * self.climb.max_step_fraction)))
         target = max(c.w_min, min(c.w_max, target))
+        cap = self._ceiling()
+        if k.congested and cap is not None:
+            if direction > 0:  # a probe up stops at the fit
+                target = max(min(s.window, target), min(target, cap))
+            else:  # and one down stops there too: below what fits, fewer agents cannot relieve the
+                target = min(s.window, max(target, cap))  # cache, and goodput falls as the batch drains
         if direction > 0 and not s.held:
             return self._decide("hold", f"{why}; window not binding", sample, None)
         action = "increase" if target > s.window else "decrease" if target < s.window else "hold"
@@ -176,13 +230,16 @@ class GoodputClimb(AdmissionController):
         return self._decide(action, why, sample, hit)
 
     def _back_off(self, now: float, why: str, sample: CacheSample, hit: float | None) -> Decision:
-        s, c, k = self._s, self.config, self._c
-        if s.last_decrease is not None and now - s.last_decrease < c.cooldown_s:
+        s, c = self._s, self.config
+        if self._cooling(now):
+            assert s.last_decrease is not None
             return self._decide("hold", f"{why}; cut {now - s.last_decrease:.1f}s ago", sample, hit)
-        s.window = max(c.w_min, math.floor(s.window * self.climb.backoff))
+        target = math.floor(s.window * self.climb.backoff)
+        cap = self._ceiling()
+        if cap is not None:  # straight to what fits, not 0.7x per cool-down
+            target = min(target, cap)
+        s.window = max(c.w_min, target)
         s.last_decrease = now
-        k.direction, k.step = 1, 1  # additive probes up from here, each checked by goodput
-        k.tokens = k.seconds = 0.0
-        k.intervals = 0
-        k.last_goodput = k.last_window = None
+        self._c.congested = True
+        self._restart()  # additive probes up from here, each checked by goodput
         return self._decide("decrease", why, sample, hit)

@@ -101,6 +101,7 @@ class CacheSample:
     evictions: float | None = None  # cached blocks evicted (ours: rota:kv_block_evictions_total)
     hit_rate: float | None = None
     generated: float | None = None  # generated tokens (vllm:generation_tokens_total): goodput
+    running: float | None = None  # requests in the batch (vllm:num_requests_running)
 
 
 @dataclass(frozen=True)

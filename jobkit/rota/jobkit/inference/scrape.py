@@ -57,7 +57,7 @@ def sample_from(m: dict[str, float]) -> CacheSample | None:
             prefix_hits=_counter(m, "vllm:prefix_cache_hits"), preemptions=_counter(m, "vllm:num_preemptions"),
             recomputed_tokens=_counter(m, "rota:recomputed_prefill_tokens"),
             evictions=_counter(m, "rota:kv_block_evictions"),
-            generated=_counter(m, "vllm:generation_tokens"),
+            generated=_counter(m, "vllm:generation_tokens"), running=m.get("vllm:num_requests_running"),
         )
     usage = m.get("sglang:token_usage")
     if usage is not None:
