@@ -41,7 +41,8 @@ REPLAN_AT = 5  # the measured runs' fault: the caps need no baseline, so it star
 REPLAN_WINDOW = (10, 39)  # iterations the measured rates span
 # 4 micro-batches (not the detection runs' 2): a GPipe step is about the stages' summed
 # times plus (micro-batches - 1) x the slowest's, so with 2 the re-plan's own model expected
-# 17% of the loss back (measured: none); with 4, 58-63%.
+# 17% of the loss back (measured: none, but with the split applied per position, the bug
+# `replan_for` fixes); with 4, 58-63%.
 REPLAN_MICROBATCHES = 4
 REPLAN_JOB_ARGS = (*JOB_ARGS[:-1], str(REPLAN_MICROBATCHES))
 
