@@ -181,8 +181,9 @@ def _beat(rank: int, every: float, stop: threading.Event) -> None:
 
 def _split(args: argparse.Namespace) -> list[int]:
     plan = rota.runtime.layout()
-    if plan is not None:
-        return [int(n) for n in plan["layers_per_stage"]][:STAGES]
+    if plan is not None:  # each rank its own stage's layers (a plan may list a moved device at another position)
+        by_rank = {int(r): int(st["layers"]) for st in plan["stages"] for r in st["ranks"]}
+        return [by_rank.get(r, 0) for r in range(STAGES)]
     return list(args.layers_per_stage)
 
 

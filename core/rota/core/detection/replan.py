@@ -55,6 +55,11 @@ class Replan:
     throughput_after: float
     throughput_drop_group: float
 
+    def layers_of_rank(self, rank: int) -> int:
+        """The layers the device `rank` (original numbering) holds in the plan; 0 if idle.
+        Not layers_per_stage[rank]: a re-plan may move a device to another pipeline position."""
+        return next((st.layers for st in self.stages if rank in st.ranks), 0)
+
     @property
     def layers_per_stage(self) -> list[int]:
         """Replica-major: [replica 0 stage 0, replica 0 stage 1, …]; 0 for a left-out replica."""
@@ -144,23 +149,35 @@ def _as_is(layout: Layout, speeds: Sequence[float], d: int, layers: int) -> _Rep
     return None if min(v) <= 0 else _Replica(groups, equal_layers(layers, layout.pp), v)
 
 
+def _orders(groups: list[tuple[int, ...]], hit: list[tuple[int, ...]], pooled: list[tuple[int, ...]],
+            speeds: Sequence[float], keep_order: bool) -> list[list[tuple[int, ...]]]:
+    """The pipeline orders to try: with `keep_order`, the regrouped devices take the affected
+    groups' positions and nothing else moves; else the slowest group at every position."""
+    if keep_order:
+        order, fill = list(groups), iter(pooled)
+        return [[next(fill) if g in hit else g for g in order]]
+    kept = sorted([g for g in groups if g not in hit] + pooled)
+    slowest = min(kept, key=lambda g: (_group_speed(g, speeds), g))
+    rest = [g for g in kept if g != slowest]
+    return [[*rest[:at], slowest, *rest[at:]] for at in (range(len(groups)) if len(groups) <= ORDER_SEARCH_PP else [len(rest)])]
+
+
 def _replanned(
     layout: Layout, speeds: Sequence[float], d: int, layers: int, memory_factor: float, microbatches: int,
+    keep_order: bool = False,
 ) -> _Replica | None:
     """Regroups the devices of this replica's affected TP groups (intact groups stay as they
     are), balances layers, and puts the slowest group at the pipeline position where the
-    1F1B makespan is shortest (a slow stage costs less where the bubbles hide it)."""
+    1F1B makespan is shortest (a slow stage costs less where the bubbles hide it), unless
+    `keep_order`: a job whose stages are not interchangeable (the first embeds and reads the
+    data, the last holds the head and the loss) keeps each device at its position."""
     groups = [tuple(layout.group(s, d)) for s in range(layout.pp)]
     hit = [g for g in groups if any(speeds[r] < AFFECTED_BELOW for r in g)]
     pooled = regroup([(r, speeds[r]) for g in hit for r in g], layout.tp, len(hit))
     if pooled is None:
         return None
-    kept = sorted([g for g in groups if g not in hit] + pooled)
-    slowest = min(kept, key=lambda g: (_group_speed(g, speeds), g))
-    rest = [g for g in kept if g != slowest]
     best: _Replica | None = None
-    for at in range(layout.pp) if layout.pp <= ORDER_SEARCH_PP else [len(rest)]:
-        order = [*rest[:at], slowest, *rest[at:]]
+    for order in _orders(groups, hit, pooled, speeds, keep_order):
         v = [_group_speed(g, speeds) for g in order]
         share = layers / (layout.pp * layout.tp)  # layers one device held before
         caps = [max(1, int(memory_factor * len(g) * share + 1e-9)) for g in order]
@@ -231,6 +248,7 @@ def _check_replan_args(layout: Layout, speeds: Sequence[float], layers: int, mic
 
 def replan(
     layout: Layout, speeds: Sequence[float], *, layers: int = 32, microbatches: int = 8, memory_factor: float = 2.0,
+    keep_order: bool = False,
 ) -> Replan:
     layout = layout.base()
     _check_replan_args(layout, speeds, layers, microbatches, memory_factor)
@@ -246,7 +264,7 @@ def replan(
     drop_reps = [None if d in affected else _as_is(layout, speeds, d, layers) for d in range(layout.dp)]
     drop_counts, drop = _throughput(drop_reps, total, healthy)
     after_reps = [
-        _replanned(layout, speeds, d, layers, memory_factor, microbatches) if d in affected
+        _replanned(layout, speeds, d, layers, memory_factor, microbatches, keep_order) if d in affected
         else _as_is(layout, speeds, d, layers)
         for d in range(layout.dp)
     ]
