@@ -170,10 +170,6 @@ class GoodputClimb(AdmissionController):
         usage = sum(u for _, u in self._c.fit)
         return sum(r for r, _ in self._c.fit) / usage if usage > 0 else None
 
-    def _cooling(self, now: float) -> bool:
-        last = self._s.last_decrease
-        return last is not None and now - last < self.config.cooldown_s
-
     def _restart(self) -> None:
         """A new baseline epoch, probing up by one agent at a time."""
         k = self._c
@@ -231,9 +227,8 @@ class GoodputClimb(AdmissionController):
 
     def _back_off(self, now: float, why: str, sample: CacheSample, hit: float | None) -> Decision:
         s, c = self._s, self.config
-        if self._cooling(now):
-            assert s.last_decrease is not None
-            return self._decide("hold", f"{why}; cut {now - s.last_decrease:.1f}s ago", sample, hit)
+        if (ago := self._within_cooldown(now)) is not None:
+            return self._decide("hold", f"{why}; cut {ago:.1f}s ago", sample, hit)
         target = math.floor(s.window * self.climb.backoff)
         cap = self._ceiling()
         if cap is not None:  # straight to what fits, not 0.7x per cool-down

@@ -260,8 +260,8 @@ class AdmissionController:
         """Multiplicative decrease (deeper for a large recompute of live agents' prefixes,
         `recompute_frac`), unless the last one is within the cooldown."""
         s, c = self._s, self.config
-        if s.last_decrease is not None and now - s.last_decrease < c.cooldown_s:
-            return self._decide("hold", f"{why}; decreased {now - s.last_decrease:.1f}s ago", sample, hit)
+        if (ago := self._within_cooldown(now)) is not None:
+            return self._decide("hold", f"{why}; decreased {ago:.1f}s ago", sample, hit)
         factor = c.decrease_factor
         if recompute_frac is not None:
             factor = min(factor, max(c.severity_floor, 1.0 - recompute_frac))
@@ -269,6 +269,12 @@ class AdmissionController:
         s.slow_start = False
         s.last_decrease = now
         return self._decide("decrease", why, sample, hit)
+
+    def _within_cooldown(self, now: float) -> float | None:
+        """Seconds since the last decrease while that is within ``cooldown_s`` (a decrease's
+        signals arrive a turn later: another now would count one event twice); None after."""
+        last = self._s.last_decrease
+        return None if last is None or now - last >= self.config.cooldown_s else now - last
 
     def _grow(self, sample: CacheSample, previous: CacheSample | None, hit: float | None) -> Decision:
         """A healthy cache: the window grows while agents are held (doubling in slow start,
