@@ -61,13 +61,18 @@ def local_loo_means(submit_s: np.ndarray, limits: np.ndarray, values: np.ndarray
     return out
 
 
+def submit_features(s: Scored) -> list[tuple[float, int, int]]:
+    """Each job's submit-time features: (declared limit, GPU count, quarter of the day)."""
+    limits = np.asarray(s.p50["declared"], float)
+    return [(float(d), j.gpus, int(j.hour // 6)) for d, j in zip(limits, s.jobs, strict=True)]
+
+
 def bound_plans(s: Scored) -> dict[str, np.ndarray]:
     true = np.array([j.seconds for j in s.jobs])
     limits = np.asarray(s.p50["declared"], float)
-    quarter = [int(j.hour // 6) for j in s.jobs]
     return {
         "bound_limit": group_means(list(limits), true),
-        "bound_limit_gpus_hour": group_means(list(zip(limits, [j.gpus for j in s.jobs], quarter, strict=True)), true),
+        "bound_limit_gpus_hour": group_means(submit_features(s), true),
         "bound_local_loo": local_loo_means(np.array([j.submit_s for j in s.jobs]), limits, true, LOCAL_HOURS),
     }
 
@@ -99,13 +104,17 @@ def main(argv: list[str]) -> int:
     print(f"share of the declared -> oracle avg-JCT gap recovered ({args.policy}); bound_* read the log's true run times")
     print(f"  {'log':15} {'seed':>4} " + " ".join(f"{a:>21}" for a in arms))
     for name, per_seed in table.items():
-        rows = list(per_seed.items())
-        for seed, row in rows:
-            print(f"  {name:15} {seed:4d} " + " ".join(f"{_pct(row[a]):>21}" for a in arms))
-        means = [statistics.fmean(v for _, r in rows if (v := r[a]) is not None) if any(r[a] is not None for _, r in rows)
-                 else None for a in arms]
-        print(f"  {name:15} {'mean':>4} " + " ".join(f"{_pct(m):>21}" for m in means))
+        print("\n".join(share_rows(name, per_seed, arms, 21)))
     return 0
+
+
+def share_rows(name: str, per_seed: dict[int, dict[str, float | None]], arms: Sequence[str], width: int) -> list[str]:
+    """A log's rows of a shares table: one per seed of the drawn limits, then their mean."""
+    lines = [f"  {name:15} {seed:4d} " + " ".join(f"{_pct(row[a]):>{width}}" for a in arms)
+             for seed, row in per_seed.items()]
+    means = [statistics.fmean(vals) if (vals := [v for r in per_seed.values() if (v := r[a]) is not None]) else None
+             for a in arms]
+    return [*lines, f"  {name:15} {'mean':>4} " + " ".join(f"{_pct(m):>{width}}" for m in means)]
 
 
 def _pct(v: float | None) -> str:

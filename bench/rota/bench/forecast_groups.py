@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
-import statistics
 import sys
 from collections import Counter
 from collections.abc import Hashable, Sequence
@@ -43,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rota.bench.forecast_bounds import group_means
+from rota.bench.forecast_bounds import group_means, share_rows, submit_features
 from rota.bench.forecast_history import Scored, forecast_log, philly_logs
 from rota.bench.forecast_planning import PlanFigures, planned, recovered, simulate_planned
 from rota.core.forecasting.history import HistoryConfig
@@ -125,16 +124,15 @@ def group_plans(s: Scored, labels: dict[str, str]) -> dict[str, np.ndarray]:
     vc = [labels.get(j.id) for j in s.jobs]
     limits = np.asarray(s.p50["declared"], float)
     true = np.array([j.seconds for j in s.jobs])
-    gpus = [j.gpus for j in s.jobs]
-    quarter = [int(j.hour // 6) for j in s.jobs]
+    features = submit_features(s)  # (limit, GPU count, quarter of the day)
     past = [j.past(float(d)) for j, d in zip(s.jobs, limits, strict=True)]
     by_vc = [(d, v) if v is not None else None for d, v in zip(limits, vc, strict=True)]
-    fine = list(zip(limits, vc, gpus, quarter, strict=True))
+    fine = [(d, v, g, q) for (d, g, q), v in zip(features, vc, strict=True)]
     loo = loo_means(list(limits), true, (true.sum() - true) / max(len(true) - 1, 1))
     loo = loo_means(list(zip(limits, vc, strict=True)), true, loo)
     return {
         "forecast_vc": np.array(expected_durations(past, list(s.expected), HistoryConfig().min_same, by_vc)),
-        "bound_limit_gpus_hour": group_means(list(zip(limits, gpus, quarter, strict=True)), true),
+        "bound_limit_gpus_hour": group_means(features, true),
         "bound_limit_vc_gpus_hour": group_means(fine, true),
         "bound_limit_vc_gpus_hour_loo": loo_means(fine, true, loo),
     }
@@ -174,19 +172,11 @@ def main(argv: list[str]) -> int:
     print(f"share of the declared -> oracle avg-JCT gap recovered ({args.policy}); bound_* read the log's true run times")
     print(f"  {'log':15} {'seed':>4} " + " ".join(f"{a:>28}" for a in ARMS))
     for name, per_seed in result.shares.items():
-        for seed, row in per_seed.items():
-            print(f"  {name:15} {seed:4d} " + " ".join(f"{_pct(row[a]):>28}" for a in ARMS))
-        means = [statistics.fmean(vals) if (vals := [v for r in per_seed.values() if (v := r[a]) is not None]) else None
-                 for a in ARMS]
-        print(f"  {name:15} {'mean':>4} " + " ".join(f"{_pct(m):>28}" for m in means))
+        print("\n".join(share_rows(name, per_seed, ARMS, 28)))
         labelled, total = result.coverage[name]
         print(f"  {name:15} VC-labelled jobs: {labelled} of {total}; mean |log(P50/actual)| on them "
               f"(first seed's limits): {result.p50_errors[name]}")
     return 0
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.0f}%"
 
 
 if __name__ == "__main__":

@@ -120,14 +120,20 @@ def week(traffic: Traffic, apps: list[str], first: int, arms: tuple[str, ...] = 
     return out
 
 
+def _judged_week(src: Path | None, min_share: float) -> tuple[Traffic, list[str], int]:
+    """The Helios traffic, the apps that want GPUs in at least `min_share` of its hours, and
+    the hour index of the judged week (the trace's last whole one; the tuning week before it)."""
+    traffic = helios_hourly(src)
+    apps = [vc for vc, v in sorted(traffic.series.items()) if np.mean(v[~np.isnan(v)] > 0) >= min_share]
+    return traffic, apps, 24 * (len(next(iter(traffic.series.values()))) // 24 - DAYS)
+
+
 def realtime_vs_reactive(src: Path | None = None, min_share: float = 0.9, profile: bool = False
                          ) -> tuple[dict[str, dict[str, float]], dict[str, object]]:
     """(the issue's {forecast, reactive}: {unmet_gpu_steps, gpu_hours} on the judged week,
     {apps, judged: every arm (profile only if asked: it re-fits every hour, about 2 minutes),
     tune: the same but profile on the week before})."""
-    traffic = helios_hourly(src)
-    apps = [vc for vc, v in sorted(traffic.series.items()) if np.mean(v[~np.isnan(v)] > 0) >= min_share]
-    first = 24 * (len(next(iter(traffic.series.values()))) // 24 - DAYS)
+    traffic, apps, first = _judged_week(src, min_share)
     judged = week(traffic, apps, first, ARMS if profile else ARMS[:3])
     tune = week(traffic, apps, first - 24 * DAYS, ARMS[:3])
     return {arm: judged[arm] for arm in ("forecast", "reactive")}, {"apps": len(apps), "judged": judged, "tune": tune}
@@ -152,9 +158,7 @@ def unmet_at(points: list[Point], gpu_hours: float) -> float | None:
 
 def frontier(src: Path | None = None, min_share: float = 0.9) -> dict[str, dict[str, dict[str, float]]]:
     """{week (judged, tune): {arm setting: {unmet_gpu_steps, gpu_hours}}} for every frontier setting."""
-    traffic = helios_hourly(src)
-    apps = [vc for vc, v in sorted(traffic.series.items()) if np.mean(v[~np.isnan(v)] > 0) >= min_share]
-    first = 24 * (len(next(iter(traffic.series.values()))) // 24 - DAYS)
+    traffic, apps, first = _judged_week(src, min_share)
     arms = tuple(f"forecast_q{q:g}" for q in FRONTIER_LEVELS) + tuple(f"reactive_plus{s:g}" for s in HEADROOM_SHARES)
     return {"judged": week(traffic, apps, first, arms), "tune": week(traffic, apps, first - 24 * DAYS, arms)}
 
