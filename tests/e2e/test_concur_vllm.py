@@ -53,11 +53,12 @@ def test_vllm_metrics_carry_the_controllers_signals(server: VllmServer) -> None:
     live.complete(prompt + first, 4)  # the first prompt's blocks are prefix hits now
     m = parse_text(live.metrics_text())
     for name in ("vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
-                 "vllm:num_preemptions_total"):
+                 "vllm:num_preemptions_total", "vllm:num_requests_running", "vllm:num_requests_waiting"):
         assert name in m, name
     sample = sample_from(m)
     assert sample is not None and sample.prefix_hits is not None and sample.prefix_hits >= 2 * BLOCK_TOKENS
     assert sample.recomputed_tokens is None  # vLLM counts none: the controller reads the hit rate's fall
+    assert sample.running is not None and sample.waiting is not None  # the fit and the queue at a full cache
 
 
 def test_controller_drives_real_vllm_agents_to_completion(server: VllmServer) -> None:

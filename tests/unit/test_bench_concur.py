@@ -94,3 +94,43 @@ def test_ideal_prefill_leaves_each_turn_only_what_no_cache_could_hold() -> None:
     # turn 0: 40 tokens; turn 1: 40 + 8 generated + 20 = 68, the previous sequence's 47 computed
     # tokens give two full blocks of 16 (32): 36; turn 2: 96, 75 computed -> 64 cached: 32
     assert ideal_prefill(plan, gen_tokens=8, block=16) == 40 + 36 + 32
+
+
+@pytest.mark.parametrize(("repeat", "order"), [(0, [16, 4, 3, 0]), (1, [4, 3, 0, 16]), (2, [3, 0, 16, 4]),
+                                               (3, [0, 16, 4, 3]), (4, [16, 4, 3, 0])])
+def test_vllm_arms_rotate_one_place_per_repeat(repeat: int, order: list[int]) -> None:
+    from rota.bench.concur_vllm import arm_order
+
+    assert arm_order([16, 4, 3, 0], repeat) == order
+
+
+def _run(tps: float) -> Any:
+    from rota.jobkit.inference.agents import RunResult
+
+    return RunResult(tokens_per_s=tps, makespan_s=100 / tps, recompute_ratio=0.0, hit_rate=0.5, evictions=0,
+                     mean_usage=0.5, preemptions=0, generated=100, recomputed=0)
+
+
+@pytest.mark.parametrize(("values", "median"), [([3.0], 3.0), ([5.0, 1.0, 3.0], 3.0), ([4.0, 1.0, 3.0, 2.0], 2.0)])
+def test_an_arm_reports_its_median_run(values: list[float], median: float) -> None:
+    from rota.bench.concur_vllm import median_run
+
+    assert median_run([_run(v) for v in values]).tokens_per_s == median
+
+
+def test_repeats_give_the_ratios_within_each_repeat() -> None:
+    from rota.bench.concur_vllm import repeats_summary
+
+    runs = {16: [_run(20), _run(40), _run(30)], 4: [_run(60), _run(80), _run(90)], 0: [_run(50), _run(90), _run(60)]}
+    out = repeats_summary(runs, agents=16)
+    assert out["count"] == 3 and out["tokens_per_s"]["cap 4"] == [60, 80, 90]
+    assert out["controller_vs_admit_all"] == {"per_repeat": [2.5, 2.25, 2.0], "median": 2.25}
+    assert out["controller_vs_static_best"]["cap"] == 4
+    assert out["controller_vs_static_best"]["per_repeat"] == [0.833, 1.125, 0.667]
+
+
+def test_repeats_are_for_the_vllm_engine_only(capsys: pytest.CaptureFixture[str]) -> None:
+    assert concur.main(["--repeats", "3", "--json"]) == 2
+    assert capsys.readouterr().err.startswith("rota: --repeats: ")
+    assert concur.main(["--engine", "vllm", "--repeats", "0", "--json"]) == 2
+    assert capsys.readouterr().err.startswith("rota: --repeats: ")

@@ -1,7 +1,7 @@
 """`rota bench concur`: agent-level admission control (CONCUR) against admit-all and the best static cap.
 
     rota bench concur [--engine rota|vllm] [--clock fitted|measured] [--install-vllm]
-                      [--config FILE] [--json] [--render DIR]
+                      [--vllm-url URL] [--repeats N] [--config FILE] [--json] [--render DIR]
     python -m rota.bench.concur ...   (the same, without the CLI)
 
 ``--engine vllm`` runs the same arms against a real vLLM server on the CPU in wall-clock
@@ -38,6 +38,7 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +72,11 @@ CONTROL_INTERVAL_S = 0.1
 # fit_headroom 0.7 (of 0.6, 0.7, 0.8, 1.0) and fit_samples 2 (of 1, 2, 3) chosen on the same
 # three shapes. The climb starts with every agent admitted (CLIMB_W_INIT_FRACTION): before the
 # cache binds a smaller start only costs time, and the first congestion signal cuts straight
-# to what fits.
+# to what fits. queue_samples 1: one scrape showing a queue that the free cache cannot take
+# is congestion (vLLM's queue at a thrashing batch lasts seconds; 1 and 2 gave the same
+# figures on the three tuning shapes, so the earlier signal was kept).
 CLIMB = ClimbConfig(epoch_intervals=2, tolerance=0.1, backoff=0.7, max_step_fraction=0.5, epoch_tokens_per_agent=4.0,
-                    fit_headroom=0.7, fit_samples=2)
+                    fit_headroom=0.7, fit_samples=2, queue_samples=1)
 CLIMB_W_INIT_FRACTION = 1.0
 LAWS = ("climb", "threshold")
 
@@ -269,6 +272,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--vllm-url", metavar="URL",
                         help="with --engine vllm: use the vLLM server already running at URL (e.g. "
                              "http://127.0.0.1:8000, its KV cache sized for the workloads) instead of starting one")
+    parser.add_argument("--repeats", type=int, default=1, metavar="N",
+                        help="with --engine vllm: run every arm N times, interleaved (each repeat in an order "
+                             "rotated by one arm), and report each arm's median run and the ratios per repeat")
     args = parser.parse_args(argv)
     if args.clock is None:
         args.clock = "measured" if args.engine == "vllm" else "fitted"
@@ -279,6 +285,10 @@ def _load(args: argparse.Namespace) -> tuple[list[tuple[Workload, list[int]]], P
     raw: Any = {"workloads": DEFAULT_WORKLOADS}
     if args.engine == "vllm" and args.clock != "measured":
         raise ValueError("--clock: vLLM runs in measured wall-clock time only")
+    if args.repeats < 1:
+        raise ValueError(f"--repeats: must be at least 1, got {args.repeats}")
+    if args.repeats > 1 and args.engine != "vllm":
+        raise ValueError("--repeats: only with --engine vllm (our engine's fitted clock prices the same work alike)")
     if args.config is not None:
         try:
             raw = json.loads(args.config.read_text())
@@ -312,8 +322,11 @@ def _run_vllm(args: argparse.Namespace, workloads: list[tuple[Workload, list[int
     python = vllm_or_reason(args.install_vllm) if args.vllm_url is None else Path(sys.executable)
     if isinstance(python, str):
         return {"engine": "vllm", "clock": "measured", "skipped": python, "workloads": []}
-    ran = run_vllm_arms(python, [(w, caps, controller_for(w, policy)) for w, caps in workloads], url=args.vllm_url)
-    out = [workload_result(w, r["sweep"], r["controller"], r["wall_s"]) for (w, _), r in zip(workloads, ran, strict=True)]
+    ran = run_vllm_arms(python, [(w, caps, partial(controller_for, w, policy)) for w, caps in workloads],
+                        url=args.vllm_url, repeats=args.repeats)
+    out = [workload_result(w, r["sweep"], r["controller"], r["wall_s"]) | ({"repeats": r["repeats"]} if "repeats" in r
+                                                                           else {})
+           for (w, _), r in zip(workloads, ran, strict=True)]
     return {"engine": "vllm", "clock": "measured", "workloads": out}
 
 

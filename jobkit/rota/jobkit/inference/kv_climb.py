@@ -19,6 +19,19 @@ The law, per control interval:
   back is the price of a cut (their histories were evicted while they waited), not
   congestion, and cuts nothing. After a cut the climb starts again from a baseline and
   probes up by one per epoch (additive increase, each step checked by goodput);
+- **a queue the cache cannot take** (``queue_samples`` scrapes in a row): the requests
+  waiting in the engine's queue (``vllm:num_requests_waiting``) need, at the running
+  requests' mean context (``usage / running``), more than the free cache
+  (``waiting * usage / running > 1 - usage``). An engine short of room queues requests
+  rather than preempting (vLLM admits a waiting request only when its blocks fit, and its
+  token budget per step admits only a few long prompts at once), so a window beyond what
+  fits shows no preemption and, on vLLM, no recompute counter: only a queue that the free
+  cache cannot drain, while the prefixes of agents in their tool calls are evicted to make
+  room for it. The bar is the cache's own mean context, not a tuned usage level: a queue
+  that fits in the free room (an ample cache, a short wait for the step's budget) is not
+  congestion. It marks the cache as binding, as a preemption does, and the window goes
+  straight to the fit bound below (no multiplicative cut: requests submitted before the
+  cut stay queued until they drain, so the queue would go on cutting below what fits);
 - otherwise, while agents are held (the window binds), the interval's generated tokens and
   seconds add to the current **epoch**, which ends after ``epoch_intervals`` intervals once
   ``epoch_tokens_per_agent * W`` tokens were generated in it (a slow engine's epochs last
@@ -44,7 +57,7 @@ from typing import Any
 
 from rota.jobkit.inference.kv_window import AdmissionController, CacheSample, ControllerConfig, Decision
 
-__all__ = ["ClimbConfig", "GoodputClimb"]
+__all__ = ["ClimbConfig", "GoodputClimb", "queue_binds"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,9 @@ class ClimbConfig:
     # whose current contexts fit (``GoodputClimb.fit``); 0: no such bound
     fit_headroom: float = 0.0
     fit_samples: int = 2  # scrapes that estimate the fit (a ratio of their sums)
+    # scrapes in a row that must show a queue the free cache cannot take before that is
+    # congestion (`queue_binds`); 0: the queue is not read
+    queue_samples: int = 1
 
     def __post_init__(self) -> None:
         if self.epoch_intervals < 1:
@@ -72,6 +88,8 @@ class ClimbConfig:
             raise ValueError(f"fit_headroom: must not be negative, got {self.fit_headroom}")
         if self.fit_samples < 1:
             raise ValueError(f"fit_samples: must be at least 1, got {self.fit_samples}")
+        if self.queue_samples < 0:
+            raise ValueError(f"queue_samples: must not be negative, got {self.queue_samples}")
         if not 0.0 < self.max_step_fraction <= 1.0:
             raise ValueError(f"max_step_fraction: must lie in (0, 1], got {self.max_step_fraction}")
 
@@ -87,7 +105,17 @@ class _Climb:
     last_window: int | None = None
     last_now: float | None = None
     fit: deque[tuple[float, float]] = field(default_factory=deque)  # recent scrapes' (running, usage)
-    congested: bool = False  # a preemption or a live agent's recompute was seen: the cache binds
+    congested: bool = False  # a preemption, a live agent's recompute or a queue the cache cannot take was seen
+    queued: int = 0  # scrapes in a row that showed a queue the cache cannot take
+
+
+def queue_binds(sample: CacheSample) -> bool:
+    """The requests waiting in the engine's queue need, at the running requests' mean
+    context (``usage / running``), more room than the cache has free."""
+    running, waiting = sample.running, sample.waiting
+    if running is None or waiting is None or running < 1 or waiting < 1:
+        return False
+    return waiting * sample.usage / running > 1.0 - sample.usage
 
 
 class GoodputClimb(AdmissionController):
@@ -133,17 +161,21 @@ class GoodputClimb(AdmissionController):
         evicted_live = recompute_frac is not None and recompute_frac > c.recompute_tolerance
         if evicted_live and self._recovering:
             evicted_live = False  # the price of a cut, paid by agents it paused, now resumed
+        queued = self._track_queue(sample)
         if preempted or evicted_live:
             why = ("the engine preempted requests" if preempted else
                    f"live agents' prefixes recomputed ({recompute_frac:.0%} of queried tokens)")
             return self._back_off(now, why, sample, hit)
+        k.congested = k.congested or queued
         cap = self._ceiling()
         if k.congested and cap is not None and cap < s.window:
             # histories grow between turns: shrink before they are evicted, not after. No
             # cool-down: this reads the cache's occupancy now, not one event seen twice
             s.window, s.last_decrease = cap, now
             self._restart()
-            return self._decide("decrease", f"contexts outgrow the cache: {self.fit():.1f} agents fit", sample, hit)
+            why = (f"{sample.waiting:.0f} requests queued, {sample.running:.0f} running at usage {sample.usage:.0%}: "
+                   if queued else "contexts outgrow the cache: ")
+            return self._decide("decrease", f"{why}{self.fit():.1f} agents fit", sample, hit)
         before = None if previous is None else previous.generated
         generated = None if sample.generated is None or before is None or sample.generated < before \
             else sample.generated - before
@@ -162,6 +194,13 @@ class GoodputClimb(AdmissionController):
     def _track_fit(self, sample: CacheSample) -> None:
         if sample.running is not None and sample.running > 0 and sample.usage > 0:
             self._c.fit.append((sample.running, sample.usage))
+
+    def _track_queue(self, sample: CacheSample) -> bool:
+        """Whether ``queue_samples`` scrapes in a row (this one the last) showed a queue the
+        free cache cannot take."""
+        k = self._c
+        k.queued = k.queued + 1 if queue_binds(sample) else 0
+        return self.climb.queue_samples > 0 and k.queued >= self.climb.queue_samples
 
     def fit(self) -> float | None:
         """How many agents' current contexts the whole cache holds: requests running per unit

@@ -102,6 +102,7 @@ class CacheSample:
     hit_rate: float | None = None
     generated: float | None = None  # generated tokens (vllm:generation_tokens_total): goodput
     running: float | None = None  # requests in the batch (vllm:num_requests_running)
+    waiting: float | None = None  # requests queued, not yet scheduled (vllm:num_requests_waiting)
 
 
 @dataclass(frozen=True)

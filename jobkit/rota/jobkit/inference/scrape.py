@@ -2,10 +2,12 @@
 
 vLLM's names are read first (``vllm:kv_cache_usage_perc``, or the older
 ``vllm:gpu_cache_usage_perc``; the prefix-cache query and hit counters; preemptions;
-generated tokens, the goodput of `rota.jobkit.inference.kv_climb`), and
+generated tokens, the goodput of `rota.jobkit.inference.kv_climb`; requests running and
+waiting, the cache's fit and its queue), and
 ``rota:recomputed_prefill_tokens_total`` where the engine exports it (ours). SGLang's
 (``--enable-metrics``) come through an adapter: ``sglang:token_usage`` as usage and
-``sglang:cache_hit_rate`` as the hit rate (a gauge, so the controller uses it as is). A
+``sglang:cache_hit_rate`` as the hit rate (a gauge, so the controller uses it as is),
+``sglang:num_running_reqs`` and ``sglang:num_queue_reqs`` as running and waiting. A
 page with none of the usage names, or a server that does not answer, gives None: the
 controller then holds its window.
 """
@@ -58,12 +60,14 @@ def sample_from(m: dict[str, float]) -> CacheSample | None:
             recomputed_tokens=_counter(m, "rota:recomputed_prefill_tokens"),
             evictions=_counter(m, "rota:kv_block_evictions"),
             generated=_counter(m, "vllm:generation_tokens"), running=m.get("vllm:num_requests_running"),
+            waiting=m.get("vllm:num_requests_waiting"),
         )
     usage = m.get("sglang:token_usage")
     if usage is not None:
         rate = m.get("sglang:cache_hit_rate")
         return CacheSample(usage=min(1.0, max(0.0, usage)), hit_rate=rate,
-                           generated=_counter(m, "sglang:generation_tokens"))
+                           generated=_counter(m, "sglang:generation_tokens"),
+                           running=m.get("sglang:num_running_reqs"), waiting=m.get("sglang:num_queue_reqs"))
     return None
 
 
