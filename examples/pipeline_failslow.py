@@ -27,6 +27,7 @@ blocked on it, keep beating. ``rota.runtime.layout()`` (a re-plan applied by Rot
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import socket
@@ -195,8 +196,11 @@ def stage_main(rank: int, args: argparse.Namespace) -> None:
     batches = Batches(sequences(args.seq_max), args.tokens, args.seed)
     state = StageState(parts, optimizer)
     ckpt = rota.runtime.Checkpointer(stage=state, data=batches) if args.checkpoint else None
+    if ckpt is not None and os.environ.get("ROTA_RESTORE_DIR"):
+        faulthandler.dump_traceback_later(30, repeat=True)  # a restore stuck for 30 s says where, every 30 s
     start = ckpt.restore() if ckpt is not None else 0
     moved = state.take_over() if start else []  # every rank restores the same image: all or none gather
+    faulthandler.cancel_dump_traceback_later()
     if rank == 0:
         print(f"starting at iteration {start} with layers {split} per stage"
               + (f" ({'a re-planned' if rota.runtime.layout() else 'its own'} layout)" if args.checkpoint else ""),

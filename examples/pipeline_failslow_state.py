@@ -5,10 +5,9 @@ their optimizer state, named by their place in the whole model (``block.7.qkv.we
 the eighth block of the model, whichever stage holds it; ``embed.*`` on the first stage,
 ``head.*`` on the last), and one `Batches` for the data position. A restore gives each
 rank the part it saved; with a re-planned layout (``ROTA_LAYOUT``) a rank may now hold
-blocks another rank saved, so after the restore every rank shares what it saved
-(`take_over`: one ``all_gather_object``) and takes its own blocks from the pool: a stage
-that gained a block gets that block's weights and optimizer moments from the stage that
-lost it.
+blocks another rank saved, so after the restore the ranks exchange the table of what each
+saved and holds now (`take_over`), and a stage that gained a block receives that block's
+weights and optimizer moments from the stage that lost it (gloo send/recv).
 """
 
 from __future__ import annotations
@@ -92,25 +91,57 @@ class StageState:
         self.saved = state  # applied by take_over, once every rank has its part
 
     def take_over(self) -> list[str]:
-        """Every rank's saved part pooled (a collective: every rank calls it after its
-        restore), then this stage's own parameters and moments loaded from the pool; the
-        names this stage took from another rank's part."""
+        """Loads this stage's parameters and moments: its own from its restored part, the
+        others from the ranks that saved them (a collective: every rank calls it after its
+        restore). Only what moved travels, point to point, in one order every rank follows
+        (one all-gather of the 10 MB parts hung on gloo in two of four restarts here);
+        returns the names this stage took from another rank."""
         if self.saved is None:
             raise RuntimeError("take_over: nothing restored")
-        pool: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(pool, self.saved)
-        params = {n: t for part in pool for n, t in part["params"].items()}
-        moments = {n: m for part in pool for n, m in part["optimizer"].items()}
-        missing = sorted(set(self.parts) - set(params))
-        if missing:
-            raise RuntimeError(f"the image holds no {missing[:3]}: the re-planned split needs "
-                               f"{len(self.parts)} parameters here that no stage saved (layers changed in total?)")
+        saved = self.saved
+        got = _exchange(saved, sorted(self.parts))
         with torch.no_grad():
             for n, p in self.parts.items():
-                p.copy_(params[n])
-                if n in moments:
-                    self.optimizer.state[p] = {k: v.clone() if isinstance(v, torch.Tensor) else v
-                                               for k, v in moments[n].items()}
-        moved = sorted(set(self.parts) - set(self.saved["params"]))
+                if n in saved["params"]:
+                    p.copy_(saved["params"][n])
+                    moments = {k: v.clone() if isinstance(v, torch.Tensor) else v
+                               for k, v in saved["optimizer"].get(n, {}).items()}
+                else:
+                    p.copy_(got[n].pop("param"))
+                    moments = got[n]
+                if moments:
+                    self.optimizer.state[p] = moments
         self.saved = None
-        return moved
+        return sorted(got)
+
+
+def _exchange(saved: dict[str, Any], holds: list[str]) -> dict[str, dict[str, torch.Tensor]]:
+    """The tensors (parameter and moments by key) of the names this rank holds now but did
+    not save, from the ranks that saved them; sends what others need from `saved`."""
+    rank = dist.get_rank()
+    # Each rank: what it saved (name -> {key: (shape, dtype)}, "param" first) and what it now holds.
+    mine = {n: {"param": (tuple(t.shape), str(t.dtype).removeprefix("torch."))} for n, t in saved["params"].items()}
+    for n, moments in saved["optimizer"].items():
+        mine[n] |= {k: (tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in moments.items()
+                    if isinstance(v, torch.Tensor)}
+    table: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(table, (mine, holds))
+    owner = {n: r for r, (had, _) in enumerate(table) for n in had}
+    got: dict[str, dict[str, torch.Tensor]] = {}
+    for dst, (_, wants) in enumerate(table):
+        for n in wants:
+            if n not in owner:
+                raise RuntimeError(f"the image holds no {n}: the re-planned split needs a block no stage "
+                                   "saved (layers changed in total?)")
+            src = owner[n]
+            if src == dst or rank not in (src, dst):
+                continue
+            for key, (shape, dtype) in table[src][0][n].items():
+                if rank == src:
+                    value = saved["params"][n] if key == "param" else saved["optimizer"][n][key]
+                    dist.send(value.detach().contiguous(), dst)
+                else:
+                    buf = torch.empty(shape, dtype=getattr(torch, dtype))
+                    dist.recv(buf, src)
+                    got.setdefault(n, {})[key] = buf
+    return got

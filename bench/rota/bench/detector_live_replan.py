@@ -390,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     def log(line: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {line}", file=sys.stderr, flush=True)
 
+    # A TERM (a `timeout` around the run) unwinds like an error: the cgroups go, the job and cluster stop.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
     live = run_live(log, args.runs, args.save)
     if args.json:
         print(json.dumps(live))
