@@ -27,16 +27,18 @@ blocked on it, keep beating. ``rota.runtime.layout()`` (a re-plan applied by Rot
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import json
 import os
-import random
+import socket
 import sysconfig
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from pipeline_failslow_state import Batches, StageState, named_parts
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
@@ -57,24 +59,6 @@ def sequences(seq_max: int) -> list[bytes]:
             if len(block) >= 8:
                 out.append(block[:seq_max])
     return out
-
-
-def packed(seqs: list[bytes], tokens: int, seed: int) -> Iterator[tuple[list[int], bytes]]:
-    """Micro-batches of exactly `tokens` bytes: (sequence lengths, the bytes), shuffled by `seed`."""
-    order = list(range(len(seqs)))
-    random.Random(seed).shuffle(order)
-    lengths: list[int] = []
-    data = b""
-    while True:
-        for i in order:
-            s = seqs[i]
-            room = tokens - len(data)
-            take = s[:room]
-            lengths.append(len(take))
-            data += take
-            if len(data) == tokens:
-                yield lengths, data
-                lengths, data = [], b""
 
 
 class Block(nn.Module):
@@ -113,6 +97,7 @@ class Stage(nn.Module):
         self.blocks = nn.ModuleList(Block(width, heads) for _ in range(blocks))
         self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, VOCAB)) if self.last else None
         self.queue: list[list[int]] = []
+        self.started = False  # the schedule has run a step
         self.tokens = tokens
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -202,14 +187,32 @@ def stage_main(rank: int, args: argparse.Namespace) -> None:
     split = _split(args)
     clock = BubbleClock(clock=device_clock if args.clock == "device" else time.perf_counter)
     inner = Stage(rank, split[rank], args.width, args.heads, args.tokens)
+    # Named before the first stage's wrapper takes the embedding out of `inner`.
+    parts = named_parts(inner.blocks, sum(split[:rank]), inner.embed, inner.head)
     module: nn.Module = FirstStage(inner, clock) if rank == 0 else EdgeMarker(inner, clock)
     stage = PipelineStage(module, stage_index=rank, num_stages=STAGES, device=torch.device("cpu"))
     schedule = ScheduleGPipe(stage, n_microbatches=args.microbatches, loss_fn=_loss)
     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3)
-    batches = packed(sequences(args.seq_max), args.tokens, args.seed)
+    batches = Batches(sequences(args.seq_max), args.tokens, args.seed)
+    state = StageState(parts, optimizer)
+    ckpt = rota.runtime.Checkpointer(stage=state, data=batches) if args.checkpoint else None
+    if ckpt is not None and os.environ.get("ROTA_RESTORE_DIR"):
+        faulthandler.dump_traceback_later(30, repeat=True)  # a restore stuck for 30 s says where, every 30 s
+    start = ckpt.restore() if ckpt is not None else 0
+    moved = state.take_over() if start else []  # every rank restores the same image: all or none gather
+    faulthandler.cancel_dump_traceback_later()
+    if rank == 0:
+        print(f"starting at iteration {start} with layers {split} per stage"
+              + (f" ({'a re-planned' if rota.runtime.layout() else 'its own'} layout)" if args.checkpoint else ""),
+              flush=True)
+        _log(args, {"start": start, "layers": split, "epoch": rota.runtime.job_context().epoch, "t": time.time()})
+    if moved:
+        print(f"stage {rank}: took {len(moved)} tensors from other stages' parts ({moved[0]} ...)", flush=True)
     try:
-        for step in range(args.iterations):
+        for step in range(start, args.iterations):
             _step(rank, step, args, schedule, inner, clock, optimizer, batches)
+            if ckpt is not None:
+                ckpt.safe_point(step + 1)  # a pause exits here; the image holds step + 1, the next to run
     except (RuntimeError, dist.DistBackendError) as exc:  # a peer died: stay up (and beating) until ended
         print(f"stage {rank}: {type(exc).__name__}: {exc}", flush=True)
         time.sleep(args.linger)
@@ -220,32 +223,50 @@ def stage_main(rank: int, args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
+def _log(args: argparse.Namespace, line: dict[str, object]) -> None:
+    if args.log:
+        with open(args.log, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+
+
 def _step(rank: int, step: int, args: argparse.Namespace, schedule: ScheduleGPipe, inner: Stage,
-          clock: BubbleClock, optimizer: torch.optim.Optimizer, batches: Iterator[tuple[list[int], bytes]]) -> None:
-    mbs = [next(batches) for _ in range(args.microbatches)]
+          clock: BubbleClock, optimizer: torch.optim.Optimizer, batches: Batches) -> None:
+    mbs = [batches.next() for _ in range(args.microbatches)]
     inner.queue = [lengths for lengths, _ in mbs]
+    if not inner.started:
+        # A schedule's first step first runs the stage once on micro-batch 0's shapes (the
+        # pipeline's metadata inference, on real tensors): that call takes an entry too, so
+        # each micro-batch gets its own lengths, on a fresh start as after a restore.
+        inner.queue.insert(0, inner.queue[0])
+        inner.started = True
     started = time.perf_counter()
     first = len(clock.compute)
+    losses: list[torch.Tensor] = []
     if rank == 0:
         x = torch.tensor([list(data) for _, data in mbs], dtype=torch.int64).view(args.microbatches, args.tokens)
         schedule.step(x)
     elif rank == STAGES - 1:
         y = torch.tensor([list(data[1:]) + [10] for _, data in mbs], dtype=torch.int64)
-        schedule.step(target=y)
+        schedule.step(target=y, losses=losses)
     else:
         schedule.step()
     clock.step_boundary()
+    if inner.queue:  # every forward took its entry: else the lengths were misread (a schedule that infers no shapes)
+        raise RuntimeError(f"stage {rank}: {len(inner.queue)} micro-batch lengths left unused at step {step}")
     busy = sum(e - s for s, e in clock.compute[first:])
     del clock.compute[:]  # only this step's edges matter
     optimizer.step()
     optimizer.zero_grad()
-    times = [torch.zeros(1, dtype=torch.float64) for _ in range(STAGES)]
-    dist.all_gather(times, torch.tensor([busy], dtype=torch.float64))
+    loss = float(torch.stack(losses).mean().detach()) if losses else 0.0
+    times = [torch.zeros(2, dtype=torch.float64) for _ in range(STAGES)]
+    dist.all_gather(times, torch.tensor([busy, loss], dtype=torch.float64))
     wall = time.perf_counter() - started
     if rank == 0:
-        rota.runtime.report_iteration(step, rank_seconds=[float(t.item()) for t in times],
+        rota.runtime.report_iteration(step, rank_seconds=[float(t[0]) for t in times],
                                       micro_batches=[[lengths for lengths, _ in mbs]],
                                       tp=1, pp=STAGES, dp=1, iteration_seconds=wall)
+        _log(args, {"step": step, "t": time.time(), "loss": float(times[-1][1]), "wall": wall,
+                    "busy": [float(t[0]) for t in times]})
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -260,10 +281,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clock", choices=("device", "wall"), default="device",
                         help="busy time: CPU time plus quota throttling (device), or wall time inside compute edges")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--port", type=int, default=29533)
+    parser.add_argument("--port", type=int, default=0, help="the stages' rendezvous port (0: a free one)")
     parser.add_argument("--beat", type=float, default=0.25, help="heartbeat interval per stage, seconds")
     parser.add_argument("--linger", type=float, default=30.0, help="seconds a stage stays up after a peer died")
     parser.add_argument("--pid-dir", default=None, help="write each stage's pid here (rankN.pid), for a fault harness")
+    parser.add_argument("--checkpoint", action="store_true",
+                        help="register each stage's state with rota.runtime.Checkpointer: pausable, and a restart "
+                             "continues from its step (with a re-planned split, blocks move between stages)")
+    parser.add_argument("--log", default=None, help="stage 0 appends a JSON line per start and per step (time, loss)")
     args = parser.parse_args(argv)
     for name in ("iterations", "microbatches", "tokens", "seq_max", "width", "heads"):
         if getattr(args, name) <= 0:
@@ -277,6 +302,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if not args.port:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            args.port = int(s.getsockname()[1])
     ctx = torch.multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=stage_main, args=(rank, args)) for rank in range(STAGES)]
     for p in procs:

@@ -152,7 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real", action="store_true",
                         help="run the real pipeline job (examples/pipeline_failslow.py) under real faults")
     parser.add_argument("--runs", type=int, default=3, help="--real: seeds per fault (default 3)")
-    parser.add_argument("--save", type=Path, help="--real: keep each run's lines and fault windows here (JSON)")
+    parser.add_argument("--live", action="store_true",
+                        help="the loop closed live: the real job on a local cluster, throttled, flagged, re-planned "
+                             "with `rota replan --apply`; its rates before, while slow and after")
+    parser.add_argument("--live-runs", type=int, default=1, help="--live: runs, one after another (default 1)")
+    parser.add_argument("--save", type=Path, help="--real: keep each run's lines and fault windows here (JSON); "
+                                                  "--live: the cluster's folder and each run's record, in DIR/live")
     parser.add_argument("--replay", type=Path, help="rescore runs saved by --real --save DIR, running nothing")
     parser.add_argument("--tune-seeds", default="", help="--replay: tune the sequential detector on these seeds "
                         "(comma-separated) and score the other seeds only")
@@ -172,24 +177,47 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print_eval(evaluated)
         return 0
-    if args.config is None and not args.real:
-        parser.error("give --config FILE, --real, --replay DIR, or a combination")
-    if args.runs < 1:
-        parser.error(f"--runs: must be at least 1 (got {args.runs})")
+    if args.config is None and not args.real and not args.live:
+        parser.error("give --config FILE, --real, --live, --replay DIR, or a combination")
+    if args.runs < 1 or args.live_runs < 1:
+        parser.error(f"--runs, --live-runs: must be at least 1 (got {args.runs}, {args.live_runs})")
     result = _generated(args.config) if args.config is not None else {}
-    if args.real:
-        from rota.bench.detector_real_bench import print_real, run_real  # torch, cgroups: only here
-
-        result["real"] = run_real(args.runs, log=lambda line: print(line, file=sys.stderr, flush=True), save_to=args.save)
+    _run_real(args, result)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()
         return 0
     if args.config is not None:
         _print(result)
-    if args.real:
-        print_real(result["real"])
+    _print_real(args, result)
     return 0
+
+
+def _run_real(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """--real and --live: the real job's fault runs and the live re-plan (torch, cgroups, a
+    local cluster: imported only here)."""
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if args.real:
+        from rota.bench.detector_real_bench import run_real
+
+        result["real"] = run_real(args.runs, log=log, save_to=args.save)
+    if args.live:
+        from rota.bench.detector_live_replan import run_live
+
+        result["live"] = run_live(log, args.live_runs, args.save / "live" if args.save is not None else None)
+
+
+def _print_real(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    if args.real:
+        from rota.bench.detector_real_bench import print_real
+
+        print_real(result["real"])
+    if args.live:
+        from rota.bench.detector_live_replan import print_live
+
+        print_live(result["live"])
 
 
 def _generated(path: Path) -> dict[str, Any]:

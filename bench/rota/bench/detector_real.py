@@ -111,19 +111,28 @@ class _Shares:
     name: str
     share: float
     throttles: dict[int, CpuThrottle] = field(default_factory=dict)
+    pids: dict[int, int] = field(default_factory=dict)  # rank -> the process now in its cgroup
 
     def ensure(self) -> None:
-        """Caps the stages whose pids have appeared (each writes its own first thing)."""
+        """Caps the stages whose pids have appeared (each writes its own first thing). A
+        restarted job's new process for a rank joins that rank's cgroup under the cap it
+        has now: a slow device stays slow across a restart."""
         for rank in range(STAGES):
-            if rank in self.throttles:
-                continue
             try:
                 pid = int((self.pid_dir / f"rank{rank}.pid").read_text())
             except (OSError, ValueError):  # not written yet
                 continue
-            throttle = self.throttles[rank] = CpuThrottle.create(f"{self.name}-stage{rank}", SHARE_PERIOD_US)
-            throttle.add(pid)
-            throttle.limit(self.share)
+            if self.pids.get(rank) == pid:
+                continue
+            throttle = self.throttles.get(rank)
+            if throttle is None:
+                throttle = self.throttles[rank] = CpuThrottle.create(f"{self.name}-stage{rank}", SHARE_PERIOD_US)
+                throttle.limit(self.share)
+            try:
+                throttle.add(pid)
+            except OSError:  # it exited meanwhile (a restart's old process): its successor comes
+                continue
+            self.pids[rank] = pid
 
     def slow(self, rank: int, factor: float) -> float:
         """Caps `rank` at share / factor (1: back to its share); the fraction set."""

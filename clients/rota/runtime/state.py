@@ -135,7 +135,7 @@ class Checkpointer:
         self.restore_timings = {"t_ready": ready, "t_loaded": time.time()}
         # Free the tmpfs copy as soon as no rank needs it: other ranks may read this one's
         # share of replicated state, so then only once every rank has loaded.
-        if any(imageformat.uses_other_ranks(imageformat.read_index(path, r)) for r in _local_ranks(self.rank, self.world_size)):
+        if any(_shared_part(path, r) for r in _local_ranks(self.rank, self.world_size)):
             (path / f"loaded-{self.rank}").touch()
             self._cleanup = path
             self._clean_restore()
@@ -255,6 +255,17 @@ def _local_ranks(rank: int, world_size: int) -> range:
     if not 0 < per_node < world_size or not 0 <= local < per_node or rank - local < 0:
         return range(world_size)
     return range(rank - local, rank - local + per_node)
+
+
+def _shared_part(folder: Path, rank: int) -> bool:
+    """Whether other ranks read `rank`'s part of the image. A part already gone was freed by
+    its own rank, which frees it at once only when no rank reads it (every rank decides
+    from the same indexes): a faster rank of a job without replicated state may have
+    loaded and freed its part before this one looks."""
+    try:
+        return imageformat.uses_other_ranks(imageformat.read_index(folder, rank))
+    except FileNotFoundError:
+        return False
 
 
 def _is_module(obj: Any) -> bool:

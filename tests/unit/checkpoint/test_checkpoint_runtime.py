@@ -78,6 +78,24 @@ def test_a_restored_job_continues_with_the_same_state_and_rng_streams(tmp_path: 
     assert not imageformat.blob_path(tmp_path, 0).exists()  # the tmpfs copy is freed once loaded
 
 
+def test_ranks_restoring_one_after_another_each_free_only_their_own_part(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ranks with state of their own (no replicated objects, e.g. pipeline stages): the first
+    # to load frees its part at once; a slower rank must not then trip over the part gone.
+    parts = [torch.nn.Linear(4, 1 + r) for r in range(2)]
+    for r, part in enumerate(parts):
+        ckpt = Checkpointer(rank=r, world_size=2, model=part)
+        ckpt.step = 7
+        imageformat.stage(tmp_path, r, 2, 7, ckpt.snapshot())
+    (tmp_path / control.READY).touch()
+    monkeypatch.setenv(control.ENV_RESTORE_DIR, str(tmp_path))
+    for r, part in enumerate(parts):
+        fresh = torch.nn.Linear(4, 1 + r)
+        assert Checkpointer(rank=r, world_size=2, model=fresh).restore() == 7
+        assert torch.equal(fresh.weight, part.weight)
+        assert not imageformat.index_path(tmp_path, r).exists()
+
+
 def test_a_restore_that_failed_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / control.FAILED).write_text("image img-1: chunk missing")
     monkeypatch.setenv(control.ENV_RESTORE_DIR, str(tmp_path))
