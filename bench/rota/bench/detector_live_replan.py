@@ -176,6 +176,9 @@ def local_cluster(work: Path, log: Callable[[str], None]) -> Iterator[Cluster]:
     # under their caps, on two cores other work shares, went 6 s without a beat while they
     # pooled their parts (and the 1 s default's 3 s timeout failed the job).
     env |= {"ROTA_SCHEDULE_INTERVAL": "0.3", "ROTA_DETECTOR_WARMUP": str(WARMUP)}
+    # The detector's rule is the caller's to choose (ROTA_DETECTOR_MODE=cusum with
+    # ROTA_DETECTOR_COMMON_MODE=1 runs the sequential test the replayed runs score best).
+    env |= {k: os.environ[k] for k in ("ROTA_DETECTOR_MODE", "ROTA_DETECTOR_COMMON_MODE") if k in os.environ}
     out = (work / "up.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "rota.cli.main", "up", "--home", str(home), "--nodes", "2",
                              "--gpus-per-node", "4", "--heartbeat-interval", str(HEARTBEAT_S), *urls],

@@ -77,7 +77,7 @@ def _beyond_repair_ratio() -> float:
 
 
 def _env_detector() -> DetectorConfig:
-    from rota.core.detection.failslow import DetectorConfig
+    from rota.core.detection.failslow import CUSUM, STREAK, DetectorConfig
 
     d = DetectorConfig()
     try:  # DetectorConfig validates its own ranges; the message names the variables
@@ -85,6 +85,11 @@ def _env_detector() -> DetectorConfig:
             threshold=_env_float("ROTA_DETECTOR_THRESHOLD", d.threshold),
             consecutive=_env_int("ROTA_DETECTOR_CONSECUTIVE", d.consecutive, 1),
             warmup=_env_int("ROTA_DETECTOR_WARMUP", d.warmup, 0),
+            # The sequential test with common mode is what scored best on the real pipeline
+            # job (bench/detector/README.md); the streak rule stays the default until it has
+            # been run live on more than one job.
+            mode=_env_choice("ROTA_DETECTOR_MODE", d.mode, (STREAK, CUSUM)),
+            common_mode=_env_choice("ROTA_DETECTOR_COMMON_MODE", "1" if d.common_mode else "0", ("0", "1")) == "1",
         )
     except ValueError as exc:
         raise ValueError(f"ROTA_DETECTOR_*: {exc}") from exc
