@@ -2,8 +2,9 @@
 rank heartbeats into verdicts, and the checkpoint service (ROTA_CHECKPOINT_ADDR) that
 applied re-plans restart jobs through.
 
-Tuning (environment, read into its Settings): ROTA_DETECTOR_THRESHOLD (ratio, default 1.1), ROTA_DETECTOR_CONSECUTIVE
-(k, default 5), ROTA_DETECTOR_WARMUP (iterations, default 50); ROTA_DETECTOR_BAD_RATIO (a
+Tuning (environment, read into its Settings): ROTA_DETECTOR_MODE (cusum, the default, or streak),
+ROTA_DETECTOR_COMMON_MODE (1, the default, or 0), ROTA_DETECTOR_THRESHOLD (ratio, default 1.1),
+ROTA_DETECTOR_CONSECUTIVE (k of the streak rule, default 5), ROTA_DETECTOR_WARMUP (iterations, default 50); ROTA_DETECTOR_BAD_RATIO (a
 slow verdict at this ratio takes its device out of the plan, default 2.0); a rank stream's
 timeout is three of the intervals it declares (default ROTA_HEARTBEAT_INTERVAL).
 """

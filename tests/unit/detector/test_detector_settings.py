@@ -10,12 +10,12 @@ from rota.core.detection.failslow import CUSUM, STREAK
 
 
 @pytest.mark.parametrize(("env", "mode", "common_mode"), [
-    ({}, STREAK, False),
-    ({"ROTA_DETECTOR_MODE": "cusum"}, CUSUM, False),
-    ({"ROTA_DETECTOR_MODE": "cusum", "ROTA_DETECTOR_COMMON_MODE": "1"}, CUSUM, True),
-    ({"ROTA_DETECTOR_COMMON_MODE": "0"}, STREAK, False),
+    ({}, CUSUM, True),
+    ({"ROTA_DETECTOR_MODE": "streak"}, STREAK, True),
+    ({"ROTA_DETECTOR_MODE": "streak", "ROTA_DETECTOR_COMMON_MODE": "0"}, STREAK, False),
+    ({"ROTA_DETECTOR_COMMON_MODE": "0"}, CUSUM, False),
 ])
-def test_the_rule_and_common_mode_come_from_the_environment(
+def test_the_cluster_runs_the_sequential_test_unless_the_environment_says_otherwise(
         monkeypatch: pytest.MonkeyPatch, env: dict[str, str], mode: str, common_mode: bool) -> None:
     for name in ("ROTA_DETECTOR_MODE", "ROTA_DETECTOR_COMMON_MODE"):
         monkeypatch.delenv(name, raising=False)
@@ -33,3 +33,9 @@ def test_a_bad_value_names_its_variable(monkeypatch: pytest.MonkeyPatch, name: s
     monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=name):
         Settings.from_env()
+
+
+def test_settings_built_in_code_run_the_same_rule_as_the_environments_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ROTA_DETECTOR_MODE", "ROTA_DETECTOR_COMMON_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    assert Settings().detector == Settings.from_env().detector
