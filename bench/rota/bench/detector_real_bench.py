@@ -25,7 +25,7 @@ from typing import Any
 from rota.bench.detector_real import BEAT_S, JOB_ARGS, STAGES, RealFault, Recording, achieved, run_job
 from rota.bench.detector_real_eval import SavedRun, print_eval, save, score
 from rota.bench.detector_score import replay
-from rota.core.detection.failslow import CUSUM, SLOW, DetectorConfig
+from rota.core.detection.failslow import CLUSTER_DEFAULT, CUSUM, SLOW, DetectorConfig
 from rota.core.detection.layout import Layout
 from rota.core.detection.replan import Replan, replan
 from rota.core.detection.sequential import SequentialConfig
@@ -149,7 +149,7 @@ def run_replan(config: DetectorConfig, log: Callable[[str], None], repeats: int 
 
 def run_real(runs: int, log: Callable[[str], None], save_to: Path | None = None) -> dict[str, Any]:
     """The re-plan loop, then every seed's runs in turn, scored."""
-    plan = run_replan(DetectorConfig(mode=CUSUM, common_mode=True), log)
+    plan = run_replan(CLUSTER_DEFAULT, log)
     done = [run for seed in range(runs) for run in _seed_runs(seed, save_to, log)]
     sequential = SequentialConfig()
     scores = score(done, sequential)
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         _seed_runs(seed, args.save, log, args.case)
     if args.replan:
-        print(json.dumps(run_replan(DetectorConfig(mode=CUSUM, common_mode=True), log, args.repeats, args.split)))
+        print(json.dumps(run_replan(CLUSTER_DEFAULT, log, args.repeats, args.split)))
     return 0
 
 

@@ -65,14 +65,11 @@ def _env_flag(name: str) -> bool:
 
 
 def _default_detector() -> DetectorConfig:
-    from rota.core.detection.failslow import CUSUM, DetectorConfig
+    from rota.core.detection.failslow import CLUSTER_DEFAULT
 
-    # The cluster runs the sequential test with common mode: on the real pipeline job's
-    # recorded runs it kept precision 1.0 where the streak rule (the core's default, which
-    # the generated benchmark tables use) raised 13 false alarms per 1,000 iterations, and
-    # live it alone did not flag every stage when the host's load slowed them all at once
-    # (bench/detector/README.md, "The real job" and "The loop closed on the real job").
-    return DetectorConfig(mode=CUSUM, common_mode=True)
+    # The sequential test with common mode; why is written beside the constant (and in
+    # bench/detector/README.md, "The real job" and "The loop closed on the real job").
+    return CLUSTER_DEFAULT
 
 
 def _beyond_repair_ratio() -> float:
