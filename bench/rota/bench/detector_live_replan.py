@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,13 +32,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from rota.bench.detector_real import JOB, REPO, STAGE_SHARE, STAGES, _Shares, _Tail
-from rota.client import TLS, Client
-from rota.client.home import ClusterHome, read_info
+from rota.bench.fault_harness import Harness, port_open
+from rota.client import Client
 
 SLOW_RANK = 1
 FACTOR = 1.5
@@ -126,11 +124,9 @@ def summary(run: LiveRun) -> dict[str, Any]:
     return out
 
 
-@dataclass
-class Cluster:
-    """A running local cluster, driven by the `rota` CLI (and the SDK for polling)."""
-
-    home: Path
+class Cluster(Harness):
+    """A running local cluster (the fault suite's `Harness`: `rota up`, the SDK client),
+    driven by the `rota` CLI."""
 
     def env(self) -> dict[str, str]:
         return {**{k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}, "ROTA_HOME": str(self.home)}
@@ -142,69 +138,30 @@ class Cluster:
             raise RuntimeError(f"rota {' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}")
         return json.loads(done.stdout)
 
-    def client(self) -> Client:
-        info = read_info(self.home)
-        tls = TLS.from_dict(info["tls"]) if info.get("tls") else None
-        return Client.connect(info["endpoint"], token=ClusterHome.read(self.home).admin_token(),
-                              timeout=timedelta(seconds=20), tls=tls)
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
 
 @contextmanager
 def local_cluster(work: Path, log: Callable[[str], None]) -> Iterator[Cluster]:
-    """`rota up` (2 nodes of 4 GPUs, the detector's warm-up `WARMUP`) on a database of its
-    own; stopped, and the database dropped, after."""
-    server = "postgresql://postgres@127.0.0.1:5432/postgres"
-    name = f"rota_live_replan_{os.getpid()}"
-    urls: list[str] = []
-    if _port_open(5432):
-        import psycopg
-
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        urls = ["--database-url", f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"]
-    if _port_open(6379):
-        urls += ["--redis-url", "redis://127.0.0.1:6379/0"]
-    home = work / "home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROTA_")}
+    """`rota up` (2 nodes of 4 GPUs, one allocator, the detector's warm-up `WARMUP`, tenant
+    demo) on a database of its own; stopped, and the database dropped, after."""
     # Heartbeats every `HEARTBEAT_S` (a rank or node is silent after three): restored stages
     # under their caps, on two cores other work shares, went 6 s without a beat while they
     # pooled their parts (and the 1 s default's 3 s timeout failed the job).
-    env |= {"ROTA_SCHEDULE_INTERVAL": "0.3", "ROTA_DETECTOR_WARMUP": str(WARMUP)}
+    env = {"ROTA_SCHEDULE_INTERVAL": "0.3", "ROTA_DETECTOR_WARMUP": str(WARMUP)}
     # The detector's rule is the caller's to choose (ROTA_DETECTOR_MODE=cusum with
     # ROTA_DETECTOR_COMMON_MODE=1 runs the sequential test the replayed runs score best).
     env |= {k: os.environ[k] for k in ("ROTA_DETECTOR_MODE", "ROTA_DETECTOR_COMMON_MODE") if k in os.environ}
-    out = (work / "up.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "rota.cli.main", "up", "--home", str(home), "--nodes", "2",
-                             "--gpus-per-node", "4", "--heartbeat-interval", str(HEARTBEAT_S), *urls],
-                            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    # The machine's PostgreSQL and Redis when they answer, else embedded ones; the cluster
+    # reaches its database directly and runs `rota up`'s own timers but for those above.
+    cluster = Cluster(work / "home", redis_url="redis://127.0.0.1:6379/0" if port_open(6379) else "", nodes=2,
+                      gpus_per_node=4, allocators=1, proxy_postgres=False, fast_timers=False, extra_env=env,
+                      heartbeat_interval_s=HEARTBEAT_S, own_database=f"rota_live_replan_{os.getpid()}",
+                      tenants=("demo",))
     try:
-        deadline = time.monotonic() + 120
-        while not (home / "cluster.json").exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"rota up failed: {(work / 'up.log').read_text()[-3000:]}")
-            time.sleep(0.2)
-        log(f"cluster up at {home}")
-        yield Cluster(home)
+        cluster.start()
+        log(f"cluster up at {cluster.home}")
+        yield cluster
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        out.close()
-        if urls and urls[0] == "--database-url":
-            import psycopg
-
-            with psycopg.connect(server, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        cluster.stop()
 
 
 def job_file(work: Path, iterations: int = ITERATIONS) -> Path:
@@ -348,7 +305,6 @@ def run_live(log: Callable[[str], None], runs: int = 1, keep: Path | None = None
         base = Path(tmp) if keep is None else keep
         base.mkdir(parents=True, exist_ok=True)
         with local_cluster(base, log) as cluster:
-            cluster.cli("tenants", "add", "demo")
             for i in range(runs):
                 work = base / f"run{i}"
                 work.mkdir(exist_ok=True)

