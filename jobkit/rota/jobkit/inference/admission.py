@@ -83,8 +83,10 @@ def admission_routes(admission: ScrapedAdmission) -> dict[str, Callable[[str, st
         agent = agent_of(query)
         if method != "POST" or agent is None:
             return 400, json.dumps({"error": "agent: POST /admit?agent=ID"})
-        raw = parse_qs(query).get("tokens", [None])[0]
-        if raw is not None and not (raw.isdigit() and int(raw) > 0):
+        # blanks kept: "tokens=" is a bad count, not none; ASCII digits only, as str.isdigit
+        # also takes digits int() refuses ("²")
+        raw = parse_qs(query, keep_blank_values=True).get("tokens", [None])[0]
+        if raw is not None and not (raw.isascii() and raw.isdigit() and int(raw) > 0):
             return 400, json.dumps({"error": f"tokens: must be a positive integer, got {raw!r}"})
         admitted = admission.request(agent, None if raw is None else int(raw))
         return 200, json.dumps({"admitted": admitted, **admission.status()})
