@@ -190,6 +190,13 @@ def test_the_sdk_admits_and_releases_an_outside_agent_over_the_job_s_endpoint() 
         assert gate.release("outside-1") == ["outside-2"]  # the freed slot goes to the next held
         with pytest.raises(InvalidArgumentError):
             gate.admit("")
+        assert gate.admit("outside-2", tokens=100) is True  # active: its length is recorded
+        assert controller.state()["tokens"] == {"outside-2": 100}
+        for bad in (0, -1, 2.5, True, "7"):
+            with pytest.raises(InvalidArgumentError) as refused:
+                gate.admit("outside-3", tokens=bad)  # type: ignore[arg-type]
+            assert refused.value.field == "tokens"
+        assert gate.window()["held"] == 0 and gate.window()["active"] == 1  # refused before any call
     finally:
         server.stop()
     with pytest.raises(FailedPreconditionError):
