@@ -7,7 +7,8 @@ each control interval. It reports the window, cache usage, prefix hit rate, reco
 ratio and agents done with ``rota.runtime.report``, so they show in ``rota job ID`` and
 ``rota watch`` and reach the forecaster. An agent framework outside the job can use the
 same window through ``POST /admit?agent=ID`` and ``POST /release?agent=ID`` on the port it
-prints (``--port``).
+prints (``--port``); ``/admit`` takes an optional ``&tokens=N``, what the agent's next turn holds
+(history and generation), and then admits it only where that fits in the KV cache.
 
 Settings come as command-line arguments (a job file has no free-form fields; the job
 file's ``command`` carries them). Tool calls take virtual time (a discrete clock; engine

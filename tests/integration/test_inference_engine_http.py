@@ -149,6 +149,28 @@ def test_admit_release_endpoint_for_an_outside_agent_framework() -> None:
     assert scrape(server.url, timeout_s=0.5) is None  # a stopped server: no sample
 
 
+def test_admit_takes_the_agent_s_tokens_and_refuses_a_bad_count_naming_it() -> None:
+    engine = Engine(EngineConfig(cache_blocks=8, model=SMALL))  # 8 blocks of 16 tokens
+    ctl = AdmissionController(ControllerConfig(w_init=4, w_max=4, slow_start=False))
+    server = MetricsServer(engine.snapshot)
+    admission = ScrapedAdmission(ctl, server.url)
+    server.add_routes(admission_routes(admission))
+    base = server.url.removesuffix("/metrics")
+    try:
+        admission.tick(0.0)  # the first scrape: the engine's page says its cache's size
+        for bad in ("abc", "0", "-3", "1.5", "", "%C2%B2"):  # "²" is a digit to str.isdigit, not to int()
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                post(f"{base}/admit?agent=x&tokens={bad}")
+            assert refused.value.code == 400 and "tokens" in json.loads(refused.value.read())["error"]
+        assert ctl.active == () and ctl.held == ()  # a refused call changes nothing
+        # 80 tokens are 5 blocks: a second agent's 5 do not fit beside the first's in 8
+        assert [post(f"{base}/admit?agent={a}&tokens=80")["admitted"] for a in ("x", "y")] == [True, False]
+        assert post(f"{base}/admit?agent=z")["admitted"] is False  # without tokens: behind y, in order
+        assert post(f"{base}/release?agent=x")["admitted"] == ["y", "z"]
+    finally:
+        server.stop()
+
+
 def test_the_sdk_admits_and_releases_an_outside_agent_over_the_job_s_endpoint() -> None:
     from datetime import timedelta
 
@@ -168,6 +190,13 @@ def test_the_sdk_admits_and_releases_an_outside_agent_over_the_job_s_endpoint() 
         assert gate.release("outside-1") == ["outside-2"]  # the freed slot goes to the next held
         with pytest.raises(InvalidArgumentError):
             gate.admit("")
+        assert gate.admit("outside-2", tokens=100) is True  # active: its length is recorded
+        assert controller.state()["tokens"] == {"outside-2": 100}
+        for bad in (0, -1, 2.5, True, "7"):
+            with pytest.raises(InvalidArgumentError) as refused:
+                gate.admit("outside-3", tokens=bad)  # type: ignore[arg-type]
+            assert refused.value.field == "tokens"
+        assert gate.window()["held"] == 0 and gate.window()["active"] == 1  # refused before any call
     finally:
         server.stop()
     with pytest.raises(FailedPreconditionError):

@@ -52,7 +52,7 @@ from rota.jobkit.inference.kv_climb import ClimbConfig, GoodputClimb
 from rota.jobkit.inference.kv_window import AdmissionController, CacheSample, ControllerConfig
 from rota.jobkit.inference.metrics_http import render
 from rota.jobkit.inference.model import ModelConfig
-from rota.jobkit.inference.scrape import parse_text, sample_from
+from rota.jobkit.inference.scrape import sample_from_text
 
 # Ours, chosen by measurement with this benchmark (CONCUR's constants are not published):
 # the threshold law's window starts at half the agents (W_INIT_FRACTION) and doubles until the first
@@ -102,7 +102,7 @@ DEFAULT_WORKLOADS: list[dict[str, Any]] = [
 
 def in_process_sample(engine: Engine) -> CacheSample | None:
     """The engine's /metrics text, parsed as a scrape of a real server would be."""
-    return sample_from(parse_text(render(engine.snapshot())))
+    return sample_from_text(render(engine.snapshot()))
 
 
 def default_caps(agents: int) -> list[int]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from rota.jobkit.inference.admission import ScrapedAdmission
 from rota.jobkit.inference.agents import AgentPlan, RunResult, Workload, make_plans
-from rota.jobkit.inference.scrape import parse_text, sample_from
+from rota.jobkit.inference.scrape import cache_size, parse_text, sample_from, sample_from_text
 
 __all__ = ["LiveServer", "run_live"]
 
@@ -97,10 +97,10 @@ class _Live:
         for a in agents:
             self.events[a].set()
 
-    def admit(self, agent: str) -> None:
+    def admit(self, agent: str, tokens: int) -> None:
         event = self.events[agent]
         event.clear()
-        if not self.gate.request(agent):
+        if not self.gate.request(agent, tokens):
             event.wait()
 
     def agent(self, plan: AgentPlan) -> None:
@@ -110,7 +110,7 @@ class _Live:
                 if turn:
                     time.sleep(plan.latencies[turn - 1])  # the tool call
                     history += plan.observations[turn - 1]
-                self.admit(plan.agent)
+                self.admit(plan.agent, len(history) + self.w.gen_tokens)
                 history += self.server.complete(history, self.w.gen_tokens)
         except Exception as exc:  # noqa: BLE001 - reported as the run's failure
             self.errors.append(f"{plan.agent}: {exc}")
@@ -123,10 +123,11 @@ class _Live:
         last = self.now()
         while not self.finished.wait(self.w.control_interval_s):
             try:
-                m = parse_text(self.server.metrics_text())
+                text = self.server.metrics_text()
             except OSError:
-                m = {}
-            sample = sample_from(m)
+                text = ""
+            m = parse_text(text)
+            sample = sample_from(m, cache_size(text))
             now = self.now()
             if controlled:
                 decision = self.gate.observe(sample, now)
@@ -152,6 +153,8 @@ def run_live(w: Workload, gate: ScrapedAdmission, server: LiveServer, *, control
     live = _Live(w, gate, server)
     live.events = {p.agent: threading.Event() for p in plans}
     before = server.counters()
+    if controlled:  # the controller reads the server (its cache's size) before any agent asks
+        gate.observe(sample_from_text(server.metrics_text()), 0.0)
     live.t0 = time.monotonic()
     control = threading.Thread(target=live.control, args=(controlled,), daemon=True)
     control.start()

@@ -346,7 +346,7 @@ class Client:
 
     def admission(self, job_id: str, *, timeout: timedelta = timedelta(seconds=5)) -> AdmissionEndpoint:
         """The admission controller of a running agentic batch (its progress's `admission_url`),
-        for agents outside Rota: `admit(agent)` at each step boundary, `release(agent)` when
+        for agents outside Rota: `admit(agent, tokens=N)` at each step boundary, `release(agent)` when
         done (rota.client.kv_window). FailedPreconditionError when the job has none."""
         from rota.client.kv_window import endpoint_of
 

@@ -6,7 +6,9 @@ at each of its step boundaries, and goes on only when admitted; it keeps its pla
 queue while held, and releases its slot when it is done:
 
     gate = client.admission(job_id)
-    while not gate.admit("my-agent-7"):
+    # tokens: what the next step's request holds (its history and the tokens it generates); with
+    # it the controller admits the agent only where that turn fits in the engine's KV cache
+    while not gate.admit("my-agent-7", tokens=len(history) + max_new_tokens):
         time.sleep(0.05)
     ...                          # one step: generate, tool call, observe
     gate.release("my-agent-7")   # when the agent has finished
@@ -34,9 +36,16 @@ class AdmissionEndpoint:
     url: str
     timeout: timedelta = timedelta(seconds=5)
 
-    def admit(self, agent: str) -> bool:
-        """At a step boundary: True if `agent` may run its next step now, else ask again later."""
-        return bool(self._post("admit", agent)["admitted"])
+    def admit(self, agent: str, *, tokens: int | None = None) -> bool:
+        """At a step boundary: True if `agent` may run its next step now, else ask again later.
+
+        `tokens`: what that step's request holds in the KV cache (the agent's history and the
+        tokens it generates), if known; then it is admitted only where it fits beside the
+        active agents'.
+        """
+        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+            raise InvalidArgumentError(f"tokens: a positive integer, got {tokens!r}", field="tokens")
+        return bool(self._post("admit", agent, "" if tokens is None else f"&tokens={tokens}")["admitted"])
 
     def release(self, agent: str) -> list[str]:
         """`agent` is done: its slot is freed; the agents that now hold the freed slots."""
@@ -46,10 +55,10 @@ class AdmissionEndpoint:
         """The controller's window, active and held agents, and its last decision."""
         return self._call("GET", f"{self.url}/window")
 
-    def _post(self, route: str, agent: str) -> dict[str, Any]:
+    def _post(self, route: str, agent: str, more: str = "") -> dict[str, Any]:
         if not agent or len(agent) > 256:
             raise InvalidArgumentError("agent: a name of 1 to 256 characters", field="agent")
-        return self._call("POST", f"{self.url}/{route}?agent={urllib.parse.quote(agent)}")
+        return self._call("POST", f"{self.url}/{route}?agent={urllib.parse.quote(agent)}{more}")
 
     def _call(self, method: str, url: str) -> dict[str, Any]:
         request = urllib.request.Request(url, data=b"" if method == "POST" else None, method=method)

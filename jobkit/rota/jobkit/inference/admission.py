@@ -9,12 +9,13 @@ threads.
 
 ``admission_routes`` gives the routes a job serves next to ``/metrics``:
 
-    POST /admit?agent=ID    -> {"admitted": true|false, "window": W, "active": n, "held": n}
+    POST /admit?agent=ID[&tokens=N] -> {"admitted": true|false, "window": W, "active": n, "held": n}
     POST /release?agent=ID  -> {"admitted": [IDs now holding the freed slots], ...}
     GET  /window            -> {"window": W, "active": n, "held": n, "last": {decision}}
 
 An agent calls ``/admit`` at each step boundary (before each generation) and goes on when
-it says ``admitted``; otherwise it asks again later (it keeps its place in the queue), and
+it says ``admitted`` (``tokens``: what its request will hold in the cache, its history and the
+tokens it generates; with it the controller admits it only where it fits); otherwise it asks again later (it keeps its place in the queue), and
 calls ``/release`` once it is done.
 """
 
@@ -56,9 +57,9 @@ class ScrapedAdmission:
         with self._lock:
             return self.controller.active
 
-    def request(self, agent: str) -> bool:
+    def request(self, agent: str, tokens: int | None = None) -> bool:
         with self._lock:
-            return self.controller.request(agent)
+            return self.controller.request(agent, tokens)
 
     def release(self, agent: str) -> tuple[str, ...]:
         with self._lock:
@@ -82,7 +83,12 @@ def admission_routes(admission: ScrapedAdmission) -> dict[str, Callable[[str, st
         agent = agent_of(query)
         if method != "POST" or agent is None:
             return 400, json.dumps({"error": "agent: POST /admit?agent=ID"})
-        admitted = admission.request(agent)
+        # blanks kept: "tokens=" is a bad count, not none; ASCII digits only, as str.isdigit
+        # also takes digits int() refuses ("²")
+        raw = parse_qs(query, keep_blank_values=True).get("tokens", [None])[0]
+        if raw is not None and not (raw.isascii() and raw.isdigit() and int(raw) > 0):
+            return 400, json.dumps({"error": f"tokens: must be a positive integer, got {raw!r}"})
+        admitted = admission.request(agent, None if raw is None else int(raw))
         return 200, json.dumps({"admitted": admitted, **admission.status()})
 
     def release(method: str, query: str) -> tuple[int, str]:

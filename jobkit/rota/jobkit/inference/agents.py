@@ -195,7 +195,7 @@ class Gate(Protocol):
     @property
     def active(self) -> tuple[str, ...]: ...
 
-    def request(self, agent: str) -> bool: ...
+    def request(self, agent: str, tokens: int | None = None) -> bool: ...
 
     def release(self, agent: str) -> tuple[str, ...]: ...
 
@@ -215,8 +215,10 @@ def run_workload(w: Workload, gate: Gate, *, engine: Engine | None = None,
     engine = engine or engine_for(w)
     plans = {p.agent: p for p in make_plans(w, engine.config.model.vocab) if p.agent not in set(skip)}
     run = _Run(w, gate, engine, plans, clock or MeasuredClock(), on_done)
+    if sample is not None:  # a controller reads the engine (its cache's size) before any agent asks
+        run.control(sample)
     for a in plans:
-        if gate.request(a):
+        if run.request(a):
             run.submit([a])
     while run.done < len(plans):
         if engine.has_work():
@@ -284,8 +286,12 @@ class _Run:
         while self.wakes and self.wakes[0][0] <= self.now:
             _, _, a = heappop(self.wakes)
             self.history[a] += self.plans[a].observations[self.turn[a] - 1]
-            if self.gate.request(a):
+            if self.request(a):
                 self.submit([a])
+
+    def request(self, agent: str) -> bool:
+        """The gate's answer for ``agent``'s next turn, which holds its history and generation."""
+        return self.gate.request(agent, len(self.history[agent]) + self.w.gen_tokens)
 
     def control(self, sample: SampleSource) -> Decision:
         decision = self.gate.observe(sample(self.engine), self.now)

@@ -60,6 +60,8 @@ class EngineCounters:
     usage: float = 0.0
     running: int = 0
     waiting: int = 0
+    cache_blocks: int = 0  # the cache's size: not a counter, exported as vLLM's cache_config_info
+    block_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,9 @@ class Engine:
         self._waiting: deque[_Seq] = deque()
         self._running: list[_Seq] = []
         self._seen: set[int] = set()  # every block hash ever computed
-        self.counters = EngineCounters()
+        self.counters = EngineCounters(cache_blocks=config.cache_blocks, block_tokens=BLOCK_SIZE)
         self._lock = threading.Lock()
-        self._published = EngineCounters()
+        self._published = EngineCounters(cache_blocks=config.cache_blocks, block_tokens=BLOCK_SIZE)
         #: What the last step computed, for a step-cost model: (tokens, decodes, context
         #: positions the decodes read, query x context pairs of the prefill chunks, chunks).
         self.last_work: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)

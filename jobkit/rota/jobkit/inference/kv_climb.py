@@ -128,8 +128,10 @@ class GoodputClimb(AdmissionController):
         self._c = _Climb(fit=deque(maxlen=self.climb.fit_samples))
         self._recovering: set[str] = set()  # resumed after a pause, their first turn back not yet done
 
-    def request(self, agent: str) -> bool:
+    def request(self, agent: str, tokens: int | None = None) -> bool:
         s = self._s
+        if tokens is not None:
+            s.tokens[agent] = tokens
         self._recovering.discard(agent)  # a step boundary: its turn back (and its recompute) is done
         if agent in s.active and len(s.active) > s.window and self.config.pause_on_shrink:
             s.active.remove(agent)
@@ -137,7 +139,7 @@ class GoodputClimb(AdmissionController):
             s.held.insert(ahead, agent)  # resumed before agents that never ran: its history may still be cached
             s.paused.add(agent)
             return False
-        return super().request(agent)
+        return super().request(agent, tokens)
 
     def release(self, agent: str) -> tuple[str, ...]:
         self._recovering.discard(agent)
@@ -179,7 +181,7 @@ class GoodputClimb(AdmissionController):
         before = None if previous is None else previous.generated
         generated = None if sample.generated is None or before is None or sample.generated < before \
             else sample.generated - before
-        binding = bool(s.held)  # agents wait for a slot: the window limits goodput
+        binding = self.window_binds()  # agents wait for a slot: the window limits goodput
         if generated is None or not binding or elapsed <= 0.0:
             return self._decide("hold", "window not binding" if not binding else "no goodput yet", sample, hit)
         k.tokens += generated
@@ -258,7 +260,7 @@ class GoodputClimb(AdmissionController):
                 target = max(min(s.window, target), min(target, cap))
             else:  # and one down stops there too: below what fits, fewer agents cannot relieve the
                 target = min(s.window, max(target, cap))  # cache, and goodput falls as the batch drains
-        if direction > 0 and not s.held:
+        if direction > 0 and not self.window_binds():
             return self._decide("hold", f"{why}; window not binding", sample, None)
         action = "increase" if target > s.window else "decrease" if target < s.window else "hold"
         s.window = target

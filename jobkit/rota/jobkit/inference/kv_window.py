@@ -29,6 +29,16 @@ the cache at once. The rules (CONCUR; the constants are ours, chosen by measurem
 - no sample (the metrics endpoint stopped answering): the window holds where it is and the
   decision says so; admissions go on only within it, never without limit.
 
+**What fits at admission** (``admit_within_cache``): once a scrape gave the cache's size
+(``vllm:cache_config_info``: blocks and tokens per block), an agent is admitted only if its
+next turn (the tokens its request will hold: history and generation, which the agent says at
+``request``) fits in the cache's blocks beside the last-known turns of the agents already
+active, or no agent is active. Congestion signals all come after the fact: a batch that
+starts with every agent submitted has paid for their prefills before the first scrape can
+show a queue, and the histories of the agents a cut then pauses are evicted while they wait.
+This check needs no constant: the engine gives its size and the agent its length. The window
+is still the law's, and the smaller of the two binds.
+
 Agents are admitted or held only at their step boundaries (``request`` is called between
 an agent's generations), never mid-generation. An active agent reaching a boundary while
 more agents are active than the window allows gives up its slot and waits; held agents are
@@ -61,6 +71,7 @@ class ControllerConfig:
     slow_start: bool = True
     pause_on_shrink: bool = True
     severity_floor: float = 1.0  # < 1: a recompute of fraction f cuts W to W * max(floor, 1 - f) if smaller
+    admit_within_cache: bool = True  # admit an agent only if its next turn fits beside the active agents'
 
     def __post_init__(self) -> None:
         if self.w_min < 1:
@@ -103,6 +114,9 @@ class CacheSample:
     generated: float | None = None  # generated tokens (vllm:generation_tokens_total): goodput
     running: float | None = None  # requests in the batch (vllm:num_requests_running)
     waiting: float | None = None  # requests queued, not yet scheduled (vllm:num_requests_waiting)
+    # the cache's size (vllm:cache_config_info's num_gpu_blocks and block_size labels)
+    cache_blocks: float | None = None
+    block_tokens: float | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +151,8 @@ class _State:
     paused: set[str] = field(default_factory=set)  # gave their slot up on a shrink; not yet back
     resumed: int = 0  # paused agents readmitted since the last observe
     last_resume: float | None = None
+    tokens: dict[str, int] = field(default_factory=dict)  # each agent's next (or current) turn, as it said
+    cache: tuple[float, float] | None = None  # (blocks, tokens per block), once a scrape said
 
 
 class AdmissionController:
@@ -159,13 +175,17 @@ class AdmissionController:
     def held(self) -> tuple[str, ...]:
         return tuple(self._s.held)
 
-    def request(self, agent: str) -> bool:
+    def request(self, agent: str, tokens: int | None = None) -> bool:
         """An agent at a step boundary asks to run its next step: True if it may now.
+        ``tokens``: what that step's request holds in the cache (its history and the tokens
+        it generates), if the caller knows; then it is only admitted where it fits.
 
         False means it is held; it is handed back by a later ``release`` or ``observe``
         (in their ``admitted``), in the order agents were held.
         """
         s = self._s
+        if tokens is not None:
+            s.tokens[agent] = tokens
         if agent in s.active:
             if len(s.active) <= s.window or not self.config.pause_on_shrink:
                 return True
@@ -175,11 +195,27 @@ class AdmissionController:
             return False
         if agent in s.held:
             return False
-        if not s.held and len(s.active) < s.window:
+        if not s.held and len(s.active) < s.window and self._fits(agent):
             s.active.append(agent)
             return True
         s.held.append(agent)
         return False
+
+    def _blocks(self, agent: str, per_block: float) -> int:
+        return math.ceil(self._s.tokens.get(agent, 0) / per_block)
+
+    def _fits(self, agent: str) -> bool:
+        """Whether ``agent``'s next turn fits in the cache beside the active agents' (always,
+        while the cache's size or its length is unknown, or when no agent is active)."""
+        s = self._s
+        if not self.config.admit_within_cache or s.cache is None or agent not in s.tokens or not s.active:
+            return True
+        blocks, per_block = s.cache
+        return sum(self._blocks(a, per_block) for a in s.active) + self._blocks(agent, per_block) <= blocks
+
+    def window_binds(self) -> bool:
+        """Agents wait because every slot of the window is taken (not because the cache is full)."""
+        return bool(self._s.held) and len(self._s.active) >= self._s.window
 
     def release(self, agent: str) -> tuple[str, ...]:
         """An agent finished: its slot goes to the first held agents; returns them."""
@@ -189,12 +225,13 @@ class AdmissionController:
         elif agent in s.held:
             s.held.remove(agent)
         s.paused.discard(agent)
+        s.tokens.pop(agent, None)
         return self._fill()
 
     def _fill(self) -> tuple[str, ...]:
         s = self._s
         admitted: list[str] = []
-        while s.held and len(s.active) < s.window:
+        while s.held and len(s.active) < s.window and self._fits(s.held[0]):
             agent = s.held.popleft()
             s.active.append(agent)
             admitted.append(agent)
@@ -242,6 +279,8 @@ class AdmissionController:
         """Record an answered sample (and the end of a resume); the sample before it."""
         s = self._s
         s.missing_since = None
+        if sample.cache_blocks and sample.block_tokens:
+            s.cache = (sample.cache_blocks, sample.block_tokens)
         if s.resumed:
             s.last_resume, s.resumed = now, 0
         previous, s.previous = s.previous, sample
@@ -281,8 +320,8 @@ class AdmissionController:
         """A healthy cache: the window grows while agents are held (doubling in slow start,
         which the first eviction ends)."""
         s, c = self._s, self.config
-        if not s.held:
-            return self._decide("hold", "window not binding: no agent is held", sample, hit)
+        if not self.window_binds():
+            return self._decide("hold", "window not binding: no agent waits for a slot", sample, hit)
         if s.slow_start and previous is not None and (_delta(sample.evictions, previous.evictions) or 0) > 0:
             s.slow_start = False
         grown = s.window * 2 if s.slow_start else s.window + c.additive_step
@@ -325,7 +364,8 @@ class AdmissionController:
         return {
             "window": s.window, "slow_start": s.slow_start, "active": list(s.active), "held": list(s.held),
             "hit_ewma": s.hit_ewma, "last_decrease": s.last_decrease, "paused": sorted(s.paused),
-            "last_resume": s.last_resume,
+            "last_resume": s.last_resume, "tokens": dict(s.tokens),
+            "cache": None if s.cache is None else list(s.cache),
             "previous": None if s.previous is None else asdict(s.previous),
         }
 
@@ -339,5 +379,7 @@ class AdmissionController:
             active=[str(a) for a in state.get("active", [])], held=deque(str(a) for a in state.get("held", [])),
             hit_ewma=state.get("hit_ewma"), last_decrease=state.get("last_decrease"),
             paused={str(a) for a in state.get("paused", [])}, last_resume=state.get("last_resume"),
+            tokens={str(a): int(n) for a, n in state.get("tokens", {}).items()},
+            cache=None if state.get("cache") is None else (float(state["cache"][0]), float(state["cache"][1])),
             previous=None if previous is None else CacheSample(**previous),
         )

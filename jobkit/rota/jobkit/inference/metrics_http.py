@@ -5,7 +5,8 @@ from a thread (stdlib ``http.server``), reading the snapshot the engine publishe
 each step, so a scrape never sees a step half done. Names: vLLM's
 (``vllm:kv_cache_usage_perc`` is a fraction in [0, 1], as in vLLM V1), and ours under
 ``rota:`` for what vLLM does not export (recomputed prefill tokens, evicted blocks).
-``stop`` closes the socket: a scraper then gets connection refused, as from a dead server.
+The cache's size is vLLM's info gauge ``vllm:cache_config_info`` with its ``num_gpu_blocks``
+and ``block_size`` labels. ``stop`` closes the socket: a scraper then gets connection refused, as from a dead server.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ def render(c: EngineCounters) -> str:
         exported = f"{name}_total" if kind == "counter" else name
         lines += [f"# HELP {exported} {text}", f"# TYPE {exported} {kind}",
                   f'{exported}{{model_name="{MODEL_NAME}"}} {float(getattr(c, attr))!r}']
+    if c.cache_blocks > 0:
+        lines += ["# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+                  "# TYPE vllm:cache_config_info gauge",
+                  f'vllm:cache_config_info{{block_size="{c.block_tokens}",num_gpu_blocks="{c.cache_blocks}"}} 1.0']
     return "\n".join(lines) + "\n"
 
 
