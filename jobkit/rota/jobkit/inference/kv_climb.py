@@ -1,7 +1,11 @@
 """An admission window that searches for its size online: a hill-climb over the number of
 active agents driven by measured goodput, with congestion as a fast back-off. Pure logic,
 like `rota.jobkit.inference.kv_window`, whose agent bookkeeping (``request``/``release``, agents
-held and admitted at step boundaries) it keeps; only the control law differs.
+held and admitted at step boundaries, an agent admitted only where its next turn fits in the
+cache) it keeps; only the control law differs. The law below moves the window; the cache's
+size bounds admissions beside it, and the climb measures and probes only while the window's
+own slots are full (``window_binds``): agents that wait for room in the cache say nothing of
+the window.
 
 Why a search: the best window of an agentic batch depends on the agents' count, their
 turn lengths and the cache's size, and thresholds chosen on some shapes miss on others
@@ -40,8 +44,8 @@ The law, per control interval:
   up from ``w_init``; the first doubling comes after one interval, since it compares
   nothing); worse: back to the previous window, with half the step. An epoch
   measured where the climb went back to probes down if goodput fell there too (the batch
-  drifted: histories grow), else up. While no agent is held the window holds: goodput then
-  says nothing about it.
+  drifted: histories grow), else up. While no agent waits for a slot of the window (none
+  is held, or only the cache holds them) the window holds: goodput then says nothing about it.
 
 Agents a shrink takes the slot from (they give it up at their next step boundary) are
 resumed before agents that never ran: their histories may still be cached, and they are
