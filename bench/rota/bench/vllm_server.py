@@ -13,10 +13,18 @@ the KV cache is shrunk to a number of blocks (``--num-gpu-blocks-override``; a w
 ``cache_blocks`` count 16-token blocks as on our engine, vLLM's CPU blocks hold 32) so that
 a batch of agents thrashes it. ``VLLM_SERVER_DEV_MODE=1`` enables ``POST /reset_prefix_cache``, which
 the benchmark calls between arms so that no arm inherits another's cache.
+
+A server for ``rota bench concur --vllm-url`` is started by hand with
+
+    python -m rota.bench.vllm_server --cache-blocks 256 --max-num-seqs 16 --port 18933 \
+        [--model-config FILE]   # JSON fields over TINY_LLAMA's, e.g. a larger decoder
+
+which serves until interrupted.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -171,3 +179,44 @@ class VllmServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rota.bench.vllm_server",
+                                     description="serve a vLLM server for `rota bench concur --vllm-url`")
+    parser.add_argument("--cache-blocks", type=int, required=True, help="KV cache in blocks of 16 tokens")
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--model-config", type=Path, help="a JSON object of fields over TINY_LLAMA's")
+    parser.add_argument("--folder", type=Path, default=Path("rota-vllm-model"), help="where config.json is written")
+    parser.add_argument("--log", type=Path, help="the server's log (default: none)")
+    args = parser.parse_args(argv)
+    try:
+        extra = json.loads(args.model_config.read_text()) if args.model_config else {}
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"rota: --model-config: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(extra, dict):
+        print("rota: --model-config: must hold a JSON object", file=sys.stderr)
+        return 2
+    if args.cache_blocks < 2:
+        print(f"rota: --cache-blocks: must be at least 2, got {args.cache_blocks}", file=sys.stderr)
+        return 2
+    python = vllm_python(venv_path())
+    if isinstance(python, str):
+        print(f"rota: {python}", file=sys.stderr)
+        return 2
+    model = write_model(args.folder, TINY_LLAMA | extra)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the server's own process group stops with us
+    with VllmServer(python, model, cache_blocks=args.cache_blocks, max_num_seqs=args.max_num_seqs, port=args.port,
+                    log_path=args.log) as server:
+        print(f"vllm: serving at {server.base_url}", flush=True)
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

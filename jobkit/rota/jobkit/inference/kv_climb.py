@@ -1,7 +1,11 @@
 """An admission window that searches for its size online: a hill-climb over the number of
 active agents driven by measured goodput, with congestion as a fast back-off. Pure logic,
 like `rota.jobkit.inference.kv_window`, whose agent bookkeeping (``request``/``release``, agents
-held and admitted at step boundaries) it keeps; only the control law differs.
+held and admitted at step boundaries, an agent admitted only where its next turn fits in the
+cache) it keeps; only the control law differs. The law below moves the window; the cache's
+size bounds admissions beside it, and the climb measures and probes only while the window's
+own slots are full (``window_binds``): agents that wait for room in the cache say nothing of
+the window.
 
 Why a search: the best window of an agentic batch depends on the agents' count, their
 turn lengths and the cache's size, and thresholds chosen on some shapes miss on others
@@ -40,8 +44,8 @@ The law, per control interval:
   up from ``w_init``; the first doubling comes after one interval, since it compares
   nothing); worse: back to the previous window, with half the step. An epoch
   measured where the climb went back to probes down if goodput fell there too (the batch
-  drifted: histories grow), else up. While no agent is held the window holds: goodput then
-  says nothing about it.
+  drifted: histories grow), else up. While no agent waits for a slot of the window (none
+  is held, or only the cache holds them) the window holds: goodput then says nothing about it.
 
 Agents a shrink takes the slot from (they give it up at their next step boundary) are
 resumed before agents that never ran: their histories may still be cached, and they are
@@ -74,6 +78,10 @@ class ClimbConfig:
     # scrapes in a row that must show a queue the free cache cannot take before that is
     # congestion (`queue_binds`); 0: the queue is not read
     queue_samples: int = 1
+    # once the cache was seen to bind, an active agent counts in the cache at least what
+    # finished agents' last turns held on average (their history grows toward it), and the
+    # window shrinks at a step boundary where the active agents' turns so counted no longer fit
+    size_from_finished: bool = True
 
     def __post_init__(self) -> None:
         if self.epoch_intervals < 1:
@@ -107,6 +115,8 @@ class _Climb:
     fit: deque[tuple[float, float]] = field(default_factory=deque)  # recent scrapes' (running, usage)
     congested: bool = False  # a preemption, a live agent's recompute or a queue the cache cannot take was seen
     queued: int = 0  # scrapes in a row that showed a queue the cache cannot take
+    finished: int = 0  # agents released, and the tokens of their last turns
+    finished_tokens: int = 0
 
 
 def queue_binds(sample: CacheSample) -> bool:
@@ -133,6 +143,8 @@ class GoodputClimb(AdmissionController):
         if tokens is not None:
             s.tokens[agent] = tokens
         self._recovering.discard(agent)  # a step boundary: its turn back (and its recompute) is done
+        if agent in s.active and self._outgrown():
+            s.window = max(self.config.w_min, len(s.active) - 1)  # this agent gives its slot up
         if agent in s.active and len(s.active) > s.window and self.config.pause_on_shrink:
             s.active.remove(agent)
             ahead = next((i for i, a in enumerate(s.held) if a not in s.paused), len(s.held))
@@ -143,7 +155,31 @@ class GoodputClimb(AdmissionController):
 
     def release(self, agent: str) -> tuple[str, ...]:
         self._recovering.discard(agent)
+        last = self._s.tokens.get(agent)
+        if last is not None and agent in self._s.active:
+            self._c.finished += 1
+            self._c.finished_tokens += last
         return super().release(agent)
+
+    def _blocks(self, agent: str, per_block: float) -> int:
+        """An active agent's turn in the cache; once the cache binds, at least what finished
+        agents' last turns held on average: histories grow, and a window that fits today's
+        sizes is outgrown by the next turns (`size_from_finished`)."""
+        tokens = self._s.tokens.get(agent, 0)
+        k = self._c
+        if self.climb.size_from_finished and k.congested and k.finished:
+            tokens = max(tokens, k.finished_tokens // k.finished)
+        return math.ceil(tokens / per_block)
+
+    def _outgrown(self) -> bool:
+        """Once the cache binds: the active agents' turns, counted as ``_blocks`` does, no
+        longer fit in the cache together."""
+        s = self._s
+        if not (self.climb.size_from_finished and self._c.congested and s.cache and len(s.active) > 1
+                and self.config.admit_within_cache):
+            return False
+        blocks, per_block = s.cache
+        return sum(self._blocks(a, per_block) for a in s.active) > blocks
 
     def _fill(self) -> tuple[str, ...]:
         paused = set(self._s.paused)
