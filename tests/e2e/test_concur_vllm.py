@@ -22,7 +22,7 @@ from rota.bench.vllm_server import BLOCK_TOKENS, TINY_LLAMA, VllmServer, venv_pa
 from rota.jobkit.inference.admission import ScrapedAdmission
 from rota.jobkit.inference.agents import Workload
 from rota.jobkit.inference.kv_window import AdmissionController, ControllerConfig
-from rota.jobkit.inference.scrape import parse_text, sample_from
+from rota.jobkit.inference.scrape import cache_size, parse_text, sample_from
 
 WORKLOAD = Workload(name="e2e", agents=8, turns=(3, 3), gen_tokens=8, obs_tokens=48, tool_latency_s=(0.05, 0.2),
                     cache_blocks=48, seed=7, control_interval_s=0.2)
@@ -59,6 +59,7 @@ def test_vllm_metrics_carry_the_controllers_signals(server: VllmServer) -> None:
     assert sample is not None and sample.prefix_hits is not None and sample.prefix_hits >= 2 * BLOCK_TOKENS
     assert sample.recomputed_tokens is None  # vLLM counts none: the controller reads the hit rate's fall
     assert sample.running is not None and sample.waiting is not None  # the fit and the queue at a full cache
+    assert cache_size(live.metrics_text()) == (server.vllm_blocks, BLOCK_TOKENS)  # what admission fits within
 
 
 def test_controller_drives_real_vllm_agents_to_completion(server: VllmServer) -> None:
@@ -74,3 +75,4 @@ def test_controller_drives_real_vllm_agents_to_completion(server: VllmServer) ->
     assert 0.0 < result.hit_rate <= 1.0
     assert result.makespan_s >= 2 * 0.05  # two real tool calls per agent, at least
     assert not controller.active and not controller.held  # every agent released its slot
+    assert controller.state()["cache"] == [server.vllm_blocks, BLOCK_TOKENS]  # read before the first agent asked

@@ -45,6 +45,11 @@ class LiveServer:
     timeout_s: float = 300.0
 
     def complete(self, prompt: list[int], tokens: int) -> list[int]:
+        return self.complete_counted(prompt, tokens)[0]
+
+    def complete_counted(self, prompt: list[int], tokens: int) -> tuple[list[int], int | None]:
+        """The generated token ids, and how many prompt tokens the server had cached (None
+        where it does not say: vLLM says with ``--enable-prompt-tokens-details``)."""
         body = {"model": self.model, "prompt": prompt, "max_tokens": tokens, "min_tokens": tokens,
                 "ignore_eos": True, "temperature": 0.0, "return_token_ids": True}
         req = urllib.request.Request(f"{self.base_url}/v1/completions", data=json.dumps(body).encode(),
@@ -54,7 +59,9 @@ class LiveServer:
         ids = out["choices"][0].get("token_ids")
         if not isinstance(ids, list) or len(ids) != tokens:
             raise RuntimeError(f"server returned {ids!r} for token_ids, wanted {tokens} token ids")
-        return [int(t) for t in ids]
+        details = (out.get("usage") or {}).get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens")
+        return [int(t) for t in ids], None if cached is None else int(cached)
 
     def metrics_text(self) -> str:
         with urllib.request.urlopen(f"{self.base_url}/metrics", timeout=10) as r:  # noqa: S310 - local
@@ -111,7 +118,10 @@ class _Live:
                     time.sleep(plan.latencies[turn - 1])  # the tool call
                     history += plan.observations[turn - 1]
                 self.admit(plan.agent, len(history) + self.w.gen_tokens)
-                history += self.server.complete(history, self.w.gen_tokens)
+                ids, cached = self.server.complete_counted(history, self.w.gen_tokens)
+                if cached is not None:
+                    self.gate.served(plan.agent, len(history), cached)
+                history += ids
         except Exception as exc:  # noqa: BLE001 - reported as the run's failure
             self.errors.append(f"{plan.agent}: {exc}")
         finally:

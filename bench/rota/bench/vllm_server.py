@@ -131,7 +131,7 @@ class VllmServer:
     def command(self) -> list[str]:
         return [str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
                 "--served-model-name", "tiny", "--load-format", "dummy", "--skip-tokenizer-init",
-                "--enable-prefix-caching", "--block-size", str(BLOCK_TOKENS),
+                "--enable-prefix-caching", "--enable-prompt-tokens-details", "--block-size", str(BLOCK_TOKENS),
                 "--num-gpu-blocks-override", str(self.vllm_blocks), "--max-model-len",
                 str(min(self.max_model_len, (self.vllm_blocks - 1) * BLOCK_TOKENS)),
                 "--max-num-seqs", str(self.max_num_seqs), "--dtype", "bfloat16", "--enforce-eager",

@@ -61,6 +61,10 @@ class ScrapedAdmission:
         with self._lock:
             return self.controller.request(agent, tokens)
 
+    def served(self, agent: str, prompt_tokens: int, cached_tokens: int) -> None:
+        with self._lock:
+            self.controller.served(agent, prompt_tokens, cached_tokens)
+
     def release(self, agent: str) -> tuple[str, ...]:
         with self._lock:
             return self.controller.release(agent)

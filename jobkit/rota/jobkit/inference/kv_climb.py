@@ -140,8 +140,7 @@ class GoodputClimb(AdmissionController):
 
     def request(self, agent: str, tokens: int | None = None) -> bool:
         s = self._s
-        if tokens is not None:
-            s.tokens[agent] = tokens
+        self._note(agent, tokens)
         self._recovering.discard(agent)  # a step boundary: its turn back (and its recompute) is done
         if agent in s.active and self._outgrown():
             s.window = max(self.config.w_min, len(s.active) - 1)  # this agent gives its slot up
@@ -160,6 +159,9 @@ class GoodputClimb(AdmissionController):
             self._c.finished += 1
             self._c.finished_tokens += last
         return super().release(agent)
+
+    def _excused(self, agent: str) -> bool:
+        return agent in self._recovering or super()._excused(agent)
 
     def _blocks(self, agent: str, per_block: float) -> int:
         """An active agent's turn in the cache; once the cache binds, at least what finished
@@ -191,6 +193,7 @@ class GoodputClimb(AdmissionController):
         s, c, k = self._s, self.config, self._c
         if sample is None:
             return self._no_signal(now)
+        sample = self._with_served(sample)
         previous = self._accept(sample, now)
         self._track_fit(sample)
         elapsed = 0.0 if k.last_now is None else max(0.0, now - k.last_now)
@@ -306,7 +309,9 @@ class GoodputClimb(AdmissionController):
         s, c = self._s, self.config
         if (ago := self._within_cooldown(now)) is not None:
             return self._decide("hold", f"{why}; cut {ago:.1f}s ago", sample, hit)
-        target = math.floor(s.window * self.climb.backoff)
+        # where the cache, not the window, holds agents back, the cut is from the agents active
+        base = len(s.active) if s.held and len(s.active) < s.window else s.window
+        target = math.floor(base * self.climb.backoff)
         cap = self._ceiling()
         if cap is not None:  # straight to what fits, not 0.7x per cool-down
             target = min(target, cap)

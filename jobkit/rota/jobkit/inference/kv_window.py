@@ -39,6 +39,13 @@ show a queue, and the histories of the agents a cut then pauses are evicted whil
 This check needs no constant: the engine gives its size and the agent its length. The window
 is still the law's, and the smaller of the two binds.
 
+**Recompute from what was served** (``recompute_from_served``, off by default): an engine
+that counts no recompute (vLLM) still says, per request, how many prompt tokens it served
+from its cache (OpenAI's ``usage.prompt_tokens_details.cached_tokens``). The caller reports
+it (``served``); the full blocks of the agent's previous turn that were not served cached are
+a live agent's history recomputed, and count as the recompute the law reads. Off by default:
+it pays where prefill is expensive and costs concurrency where it is cheap.
+
 Agents are admitted or held only at their step boundaries (``request`` is called between
 an agent's generations), never mid-generation. An active agent reaching a boundary while
 more agents are active than the window allows gives up its slot and waits; held agents are
@@ -50,7 +57,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 __all__ = ["AdmissionController", "CacheSample", "ControllerConfig", "Decision"]
@@ -72,6 +79,11 @@ class ControllerConfig:
     pause_on_shrink: bool = True
     severity_floor: float = 1.0  # < 1: a recompute of fraction f cuts W to W * max(floor, 1 - f) if smaller
     admit_within_cache: bool = True  # admit an agent only if its next turn fits beside the active agents'
+    # where the engine counts no recompute (vLLM), count it from what requests were served
+    # from the cache (`served`): a live agent's history evicted. Off by default: on vLLM with
+    # the tiny model, where prefill is cheap, the cuts it makes cost more concurrency than
+    # they save in prefill (bench/concur/README.md); it pays where prefill is expensive
+    recompute_from_served: bool = False
 
     def __post_init__(self) -> None:
         if self.w_min < 1:
@@ -152,6 +164,9 @@ class _State:
     resumed: int = 0  # paused agents readmitted since the last observe
     last_resume: float | None = None
     tokens: dict[str, int] = field(default_factory=dict)  # each agent's next (or current) turn, as it said
+    earlier: dict[str, int] = field(default_factory=dict)  # and the turn before it: what should be cached
+    recomputed: int = 0  # tokens of live agents' histories the engine served uncached (`served`)
+    served: bool = False  # whether any request's cached tokens were reported
     cache: tuple[float, float] | None = None  # (blocks, tokens per block), once a scrape said
 
 
@@ -184,8 +199,7 @@ class AdmissionController:
         (in their ``admitted``), in the order agents were held.
         """
         s = self._s
-        if tokens is not None:
-            s.tokens[agent] = tokens
+        self._note(agent, tokens)
         if agent in s.active:
             if len(s.active) <= s.window or not self.config.pause_on_shrink:
                 return True
@@ -200,6 +214,38 @@ class AdmissionController:
             return True
         s.held.append(agent)
         return False
+
+    def _note(self, agent: str, tokens: int | None) -> None:
+        s = self._s
+        if tokens is None:
+            return
+        if agent in s.tokens and s.tokens[agent] != tokens:
+            s.earlier[agent] = s.tokens[agent]
+        s.tokens[agent] = tokens
+
+    def served(self, agent: str, prompt_tokens: int, cached_tokens: int) -> None:
+        """``agent``'s request finished: of its ``prompt_tokens``, ``cached_tokens`` came from
+        the engine's prefix cache (OpenAI's ``usage.prompt_tokens_details.cached_tokens``).
+        Its previous turn's full blocks should have been cached; what was not is a live
+        agent's history recomputed, the signal an engine without a recompute counter (vLLM)
+        does not export. Not counted for agents this controller paused (`_excused`)."""
+        s = self._s
+        s.served = True
+        before = s.earlier.get(agent)
+        if before is None or s.cache is None or self._excused(agent):
+            return
+        per_block = s.cache[1]
+        expected = min(prompt_tokens, int((before - 1) // per_block * per_block))
+        s.recomputed += max(0, expected - cached_tokens)
+
+    def _excused(self, agent: str) -> bool:
+        return agent in self._s.paused
+
+    def _with_served(self, sample: CacheSample) -> CacheSample:
+        """The sample, with the recompute `served` counted where the engine counts none."""
+        if sample.recomputed_tokens is not None or not self._s.served or not self.config.recompute_from_served:
+            return sample
+        return replace(sample, recomputed_tokens=float(self._s.recomputed))
 
     def _blocks(self, agent: str, per_block: float) -> int:
         return math.ceil(self._s.tokens.get(agent, 0) / per_block)
@@ -226,6 +272,7 @@ class AdmissionController:
             s.held.remove(agent)
         s.paused.discard(agent)
         s.tokens.pop(agent, None)
+        s.earlier.pop(agent, None)
         return self._fill()
 
     def _fill(self) -> tuple[str, ...]:
@@ -246,6 +293,7 @@ class AdmissionController:
         s, c = self._s, self.config
         if sample is None:
             return self._no_signal(now)
+        sample = self._with_served(sample)
         previous = self._accept(sample, now)
         hit, recompute_frac, preempted = self._interval(previous, sample)
         ewma = s.hit_ewma
