@@ -150,7 +150,7 @@ class GoodputClimb(AdmissionController):
             s.held.insert(ahead, agent)  # resumed before agents that never ran: its history may still be cached
             s.paused.add(agent)
             return False
-        return super().request(agent, tokens)
+        return super().request(agent)  # its tokens are noted above
 
     def release(self, agent: str) -> tuple[str, ...]:
         self._recovering.discard(agent)
@@ -181,7 +181,7 @@ class GoodputClimb(AdmissionController):
                 and self.config.admit_within_cache):
             return False
         blocks, per_block = s.cache
-        return sum(self._blocks(a, per_block) for a in s.active) > blocks
+        return self._active_blocks(per_block) > blocks
 
     def _fill(self) -> tuple[str, ...]:
         paused = set(self._s.paused)

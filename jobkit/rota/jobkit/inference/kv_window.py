@@ -257,7 +257,11 @@ class AdmissionController:
         if not self.config.admit_within_cache or s.cache is None or agent not in s.tokens or not s.active:
             return True
         blocks, per_block = s.cache
-        return sum(self._blocks(a, per_block) for a in s.active) + self._blocks(agent, per_block) <= blocks
+        return self._active_blocks(per_block) + self._blocks(agent, per_block) <= blocks
+
+    def _active_blocks(self, per_block: float) -> int:
+        """The cache blocks the active agents' turns hold, each counted as ``_blocks`` does."""
+        return sum(self._blocks(a, per_block) for a in self._s.active)
 
     def window_binds(self) -> bool:
         """Agents wait because every slot of the window is taken (not because the cache is full)."""
