@@ -134,3 +134,13 @@ def test_repeats_are_for_the_vllm_engine_only(capsys: pytest.CaptureFixture[str]
     assert capsys.readouterr().err.startswith("rota: --repeats: ")
     assert concur.main(["--engine", "vllm", "--repeats", "0", "--json"]) == 2
     assert capsys.readouterr().err.startswith("rota: --repeats: ")
+
+
+@pytest.mark.parametrize(("argv", "repeats"), [
+    (["--engine", "vllm"], concur.VLLM_REPEATS),
+    (["--engine", "vllm", "--repeats", "5"], 5),
+    ([], 1),
+], ids=["vllm-default", "vllm-given", "rota"])
+def test_vllm_arms_repeat_by_default(argv: list[str], repeats: int) -> None:
+    assert concur._arguments(argv).repeats == repeats
+    assert concur.VLLM_REPEATS > 1  # one wall-clock run of an arm is not a measurement

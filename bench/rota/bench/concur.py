@@ -79,6 +79,9 @@ CLIMB = ClimbConfig(epoch_intervals=2, tolerance=0.1, backoff=0.7, max_step_frac
                     fit_headroom=0.7, fit_samples=2, queue_samples=1)
 CLIMB_W_INIT_FRACTION = 1.0
 LAWS = ("climb", "threshold")
+# Ours: wall-clock runs on vLLM repeat every arm this many times by default (one run of an
+# arm wanders by 10-30% on a 2-core machine; the median of 3 interleaved runs is a sitting)
+VLLM_REPEATS = 3
 
 
 @dataclass(frozen=True)
@@ -272,12 +275,15 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--vllm-url", metavar="URL",
                         help="with --engine vllm: use the vLLM server already running at URL (e.g. "
                              "http://127.0.0.1:8000, its KV cache sized for the workloads) instead of starting one")
-    parser.add_argument("--repeats", type=int, default=1, metavar="N",
-                        help="with --engine vllm: run every arm N times, interleaved (each repeat in an order "
-                             "rotated by one arm), and report each arm's median run and the ratios per repeat")
+    parser.add_argument("--repeats", type=int, default=None, metavar="N",
+                        help="with --engine vllm: run every arm N times (default 3), interleaved (each repeat in an "
+                             "order rotated by one arm), and report each arm's median run and the ratios per repeat: "
+                             "one wall-clock run of an arm wanders by 10-30%% on a shared machine")
     args = parser.parse_args(argv)
     if args.clock is None:
         args.clock = "measured" if args.engine == "vllm" else "fitted"
+    if args.repeats is None:
+        args.repeats = VLLM_REPEATS if args.engine == "vllm" else 1
     return args
 
 
