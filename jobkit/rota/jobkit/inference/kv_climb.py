@@ -143,7 +143,11 @@ class GoodputClimb(AdmissionController):
         self._note(agent, tokens)
         self._recovering.discard(agent)  # a step boundary: its turn back (and its recompute) is done
         if agent in s.active and self._outgrown():
-            s.window = max(self.config.w_min, len(s.active) - 1)  # this agent gives its slot up
+            # this agent gives its slot up: the window is one fewer than the active agents, even
+            # where a cut had set it lower, so that one agent pauses per step boundary rather
+            # than all that a deeper cut asks at once (never raising it measured worse:
+            # bench/concur/README.md, "Tried and dropped")
+            s.window = max(self.config.w_min, len(s.active) - 1)
         if agent in s.active and len(s.active) > s.window and self.config.pause_on_shrink:
             s.active.remove(agent)
             ahead = next((i for i, a in enumerate(s.held) if a not in s.paused), len(s.held))
