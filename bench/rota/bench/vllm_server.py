@@ -14,7 +14,7 @@ the KV cache is shrunk to a number of blocks (``--num-gpu-blocks-override``; a w
 a batch of agents thrashes it. The engine computes with ``threads`` threads (default: one
 fewer than the machine's cores, ``server_threads``): the server's API process and the
 benchmark's agents need a core too, and on two cores an engine with two OpenMP threads
-that share them with the agents made an arm's wall time wander by up to 3x from repeat to
+that share them with the agents made an arm's wall time wander by up to 2.7x from repeat to
 repeat (bench/concur/README.md). ``VLLM_SERVER_DEV_MODE=1`` enables ``POST /reset_prefix_cache``, which
 the benchmark calls between arms so that no arm inherits another's cache.
 
